@@ -1,0 +1,415 @@
+"""kvtrace/1: typed records for one trace line (the header or one event), and its JSON Schema.
+
+A kvtrace/1 file is JSON Lines: the header, then one event per line.  Each Struct below types one line
+shape, so a msgspec decoder both parses and validates a line in one pass, and the published JSON Schema
+(``spec/kvtrace.schema.json``) is generated from the same source.  kvtrace/1 is a contract: fields may be
+added (optional, with defaults), never renamed.
+
+Conventions enforced here:
+
+* every integer field is a JSON integer in [0, 2^63) (``U63``); block-table entries are in [-1, 2^63)
+  (-1 is a hole); a float, a bool, or an out-of-range integer is a wrong-type input error;
+* ids (sequence, unit, checkpoint, transfer) are non-empty JSON strings;
+* an unknown field is an input error (``forbid_unknown_fields``);
+* an optional field that is absent and one that is ``null`` mean the same; writing omits defaults.
+
+This module knows the shape of a line, not what it means: no store rules, no replay, no file handling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+
+__all__ = [
+    "FORMAT", "U63", "TableEntry", "Id", "Pool", "KVProfile", "OPS", "REQUEST_OPS", "EVENT_TYPES",
+    "Header", "Config", "Model", "KVCapacity", "AutoCapacity", "KVLeaseGrowth",
+    "Backend", "BackendOff", "BackendMTP", "BackendDFlash", "BackendDFlash2",
+    "Event", "EventBase", "Activate", "Map", "Grow", "Launch", "Complete", "Fail", "Truncate", "Finish",
+    "Release", "Offload", "DropDevice", "DropHost", "Xfer", "Observe",
+    "ActivateResult", "MapResult", "GrowResult", "FactResult", "LaunchRow", "CommitRow",
+    "schema_document", "schema_text", "SCHEMA_PATH", "main",
+]
+
+FORMAT = "kvtrace/1"
+
+U63 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+"""A JSON integer in [0, 2^63).  (msgspec takes the bound as ``le``; ``lt=2**63`` does not fit int64.)"""
+TableEntry = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
+"""A block-table entry: a page id, or -1 for a hole."""
+Positive = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+Id = Annotated[str, msgspec.Meta(min_length=1)]
+"""A sequence, unit, checkpoint or transfer id."""
+
+Pool = Literal["main", "mtp", "draft_full"]
+"""The growing pools (store contract, "Speculative backends 在一个 Engine 内互斥，因此当前最多有两个
+growing pools"): Main Text, MTP, Draft Full."""
+KVProfile = Literal["bf16", "int8", "fp8", "nvfp4", "k8v4"]
+"""The closed KV profiles (store contract, "Main Text 与 MTP 使用 Engine 选择的 BF16、INT8-G64、
+FP8-E4M3FN-row256、NVFP4-G16 或 K8V4")."""
+
+_STRUCT = dict(forbid_unknown_fields=True, omit_defaults=True, frozen=True, gc=False)
+"""Line records are frozen and hold only str/int/bool/tuples/other records, so they cannot form reference
+cycles; ``gc=False`` keeps the collector off millions of decoded events (measurably faster decoding).
+Records holding a mutable dict (Header's ``meta``, ActivateResult's ``rows``/``pages``) keep ``gc=True``."""
+_STRUCT_WITH_DICT = {**_STRUCT, "gc": True}
+
+
+# ----------------------------------------------------------------------------------------- header
+
+class Model(msgspec.Struct, **_STRUCT):
+    """Target model dimensions that size the Main pool's typed planes."""
+    full_attention_layers: U63
+    kv_heads: U63
+    head_dim: U63
+
+
+class AutoCapacity(msgspec.Struct, **_STRUCT):
+    """Automatic kv_capacity: free Device bytes F after weights load and the headroom R to keep
+    (store contract, "Automatic policy 在权重加载后，以当前可用显存 (F) 和要求保留的 headroom (R) 解析一次 (M)")."""
+    free_bytes: U63
+    headroom_bytes: U63
+
+
+class KVCapacity(msgspec.Struct, **_STRUCT):
+    """kv_capacity policy: exactly one of ``tokens`` (explicit, store contract "kv_capacity 的 explicit policy
+    解析为") or ``auto``."""
+    tokens: Union[U63, None] = None
+    auto: Union[AutoCapacity, None] = None
+
+    def __post_init__(self) -> None:
+        if (self.tokens is None) == (self.auto is None):
+            raise ValueError("kv_capacity needs exactly one of 'tokens' or 'auto'")
+
+
+class KVLeaseGrowth(msgspec.Struct, **_STRUCT):
+    """kv_lease_growth: lease the frontier plus a bounded window plus a per-lane cushion (store contract,
+    "启用 ContextCacheOptions::kv_lease_growth")."""
+    window: U63 = 4096
+    cushion_pages: U63 = 2
+
+
+class BackendOff(msgspec.Struct, tag_field="kind", tag="off", **_STRUCT):
+    """No speculative backend: only the Main pool grows."""
+
+
+class BackendMTP(msgspec.Struct, tag_field="kind", tag="mtp", **_STRUCT):
+    """MTP with draft window K (store contract, "MTP with draft window K"): adds the MTP pool."""
+    draft_window: U63
+    layers: U63 = 1
+
+
+class BackendDFlash(msgspec.Struct, tag_field="kind", tag="dflash", **_STRUCT):
+    """DFlash: its full-attention layers use the Draft Full pool (BF16)."""
+    full_layers: U63
+    kv_heads: U63 = 8
+    head_dim: U63 = 128
+
+
+class BackendDFlash2(msgspec.Struct, tag_field="kind", tag="dflash2", **_STRUCT):
+    """DFlash2: officially all local attention, so no Draft Full pool (store contract, "官方 DFlash2
+    配置的五层全部是 local attention")."""
+    full_layers: U63 = 0
+    kv_heads: U63 = 8
+    head_dim: U63 = 128
+
+
+Backend = Union[BackendOff, BackendMTP, BackendDFlash, BackendDFlash2]
+
+
+class Config(msgspec.Struct, **_STRUCT):
+    """The store configuration the trace was recorded under.  ``page_size`` is typed here; the replay
+    decides which values it supports (the store contract fixes "(P=64)").  ``prefill_chunk`` and
+    ``reserved_bytes`` (the non-pool part of the runtime reservation B(M), store contract
+    "B(M)=B_{min}+(M-M_{min})B_{step}") are extensions the replay needs."""
+    max_context: Positive
+    max_concurrency: Positive
+    page_size: U63
+    kv_profile: KVProfile
+    backend: Backend
+    model: Model
+    kv_capacity: Union[KVCapacity, None] = None
+    host_arena_bytes: U63 = 0
+    kv_lease_growth: Union[KVLeaseGrowth, None] = None
+    prefill_chunk: U63 = 2048
+    reserved_bytes: U63 = 0
+
+
+class Header(msgspec.Struct, **_STRUCT_WITH_DICT):
+    """Line 1 of a kvtrace/1 file."""
+    format: Literal["kvtrace/1"]
+    config: Config
+    meta: Union[dict[str, Any], None] = None
+
+
+# ----------------------------------------------------------------------------------------- results
+
+class ActivateResult(msgspec.Struct, **_STRUCT_WITH_DICT):
+    """What the engine answered to ``activate``: rows and pages it chose, or a refusal reason."""
+    ok: bool
+    rows: Union[dict[Pool, U63], None] = None
+    pages: Union[dict[Pool, tuple[U63, ...]], None] = None
+    error: Union[str, None] = None
+
+
+class MapResult(msgspec.Struct, **_STRUCT):
+    """What the engine answered to ``map``: the new page ids, or a refusal reason."""
+    ok: bool
+    pages: Union[tuple[U63, ...], None] = None
+    error: Union[str, None] = None
+
+
+class GrowResult(msgspec.Struct, **_STRUCT):
+    """What the engine answered to ``grow``; a refusal says the frontier where growth is bounded."""
+    ok: bool
+    bounded_at: Union[U63, None] = None
+
+
+class FactResult(msgspec.Struct, **_STRUCT):
+    """On a fact, ``ok: false`` means the engine says the fact did not take effect."""
+    ok: bool
+    error: Union[str, None] = None
+
+
+class LaunchRow(msgspec.Struct, **_STRUCT):
+    """One row of a GPU unit: writes positions [a, b) (``write``) and reads [0, b); ``write`` null = read only."""
+    seq: Id
+    pool: Pool
+    write: Union[tuple[U63, U63], None] = None
+
+    def __post_init__(self) -> None:
+        if self.write is not None and self.write[0] > self.write[1]:
+            raise ValueError(f"write [{self.write[0]}, {self.write[1]}] needs a <= b")
+
+
+class CommitRow(msgspec.Struct, **_STRUCT):
+    """One frontier a completed unit publishes."""
+    seq: Id
+    pool: Pool
+    frontier: U63
+
+
+# ----------------------------------------------------------------------------------------- events
+
+class EventBase(msgspec.Struct, tag_field="op", **_STRUCT):
+    """Common base of the event union; ``op`` is the tag on the wire."""
+
+    @property
+    def op(self) -> str:
+        """The event's ``op`` tag."""
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+
+class Activate(EventBase, tag="activate"):
+    """Request: activate a sequence, optionally continuing checkpoint ``from`` (``from_`` in Python)."""
+    seq: Id
+    prompt: U63
+    budget: U63
+    from_: Union[Id, None] = msgspec.field(default=None, name="from")
+    keep_source: bool = True
+    result: Union[ActivateResult, None] = None
+
+
+class Map(EventBase, tag="map"):
+    """Request: ensure_mapped_to_tokens(seq, pool, tokens)."""
+    seq: Id
+    pool: Pool
+    tokens: U63
+    result: Union[MapResult, None] = None
+
+
+class Grow(EventBase, tag="grow"):
+    """Request: extend a kv_lease_growth window at a decode-round boundary."""
+    seq: Id
+    result: Union[GrowResult, None] = None
+
+
+class Launch(EventBase, tag="launch"):
+    """Fact: a GPU execution unit starts."""
+    unit: Id
+    rows: tuple[LaunchRow, ...]
+    result: Union[FactResult, None] = None
+
+
+class Complete(EventBase, tag="complete"):
+    """Fact: the unit succeeded and publishes these frontiers."""
+    unit: Id
+    commit: tuple[CommitRow, ...]
+    result: Union[FactResult, None] = None
+
+
+class Fail(EventBase, tag="fail"):
+    """Fact: the unit formed no legal commit."""
+    unit: Id
+    result: Union[FactResult, None] = None
+
+
+class Truncate(EventBase, tag="truncate"):
+    """Fact: explicit, destructive truncate of a pool's committed frontier."""
+    seq: Id
+    pool: Pool
+    frontier: U63
+    result: Union[FactResult, None] = None
+
+
+class Finish(EventBase, tag="finish"):
+    """Fact: terminal settlement, optionally retaining checkpoint ``retain``."""
+    seq: Id
+    retain: Union[Id, None] = None
+    state_image: bool = True
+    result: Union[FactResult, None] = None
+
+
+class Release(EventBase, tag="release"):
+    """Fact: drop a retained checkpoint."""
+    ckpt: Id
+    result: Union[FactResult, None] = None
+
+
+class Offload(EventBase, tag="offload"):
+    """Fact: D2H copies of these blocks, published in the contract's order."""
+    ckpt: Id
+    pool: Pool
+    blocks: tuple[U63, ...]
+    result: Union[FactResult, None] = None
+
+
+class DropDevice(EventBase, tag="drop_device"):
+    """Fact: drop the Device replica of these blocks."""
+    ckpt: Id
+    pool: Pool
+    blocks: tuple[U63, ...]
+    result: Union[FactResult, None] = None
+
+
+class DropHost(EventBase, tag="drop_host"):
+    """Fact: drop the Host replica of these blocks."""
+    ckpt: Id
+    pool: Pool
+    blocks: tuple[U63, ...]
+    result: Union[FactResult, None] = None
+
+
+class Xfer(EventBase, tag="xfer"):
+    """Fact: one phase of a replica transfer, for engines that log transfer phases."""
+    xfer: Id
+    dir: Literal["d2h", "h2d"]
+    ckpt: Id
+    pool: Pool
+    blocks: tuple[U63, ...]
+    phase: Literal["reserve", "copy", "verify", "publish", "release_source"]
+    result: Union[FactResult, None] = None
+
+
+_COUNTERS = ("allocated", "reserved", "available")
+_ROW_FIELDS = ("table", "frontier")
+
+
+class Observe(EventBase, tag="observe"):
+    """Fact: the engine's reported state.  Two forms: pool counters (no ``seq``; any of allocated /
+    reserved / available), or a sequence's row (``seq`` with ``table`` and/or ``frontier``)."""
+    pool: Pool
+    allocated: Union[U63, None] = None
+    reserved: Union[U63, None] = None
+    available: Union[U63, None] = None
+    seq: Union[Id, None] = None
+    table: Union[tuple[TableEntry, ...], None] = None
+    frontier: Union[U63, None] = None
+    result: Union[FactResult, None] = None
+
+    def __post_init__(self) -> None:
+        counters = [n for n in _COUNTERS if getattr(self, n) is not None]
+        row = [n for n in _ROW_FIELDS if getattr(self, n) is not None]
+        if self.seq is None:
+            if row:
+                raise ValueError(f"observe without 'seq' cannot carry {row[0]!r}")
+            if not counters:
+                raise ValueError("observe needs pool counters (allocated/reserved/available) or 'seq'")
+        else:
+            if counters:
+                raise ValueError(f"observe of a sequence cannot carry pool counter {counters[0]!r}")
+            if not row:
+                raise ValueError("observe of a sequence needs 'table' and/or 'frontier'")
+
+
+Event = Union[Activate, Map, Grow, Launch, Complete, Fail, Truncate, Finish, Release, Offload,
+              DropDevice, DropHost, Xfer, Observe]
+EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__  # type: ignore[attr-defined]
+OPS: dict[str, type[EventBase]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}  # type: ignore[misc]
+REQUEST_OPS = frozenset({"activate", "map", "grow"})
+"""Requests may be refused by a correct store; every other op is a fact."""
+
+
+# ----------------------------------------------------------------------------------------- schema
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "spec" / "kvtrace.schema.json"
+
+
+def _present(name: str, kind: str) -> dict:
+    return {"required": [name], "properties": {name: {"type": kind}}}
+
+
+def _absent(*names: str) -> dict:
+    """Absent or null: the decoder treats both the same."""
+    return {"properties": {n: {"type": "null"} for n in names}}
+
+
+def _tidy(d: dict) -> dict:
+    """Docstrings become descriptions: fold their line breaks and indentation into single spaces."""
+    return {**d, "description": " ".join(d["description"].split())} if "description" in d else d
+
+
+def schema_document() -> dict:
+    """The JSON Schema of one kvtrace/1 line (header or event), generated from the Structs above.
+
+    Two cross-field rules are added by hand because msgspec cannot express them: kv_capacity's
+    exactly-one-of, and observe's two forms.  ``write``'s a <= b is stated only in words."""
+    (_, event), defs = msgspec.json.schema_components((Header, Event), ref_template="#/$defs/{name}")
+    defs = {name: _tidy(d) for name, d in defs.items()}
+    defs["Event"] = {"title": "Event", "description": "One event line; 'op' selects its shape.", **event}
+    defs["KVCapacity"] = {**defs["KVCapacity"], "oneOf": [
+        {"allOf": [_present("tokens", "integer"), _absent("auto")]},
+        {"allOf": [_present("auto", "object"), _absent("tokens")]},
+    ]}
+    defs["Observe"] = {**defs["Observe"], "oneOf": [
+        {"allOf": [_absent("seq", *_ROW_FIELDS), {"anyOf": [_present(n, "integer") for n in _COUNTERS]}]},
+        {"allOf": [_present("seq", "string"), _absent(*_COUNTERS),
+                   {"anyOf": [_present("table", "array"), _present("frontier", "integer")]}]},
+    ]}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "kvtrace/1",
+        "title": "kvtrace/1 line",
+        "description": "One line of a kvtrace/1 JSON Lines file: line 1 is the Header, every later line an "
+                       "Event.  Integers are JSON integers in [0, 2^63) (table entries may be -1); "
+                       "a launch row's write [a, b] needs a <= b.",
+        "oneOf": [{"$ref": "#/$defs/Header"}, {"$ref": "#/$defs/Event"}],
+        "$defs": defs,
+    }
+
+
+def schema_text() -> str:
+    """schema_document() as committed: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(schema_document(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sim.kvtrace --write-schema [PATH]``: regenerate the committed schema."""
+    parser = argparse.ArgumentParser(prog="python -m sim.kvtrace", description=__doc__.splitlines()[0])
+    parser.add_argument("--write-schema", nargs="?", const=str(SCHEMA_PATH), metavar="PATH",
+                        help=f"write the JSON Schema (default {SCHEMA_PATH.parent.name}/{SCHEMA_PATH.name})")
+    args = parser.parse_args(argv)
+    if args.write_schema is None:
+        parser.print_usage(sys.stderr)
+        return 2
+    Path(args.write_schema).write_text(schema_text(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
