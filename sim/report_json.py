@@ -1,0 +1,198 @@
+"""kvreport/1: serialise and load the replay report, and the small read-only views every renderer shares.
+
+The report dict is built by the replay engine (DESIGN §8). This module writes it as canonical JSON (the
+same dict gives the same bytes: insertion order kept, no timestamps, no host names) and reads it back,
+refusing a file that is not kvreport/1. The views below (trace and rule order, violations grouped by
+trace and rule, refusals by reason, context and headline text, characters XML forbids) are pure
+functions over the dict, so that the JUnit, Markdown, HTML and console renderers say the same thing.
+
+This module must not know how a report is produced (the model, the rule checkers, the trace format) nor
+how any renderer lays it out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from os import PathLike
+from typing import Any
+
+FORMAT = "kvreport/1"
+
+__all__ = [
+    "FORMAT",
+    "ReportFormatError",
+    "dumps_report",
+    "load_report",
+    "trace_order",
+    "rule_order",
+    "rule_family",
+    "trace_rule_counters",
+    "violations_by_trace_rule",
+    "refusal_summary",
+    "format_value",
+    "format_context",
+    "headline",
+    "xml_safe",
+]
+
+
+class ReportFormatError(ValueError):
+    """A file that should hold a kvreport/1 document does not."""
+
+
+def dumps_report(report: dict) -> bytes:
+    """Canonical kvreport/1 bytes: UTF-8 JSON, indent 2, non-ASCII kept, insertion order, final newline.
+
+    NaN and infinities are refused (they are not JSON); the same dict always gives the same bytes.
+    """
+    text = json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def load_report(path: str | PathLike) -> dict:
+    """Read a kvreport/1 file written by `dumps_report`; raise ReportFormatError with the path if it is not one."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportFormatError(f"{path}: not a kvreport/1 JSON file ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ReportFormatError(f"{path}: expected format {FORMAT!r}, found {found!r}")
+    return data
+
+
+# --- shared views ---------------------------------------------------------------------------------------
+
+
+def _append_new(order: list[str], seen: set[str], name: Any) -> None:
+    if isinstance(name, str) and name not in seen:
+        seen.add(name)
+        order.append(name)
+
+
+def trace_order(report: dict) -> list[str]:
+    """Every trace the report mentions: the inputs in their order, then any other trace by first mention."""
+    order: list[str] = []
+    seen: set[str] = set()
+    for entry in report.get("inputs", []):
+        _append_new(order, seen, entry.get("path"))
+    for name in report.get("stats", {}).get("traces", {}):
+        _append_new(order, seen, name)
+    for item in (*report.get("violations", []), *report.get("refusals", [])):
+        _append_new(order, seen, item.get("trace"))
+    return order
+
+
+def rule_order(report: dict) -> list[str]:
+    """Rule ids in catalogue order (the order of report["rules"]), then any violated id not catalogued."""
+    order: list[str] = []
+    seen: set[str] = set()
+    for rule_id in report.get("rules", {}):
+        _append_new(order, seen, rule_id)
+    for violation in report.get("violations", []):
+        _append_new(order, seen, violation.get("rule"))
+    return order
+
+
+def rule_family(rule_id: str) -> str:
+    """The family of a rule id: everything before its last '-' ("TS-POOL-3" -> "TS-POOL")."""
+    head, sep, _ = rule_id.rpartition("-")
+    return head if sep else rule_id
+
+
+def trace_rule_counters(report: dict, trace: str, rule_id: str) -> dict | None:
+    """The checked/exercised/violated counters of one rule in one trace, or None when the report has none."""
+    trace_stats = report.get("stats", {}).get("traces", {}).get(trace)
+    if not isinstance(trace_stats, dict):
+        return None
+    return trace_stats.get("rules", {}).get(rule_id)
+
+
+def violations_by_trace_rule(report: dict) -> dict[tuple[str, str], list[dict]]:
+    """Violations grouped by (trace, rule), each group in report order."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for violation in report.get("violations", []):
+        groups.setdefault((violation.get("trace"), violation.get("rule")), []).append(violation)
+    return groups
+
+
+def refusal_summary(report: dict) -> list[dict]:
+    """Refusals counted by reason: [{"reason", "count", "ops": [(op, n)...], "traces": [(trace, n)...]}].
+
+    Ordered by descending count, then reason; ops and traces likewise, so the input order does not matter.
+    """
+    by_reason: dict[str, list[dict]] = {}
+    for refusal in report.get("refusals", []):
+        by_reason.setdefault(str(refusal.get("reason")), []).append(refusal)
+
+    def ranked(counter: Counter) -> list[tuple[str, int]]:
+        return sorted(counter.items(), key=lambda item: (-item[1], item[0]))
+
+    summary = [
+        {
+            "reason": reason,
+            "count": len(items),
+            "ops": ranked(Counter(str(item.get("op")) for item in items)),
+            "traces": ranked(Counter(str(item.get("trace")) for item in items)),
+        }
+        for reason, items in by_reason.items()
+    ]
+    summary.sort(key=lambda row: (-row["count"], row["reason"]))
+    return summary
+
+
+_BARE = re.compile(r"[\w./:+#@-]+")
+
+
+def format_value(value: Any) -> str:
+    """One context value as text: plain words bare, everything else as JSON (strings quoted, null, true)."""
+    if isinstance(value, str) and _BARE.fullmatch(value):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def format_context(context: dict | None) -> str:
+    """A violation's context as "key=value, key=value" in the given key order ("" when empty)."""
+    if not context:
+        return ""
+    return ", ".join(f"{key}={format_value(value)}" for key, value in context.items())
+
+
+def headline(report: dict) -> str:
+    """One line that says the verdict and its size, e.g. "FAIL: 5 violations of 3 rules in 2 traces (...)"."""
+    violations = report.get("violations", [])
+    inputs = report.get("inputs", [])
+    events = sum(int(entry.get("events", 0)) for entry in inputs)
+    refusals = len(report.get("refusals", []))
+    scope = f"{_count(len(inputs), 'trace')}, {_count(events, 'event')}, {_count(refusals, 'refusal')}"
+    if report.get("verdict") == "pass" and not violations:
+        return f"PASS: no violation ({scope})"
+    rules = {violation.get("rule") for violation in violations}
+    traces = {violation.get("trace") for violation in violations}
+    return (
+        f"FAIL: {_count(len(violations), 'violation')} of {_count(len(rules), 'rule')} "
+        f"in {_count(len(traces), 'trace')} ({scope})"
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+# XML 1.0 allows #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
+_XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_safe(text: Any) -> str:
+    """Text that survives an XML 1.0 round trip: forbidden characters shown as \\xNN / \\uNNNN escapes,
+    CR and CRLF turned into LF (an XML parser would do so anyway)."""
+    text = str(text).replace("\r\n", "\n").replace("\r", "\n")
+
+    def shown(match: re.Match) -> str:
+        code = ord(match.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _XML_FORBIDDEN.sub(shown, text)

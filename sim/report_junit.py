@@ -1,0 +1,129 @@
+"""JUnit XML for CI test reporters (GitHub Actions reporters, GitLab, Jenkins) from a kvreport/1 dict.
+
+Shape: one <testsuite> per trace, one <testcase> per catalogue rule in that trace. A rule violated in the
+trace fails with one <failure> listing every violation of it there; a rule the trace never checked is
+skipped ("not exercised by this trace"); the trace's refusals go to the suite's <system-out>. No times,
+host names or timestamps: the same report gives the same bytes. Every string passes `xml_safe`, so
+characters XML 1.0 forbids cannot make the file unreadable.
+
+This module must not know how the report is produced, nor anything of the other report formats.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from sim.report_json import (
+    format_context,
+    rule_order,
+    trace_order,
+    trace_rule_counters,
+    violations_by_trace_rule,
+    xml_safe,
+)
+
+__all__ = ["render_junit", "junit_classname"]
+
+NOT_EXERCISED = "not exercised by this trace"
+_MESSAGE_LIMIT = 300
+
+
+def junit_classname(trace: str) -> str:
+    """A dotted class name for a trace path ("scenarios/fork.jsonl" -> "kvsim.scenarios.fork_jsonl"),
+    so that reporters which group by package show the trace's folders."""
+    parts = [re.sub(r"\W", "_", part) for part in re.split(r"[\\/]+", trace) if part not in ("", ".")]
+    return ".".join(["kvsim", *(part or "_" for part in parts)])
+
+
+def _element(tag: str, attrs: dict[str, object] | None = None, text: str | None = None) -> ET.Element:
+    element = ET.Element(tag, {key: xml_safe(value) for key, value in (attrs or {}).items()})
+    if text is not None:
+        element.text = xml_safe(text)
+    return element
+
+
+def _one_line(text: str, limit: int = _MESSAGE_LIMIT) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _violation_text(violation: dict) -> str:
+    message = xml_safe(violation.get("message", "")).replace("\n", "\n    ")
+    lines = [f"event {violation.get('event')}, line {violation.get('line')}, op {violation.get('op')}: {message}"]
+    context = format_context(violation.get("context"))
+    if context:
+        lines.append(f"    context: {context}")
+    return "\n".join(lines)
+
+
+def _failure(rule_id: str, trace: str, violations: list[dict]) -> ET.Element:
+    first = violations[0]
+    times = "once" if len(violations) == 1 else f"{len(violations)} times"
+    message = (
+        f"{rule_id} violated {times} in {trace}; first at event {first.get('event')} "
+        f"(line {first.get('line')}, op {first.get('op')}): {_one_line(first.get('message', ''))}"
+    )
+    text = "\n".join(_violation_text(violation) for violation in violations)
+    return _element("failure", {"message": _one_line(message), "type": rule_id}, text + "\n")
+
+
+def _refusals_text(refusals: list[dict]) -> str:
+    lines = [f"{len(refusals)} refusal{'' if len(refusals) == 1 else 's'}:"]
+    lines += [
+        f"event {refusal.get('event')}, op {refusal.get('op')}: refused ({refusal.get('reason')})"
+        for refusal in refusals
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict) -> ET.Element:
+    rules = report.get("rules", {})
+    inputs = {entry.get("path"): entry for entry in report.get("inputs", [])}
+    classname = junit_classname(trace)
+    cases: list[ET.Element] = []
+    failures = skipped = 0
+    for rule_id in rule_ids:
+        title = rules.get(rule_id, {}).get("title", "")
+        attrs = {"classname": classname, "name": f"{rule_id}: {title}" if title else rule_id, "file": trace}
+        violations = groups.get((trace, rule_id), [])
+        counters = trace_rule_counters(report, trace, rule_id)
+        if violations:
+            attrs["line"] = violations[0].get("line")
+        case = _element("testcase", attrs)
+        if violations:
+            failures += 1
+            case.append(_failure(rule_id, trace, violations))
+        elif counters is not None and counters.get("checked", 0) == 0:
+            skipped += 1
+            case.append(_element("skipped", {"message": NOT_EXERCISED}))
+        cases.append(case)
+
+    suite = _element("testsuite", {
+        "name": trace, "tests": len(cases), "failures": failures, "errors": 0, "skipped": skipped, "time": 0,
+    })
+    entry = inputs.get(trace)
+    if entry is not None:
+        properties = _element("properties")
+        for key in ("sha256", "events"):
+            if key in entry:
+                properties.append(_element("property", {"name": key, "value": entry[key]}))
+        suite.append(properties)
+    suite.extend(cases)
+    refusals = [refusal for refusal in report.get("refusals", []) if refusal.get("trace") == trace]
+    if refusals:
+        suite.append(_element("system-out", text=_refusals_text(refusals)))
+    return suite
+
+
+def render_junit(report: dict) -> bytes:
+    """The report as JUnit XML bytes (UTF-8, with an XML declaration and a final newline)."""
+    rule_ids = rule_order(report)
+    groups = violations_by_trace_rule(report)
+    suites = [_suite(report, trace, rule_ids, groups) for trace in trace_order(report)]
+    totals = {key: sum(int(suite.get(key)) for suite in suites) for key in ("tests", "failures", "errors", "skipped")}
+    root = _element("testsuites", {"name": "kvsim replay", **totals, "time": 0})
+    root.extend(suites)
+    ET.indent(root, space="  ")
+    body = ET.tostring(root, encoding="unicode")
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n").encode("utf-8")

@@ -1,0 +1,137 @@
+"""GitHub-flavoured Markdown for a CI step summary ($GITHUB_STEP_SUMMARY) from a kvreport/1 dict.
+
+Sections: the verdict, the inputs, the violations (capped, with a "… and N more" line), the refusals by
+reason, and the per-rule coverage. Every cell is escaped: Markdown punctuation that could open markup is
+backslash-escaped, pipes cannot split a cell, line breaks become <br>. No timestamps: the same report
+gives the same text.
+
+This module must not know how the report is produced, nor anything of the other report formats.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sim.report_json import (
+    format_context,
+    headline,
+    refusal_summary,
+    rule_order,
+    trace_order,
+)
+
+__all__ = ["render_markdown", "md_cell", "MAX_VIOLATION_ROWS"]
+
+MAX_VIOLATION_ROWS = 200
+
+_MARKUP = re.compile(r"([\\`*_\[\]<>|~&])")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_LINE_BREAK = re.compile("\r\n|[\r\u2028\u2029]")
+
+STATUS = {"violated": "❌", "exercised": "✅", "vacuous": "⚠️", "unchecked": "⏭️"}
+
+
+def md_cell(value: object) -> str:
+    """Text safe inside a GFM table cell: markup characters escaped, line breaks as <br>, no control characters."""
+    text = _LINE_BREAK.sub("\n", str(value))
+    text = _CONTROL.sub(_shown, text)
+    lines = [_MARKUP.sub(r"\\\1", line.strip()) for line in text.split("\n")]
+    return "<br>".join(lines) if text else ""
+
+
+def _shown(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+class _Raw(str):
+    """A cell already written as Markdown (not escaped again)."""
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, _Raw):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return md_cell(value)
+
+
+def _table(header: list[str], align: str, rows: list[list[object]]) -> list[str]:
+    """A GFM table; align holds one of 'l'/'r' per column."""
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    out += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
+    return out
+
+
+def _status(counters: dict) -> str:
+    if counters.get("violated", 0):
+        return STATUS["violated"]
+    if counters.get("exercised", 0):
+        return STATUS["exercised"]
+    return STATUS["vacuous"] if counters.get("checked", 0) else STATUS["unchecked"]
+
+
+def _inputs(report: dict) -> list[str]:
+    sizes = {entry.get("path"): entry for entry in report.get("inputs", [])}
+    rows = []
+    for trace in trace_order(report):
+        entry = sizes.get(trace, {})
+        violations = sum(1 for v in report.get("violations", []) if v.get("trace") == trace)
+        refusals = sum(1 for r in report.get("refusals", []) if r.get("trace") == trace)
+        digest = str(entry.get("sha256", ""))
+        shown = f"`{digest[:16]}`" if re.fullmatch(r"[0-9a-fA-F]+", digest) else md_cell(digest)
+        rows.append([trace, int(entry.get("events", 0)), violations, refusals, _Raw(shown)])
+    return ["### Inputs", "", *_table(["trace", "events", "violations", "refusals", "sha256"], "lrrrl", rows)]
+
+
+def _violations(report: dict, max_rows: int) -> list[str]:
+    violations = report.get("violations", [])
+    if not violations:
+        return ["### Violations", "", "None."]
+    rows = [
+        [v.get("rule", ""), f"{v.get('trace', '')}:{v.get('line', '')}", str(v.get("event", "")), str(v.get("op", "")),
+         str(v.get("message", "")), format_context(v.get("context"))]
+        for v in violations[:max_rows]
+    ]
+    out = ["### Violations", "", *_table(["rule", "trace:line", "event", "op", "message", "context"], "llrlll", rows)]
+    if len(violations) > max_rows:
+        out += ["", f"… and {len(violations) - max_rows:,} more violations (the JSON report lists them all)."]
+    return out
+
+
+def _refusals(report: dict) -> list[str]:
+    summary = refusal_summary(report)
+    if not summary:
+        return ["### Refusals", "", "None."]
+    rows = [
+        [row["reason"], row["count"], ", ".join(f"{op} ×{n}" for op, n in row["ops"]),
+         ", ".join(f"{trace} ×{n}" for trace, n in row["traces"])]
+        for row in summary
+    ]
+    return ["### Refusals by reason", "", *_table(["reason", "refusals", "ops", "traces"], "lrll", rows)]
+
+
+def _coverage(report: dict) -> list[str]:
+    rules = report.get("rules", {})
+    rows = []
+    for rule_id in rule_order(report):
+        counters = rules.get(rule_id, {})
+        rows.append([_Raw(_status(counters)), rule_id, str(counters.get("title", "")),
+                     *(int(counters.get(key, 0)) for key in ("checked", "exercised", "violated"))])
+    legend = (f"{STATUS['violated']} violated · {STATUS['exercised']} exercised · "
+              f"{STATUS['vacuous']} checked, premise never held · {STATUS['unchecked']} not checked")
+    return ["### Rule coverage", "", *_table(["", "rule", "title", "checked", "exercised", "violated"], "lllrrr", rows),
+            "", legend]
+
+
+def render_markdown(report: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
+    """The report as Markdown text ending in a newline; at most max_rows violation rows."""
+    verdict = "✅ PASS" if report.get("verdict") == "pass" else "❌ FAIL"
+    parts = [
+        [f"## kvsim replay: {verdict}", "", f"**{md_cell(headline(report))}**"],
+        _inputs(report),
+        _violations(report, max_rows),
+        _refusals(report),
+        _coverage(report),
+    ]
+    return "\n\n".join("\n".join(part) for part in parts) + "\n"
