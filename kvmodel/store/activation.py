@@ -1,0 +1,272 @@
+"""Activation: atomically publish an Active bundle over every enabled pool, from root or a checkpoint.
+
+Store contract: "从 root、private source 或 shared source 激活时" (create or claim destination address
+spaces -> reserve every typed pool -> restore required Host-only pages -> Move or Fork memberships ->
+create private partial tails -> lease execution rows -> publish complete table mappings -> publish
+Active sequence; "任一失败都回到完整 inactive 终态"), "Activation 必须为全部 enabled pools 原子取得",
+the Move/Fork rules ("Private source 在最终 post-state 中没有 surviving immutable reference 时，可以
+Move"; "Shared source或仍需保留的 private source使用 Fork") and the worked example "checkpoint
+frontier (F=1000)": 15 shared full pages and a private tail with 40 copied columns, frontier 1000.
+
+Plan, then execute: `plan_activation` is pure and returns a refusal or per-pool plans; `activate`
+applies a plan completely. A follower passes the engine's rows and page ids, which are adopted after
+checking they were free (AS-1, PAGE-1) and that shared/moved pages kept their identity (CKPT-3, WR-4).
+Semantic decisions the seed leaves open (recorded in CKPT-3 / ENT-1 entries): `keep_source=False`
+consumes the checkpoint (Move); pages another checkpoint still references stay shared and immutable,
+and a shared partial tail is copied even under Move; entitlement defaults to the request's ceiling
+ceil(min(S, prompt + budget)/P) pages (kv_lease_growth: the bounded window plus the cushion), MTP may
+lead by ceil((K-1)/P) pages, Draft Full equals Main; COW tails and restores come from global available.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .address_space import SequenceKVBundle
+from .config import ceil_div
+from .errors import Finding, Refusal, violation, ContractViolation
+
+
+@dataclass
+class PoolPlan:
+    pool: str
+    source: object  # source KVAddressSpace or None
+    move: bool
+    members: list = field(default_factory=list)  # per block: ("keep", page) | ("cow", page, cols)
+    restores: int = 0
+    cows: int = 0
+    reservation: int = 0
+    row: int = -1
+
+    @property
+    def need(self) -> int:
+        """Units taken from global available: restores + COW destinations + the reservation."""
+        return self.restores + self.cows + self.reservation
+
+
+def entitlements(st, prompt: int, ceiling: int) -> dict[str, int]:
+    """Pages guaranteed per pool at activation (ENT-1 / ENT-3 entries record these choices)."""
+    P, cfg = st.P, st.config
+    ceiling_pages = ceil_div(ceiling, P)
+    if cfg.growth is None:
+        main = ceiling_pages
+    else:
+        main = min(ceiling_pages, ceil_div(min(ceiling, prompt + cfg.growth_window), P) + cfg.growth.cushion_pages)
+    return backend_entitlements(st, main)
+
+
+def backend_entitlements(st, main: int) -> dict[str, int]:
+    out = {"main": main}
+    backend = st.config.backend.pool
+    if backend == "mtp":
+        out["mtp"] = min(st.L, main + ceil_div(st.config.backend.draft_window - 1, st.P))
+    elif backend == "draft_full":
+        out["draft_full"] = main
+    return out
+
+
+def plan_pool(st, pool: str, source, move: bool, entitlement: int, engine_pages) -> PoolPlan:
+    """Decide per block: keep (Move/share), copy the partial tail (COW), restore missing Device replicas."""
+    plan = PoolPlan(pool, source, move)
+    if source is not None:
+        F, P = source.committed, st.P
+        tail_cols = F % P
+        n = len(source.pages)
+        for b, page in enumerate(source.pages):
+            refs_after = page.refs if move else page.refs + 1
+            is_tail = b == n - 1 and tail_cols
+            engine_new = (engine_pages is not None and b < len(engine_pages) and page.device >= 0
+                          and engine_pages[b] != page.device)
+            if is_tail and (refs_after > 1 or (move and engine_new)):
+                plan.members.append(("cow", page, tail_cols))
+                plan.cows += 1
+            else:
+                plan.members.append(("keep", page))
+                if page.device < 0:
+                    plan.restores += 1
+    plan.reservation = max(0, entitlement - len(plan.members))
+    return plan
+
+
+def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages):
+    """Pure: a Refusal, or (ceiling, plans); raises ContractViolation for stale handles / bad engine picks."""
+    cov, cfg = st.cov, st.config
+    cov.check("TRACE-2", exercised=source is not None)
+    if seq in st.bundles:
+        raise violation("TRACE-2", f"sequence {seq!r} is already active", seq=seq)
+    ckpt = None
+    if source is not None:
+        ckpt = st.checkpoints.get(source)
+        if ckpt is None:
+            why = st.ended_ckpts.get(source)
+            if why == "released":
+                cov.check("CKPT-2", exercised=True)
+                raise violation("CKPT-2", f"activation from checkpoint {source!r} after its release", seq=seq, ckpt=source)
+            raise violation("TRACE-2", f"activation from checkpoint {source!r}, which "
+                            + ("was consumed by a Move" if why else "is unknown"), seq=seq, ckpt=source)
+    if prompt > cfg.max_context:
+        return Refusal("context", f"prompt {prompt} exceeds max_context {cfg.max_context}")
+    ceiling = min(cfg.max_context, prompt + budget)
+    if ckpt is not None:
+        cov.check("CKPT-1", exercised=True)
+        if ckpt.frontier > prompt:
+            return Refusal("frontier", f"checkpoint frontier {ckpt.frontier} is beyond the prompt {prompt}")
+        if any(p.pins for s in ckpt.spaces.values() for p in s.pages):
+            return Refusal("busy", f"checkpoint {source!r} has pages pinned by an in-flight transfer")
+    _check_engine_pools(st, seq, rows, pages)
+    ent = entitlements(st, prompt, ceiling)
+    move = ckpt is not None and not keep_source
+    plans = []
+    for pool in st.pool_names:
+        src = ckpt.spaces[pool] if ckpt is not None else None
+        plans.append(plan_pool(st, pool, src, move, ent[pool], None if pages is None else pages.get(pool)))
+    for plan in plans:
+        pool = st.pools[plan.pool]
+        cov.check("CAP-3", exercised=True)
+        if plan.need > pool.available:
+            return Refusal("capacity", f"{plan.pool}: needs {plan.need} pages, {pool.available} available")
+    for plan in plans:
+        table = st.tables[plan.pool]
+        cov.check("AS-1", exercised=rows is not None)
+        if rows is not None:
+            r = rows[plan.pool]
+            if not table.is_free(r):
+                holder = table.owner[r].owner if 0 <= r < table.rows else None
+                raise violation("AS-1", f"{plan.pool} row {r} is " + (f"leased to active sequence {holder!r}"
+                                if holder else f"outside the table's {table.rows} rows"), seq=seq, pool=plan.pool, row=r)
+            plan.row = r
+        else:
+            plan.row = table.free_row()
+            if plan.row < 0:
+                return Refusal("rows", f"{plan.pool}: every execution row is leased")
+    if pages is not None:
+        for plan in plans:
+            _check_engine_pages(st, seq, plan, pages[plan.pool], keep_source)
+    return ceiling, plans
+
+
+def _check_engine_pools(st, seq, rows, pages) -> None:
+    """AS-4: the engine's activation result must cover every enabled pool (no partial bundle)."""
+    for what, d in (("rows", rows), ("pages", pages)):
+        if d is None:
+            continue
+        st.cov.check("AS-4", exercised=True)
+        missing = [p for p in st.pool_names if p not in d]
+        extra = [p for p in d if p not in st.pool_names]
+        if missing or extra:
+            raise violation("AS-4", f"activation result {what} cover pools {sorted(d)}, the bundle needs "
+                            f"{list(st.pool_names)}", seq=seq, missing=missing, extra=extra)
+
+
+def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool) -> None:
+    """Adopt the engine's page ids only where the plan creates a page; elsewhere identity must hold."""
+    cov, P = st.cov, st.P
+    n = len(plan.members)
+    src = plan.source
+    cov.check("WR-4", exercised=src is not None and src.committed % P != 0)
+    if len(engine) != n:
+        if src is not None and src.committed % P and len(engine) == src.committed // P:
+            raise violation("WR-4", f"fork at frontier {src.committed} mapped {len(engine)} pages: the partial "
+                            f"tail ({src.committed % P} columns) was dropped, as if the frontier were rounded to "
+                            f"{len(engine) * P}", seq=seq, pool=plan.pool, frontier=src.committed)
+        raise violation("TRACE-1", f"activation result maps {len(engine)} {plan.pool} pages, the contract "
+                        f"requires {n}", seq=seq, pool=plan.pool)
+    pool = st.pools[plan.pool]
+    seen = set()
+    for b, (m, pid) in enumerate(zip(plan.members, engine)):
+        page = m[1]
+        fresh = m[0] == "cow" or page.device < 0
+        if not fresh:
+            if pid != page.device:
+                raise violation("TRACE-1", f"block {b}: the engine maps page {pid}, but the {plan.pool} member "
+                                f"page is on Device page {page.device} (Move/Fork never copies a full page)",
+                                seq=seq, pool=plan.pool, block=b)
+            continue
+        cov.check("PAGE-1", exercised=True)
+        if m[0] == "cow" and src is not None and pid == page.device:
+            cov.check("CKPT-3", exercised=True)
+            raise violation("CKPT-3", f"block {b}: the partial tail (page {pid}) was moved, not copied, "
+                            "although the source survives with an immutable reference", seq=seq, pool=plan.pool,
+                            block=b, page=pid)
+        if not pool.is_free(pid) or pid in seen:
+            why = ("chosen twice" if pid in seen else "outside the pool" if not 0 <= pid < pool.capacity
+                   else f"already carries logical page {pool.holder[pid].handle}")
+            raise violation("PAGE-1", f"block {b}: {plan.pool} page {pid} is {why}", seq=seq, pool=plan.pool,
+                            block=b, page=pid)
+        seen.add(pid)
+
+
+def activate(st, seq: str, prompt: int, budget: int, source: str | None = None, keep_source: bool = True,
+             rows: dict | None = None, pages: dict | None = None):
+    """Activate `seq`; returns {"rows": {pool: row}, "pages": {pool: [ids]}, "mode": {...}} or a Refusal."""
+    planned = plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages)
+    if isinstance(planned, Refusal):
+        return planned
+    ceiling, plans = planned
+    st.activations += 1
+    spaces = {}
+    modes = {}
+    for plan in plans:
+        spaces[plan.pool] = _apply_pool(st, seq, plan, None if pages is None else pages[plan.pool])
+        modes[plan.pool] = "root" if plan.source is None else ("move" if plan.move else "fork")
+    bundle = SequenceKVBundle(seq, spaces, prompt, budget, ceiling)
+    st.bundles[seq] = bundle
+    st.ended_seqs.discard(seq)
+    if source is not None and not keep_source:
+        del st.checkpoints[source]
+        st.ended_ckpts[source] = "moved"
+    elif source is not None:
+        st.cov.check("CKPT-3", exercised=True)
+    return {"rows": {p: s.row for p, s in spaces.items()},
+            "pages": {p: [pg.device for pg in s.pages] for p, s in spaces.items()}, "mode": modes}
+
+
+def _apply_pool(st, seq, plan: PoolPlan, engine):
+    pool = st.pools[plan.pool]
+    store = st.page_stores[plan.pool]
+    src = plan.source
+    if src is not None and plan.move:
+        space = src  # Move: the inactive space itself becomes active (no copy, same identity)
+        for page in space.pages:
+            st.t_pages[page] = None
+        space.pages = []
+    else:
+        space = st.new_space(plan.pool, seq)
+    st.set_token(space, seq)
+    members = []
+    for b, m in enumerate(plan.members):
+        chosen = None if engine is None else engine[b]
+        if m[0] == "cow":
+            old, cols = m[1], m[2]
+            page = store.allocate(b)
+            page.committed = cols
+            page.segments = [list(s) for s in old.segments if s[0] < cols]
+            st.lease_device(page, chosen)
+            page.dev_epoch, page.dev_cov = page.epoch, cols
+            page.holders.append(space)
+            if plan.move:
+                st.drop_ref(old, space)
+        else:
+            page = m[1]
+            if page.device < 0:  # restore from the Host replica (identity and epoch kept, PAGE-5)
+                st.lease_device(page, chosen)
+                page.dev_epoch, page.dev_cov = page.host.epoch, page.host.coverage
+            if not plan.move:
+                page.holders.append(space)
+        st.t_pages[page] = None
+        members.append(page)
+    space.pages = members
+    if src is not None:
+        space.committed = src.committed
+    space.protected = 0
+    space.active = True
+    space.reservation = plan.reservation
+    pool.reserve(plan.reservation)
+    for page in members:
+        page.writer = space if len(page.holders) == 1 else None
+    space.row = plan.row
+    table = st.tables[plan.pool]
+    table.lease(space, plan.row)
+    table.publish(plan.row, 0, [p.device for p in members])
+    st.touch_space(space)
+    return space

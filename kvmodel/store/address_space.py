@@ -1,0 +1,101 @@
+"""KVAddressSpace, SequenceKVBundle and retained checkpoints.
+
+Store contract: "每个 continuation 在每个 enabled pool 中持有一个 KVAddressSpace" (ordered logical-block
+-> LogicalKVPage membership, committed frontier, checkpoint-protected frontier, active/inactive state,
+active growth reservation, optional execution-row lease); "Address space 拥有 logical order；block
+table只是 active Device mapping 的执行镜像"; the extents table (entitlement / membership / committed
+frontier are distinct) and "一个 active sequence 持有: SequenceKVBundle (Main Text KVAddressSpace,
+selected backend KVAddressSpace)".
+
+One owner per fact: an active space owns its reservation (pages guaranteed but not yet materialized);
+its entitlement is derived as membership + reservation, so membership obtained by Fork counts toward
+the entitlement and a shared page is billed once (as allocated), never reserved again. The pool's
+`reserved` is the sum of these reservations.
+This module knows nothing of physical ids, rows' tables or traces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from .config import PAGE_SIZE
+
+
+def writer_token(*parts) -> int:
+    """A stable 64-bit token from printable parts (seq id, pool, incarnation): content-key lineage."""
+    data = "\x1f".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+class KVAddressSpace:
+    __slots__ = ("uid", "pool", "owner", "pages", "committed", "protected", "active", "reservation",
+                 "row", "unit", "token", "rewrites")
+
+    def __init__(self, uid: int, pool: str, owner: str):
+        self.uid = uid
+        self.pool = pool
+        self.owner = owner  # sequence id while active, checkpoint id while retained
+        self.pages: list = []  # membership: logical block b -> LogicalKVPage
+        self.committed = 0  # committed frontier in tokens (token-exact)
+        self.protected = 0  # checkpoint-protected frontier in tokens
+        self.active = False
+        self.reservation = 0  # pages guaranteed and not materialized (active spaces only)
+        self.row = -1  # execution row, -1 when none (inactive spaces hold none, AS-1)
+        self.unit = None  # the in-flight GPU unit this space's row belongs to
+        self.token = writer_token(owner, pool, 0)  # content-key lineage of what this space writes
+        self.rewrites = 0  # destructive truncations so far (a rewrite gets a new token)
+
+    @property
+    def entitlement(self) -> int:
+        """Pages guaranteed to this active space: membership + reservation."""
+        return len(self.pages) + self.reservation
+
+    @property
+    def mapped_tokens(self) -> int:
+        return len(self.pages) * PAGE_SIZE
+
+    def new_token(self) -> None:
+        """After a destructive truncate, later writes are new content (new content keys)."""
+        self.rewrites += 1
+        self.token = writer_token(self.owner, self.pool, self.rewrites)
+
+    def snapshot(self) -> tuple:
+        return (self.uid, self.pool, self.owner, tuple(p.handle for p in self.pages), self.committed,
+                self.protected, self.active, self.reservation, self.row, self.unit, self.token, self.rewrites)
+
+
+class SequenceKVBundle:
+    """An active sequence: one address space per enabled pool (Main first), and its request limits."""
+
+    __slots__ = ("seq", "spaces", "prompt", "budget", "ceiling", "bounded_at")
+
+    def __init__(self, seq: str, spaces: dict, prompt: int, budget: int, ceiling: int):
+        self.seq = seq
+        self.spaces = spaces  # pool name -> KVAddressSpace, in the config's pool order
+        self.prompt = prompt
+        self.budget = budget
+        self.ceiling = ceiling  # min(S, prompt + budget): the request's own token ceiling
+        self.bounded_at = None  # kv_lease_growth: frontier of bounded completion once growth failed
+
+    def snapshot(self) -> tuple:
+        return (self.seq, tuple((k, s.uid) for k, s in self.spaces.items()), self.prompt, self.budget,
+                self.ceiling, self.bounded_at)
+
+
+class Checkpoint:
+    """A retained immutable inactive continuation: one inactive space per enabled pool + StateImage."""
+
+    __slots__ = ("ckpt", "spaces", "state_image")
+
+    def __init__(self, ckpt: str, spaces: dict, state_image: bool):
+        self.ckpt = ckpt
+        self.spaces = spaces
+        self.state_image = state_image
+
+    @property
+    def frontier(self) -> int:
+        """The Main committed frontier of the continuation."""
+        return self.spaces["main"].committed
+
+    def snapshot(self) -> tuple:
+        return (self.ckpt, tuple((k, s.uid) for k, s in self.spaces.items()), self.state_image)

@@ -1,0 +1,107 @@
+"""DevicePagePool: one typed growing pool's physical page-group ids, leases and reservations.
+
+Store contract: "Growing KV 使用一组启动时固定的 homogeneous pools" (own id namespace and free capacity,
+fixed at startup, never lent to another pool), "allocated+reserved+available=capacity" ("Materialize 把
+reservation 转成 lease；dematerialize 把 lease 还回同一 reservation。两者不改变其他 requests 可用的
+global capacity") and "DeviceKVPageLease 独占一个 pool-local physical page group；generation 防止
+release/reuse 后的 stale handle".
+
+The pool is physical placement only: it knows page ids, lease generations, which logical page (opaque
+object) a lease carries, and the *aggregate* of reservations. Per-address-space reservations are owned
+by the address spaces; the pool's `reserved` is their sum. It knows nothing of tokens or frontiers.
+Ordering contract: the free list hands out the lowest free id first (deterministic); a follower may
+instead adopt any specific free id the engine chose.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceKVPageLease:
+    """A generation-checked handle on one physical page group of one pool."""
+
+    pool: str
+    page_id: int
+    generation: int
+
+
+class DevicePagePool:
+    __slots__ = ("name", "capacity", "page_bytes", "allocated", "reserved", "_free_heap", "_is_free",
+                 "generation", "holder")
+
+    def __init__(self, name: str, capacity: int, page_bytes: int):
+        self.name = name
+        self.capacity = capacity  # N_physical, fixed for the Engine lifetime (CAP-4)
+        self.page_bytes = page_bytes
+        self.allocated = 0  # leases outstanding; written only by lease()/release()
+        self.reserved = 0  # Σ active reservations; written only by reserve()/unreserve()/lease()/release()
+        self._free_heap = list(range(capacity))
+        self._is_free = bytearray(b"\x01") * capacity
+        self.generation = [1] * capacity  # advances on every release (PAGE-2)
+        self.holder: list = [None] * capacity  # logical page carried by each leased id (PAGE-1)
+
+    @property
+    def available(self) -> int:
+        return self.capacity - self.allocated - self.reserved
+
+    def is_free(self, page_id: int) -> bool:
+        return 0 <= page_id < self.capacity and bool(self._is_free[page_id])
+
+    # -- reservations (no page ids) -------------------------------------------------------------
+    def reserve(self, n: int) -> None:
+        """Move n units from global available into reservations; caller checked `available`."""
+        assert 0 <= n <= self.available, f"{self.name}: reserve {n} > available {self.available}"
+        self.reserved += n
+
+    def unreserve(self, n: int) -> None:
+        assert 0 <= n <= self.reserved
+        self.reserved -= n
+
+    # -- leases ---------------------------------------------------------------------------------
+    def next_free(self) -> int:
+        """The id `lease` would pick without a choice (lowest free id); -1 when none."""
+        heap, free = self._free_heap, self._is_free
+        while heap and not free[heap[0]]:
+            heapq.heappop(heap)
+        return heap[0] if heap else -1
+
+    def lease(self, holder, page_id: int | None = None, from_reservation: bool = False) -> int:
+        """Lease one id (lowest free, or the adopted `page_id`) to `holder`; from a reservation or available."""
+        if page_id is None:
+            page_id = self.next_free()
+        assert page_id >= 0 and self._is_free[page_id], f"{self.name}: page {page_id} is not free"
+        self._is_free[page_id] = 0
+        self.holder[page_id] = holder
+        self.allocated += 1
+        if from_reservation:
+            self.reserved -= 1
+        return page_id
+
+    def release(self, page_id: int, to_reservation: bool = False) -> None:
+        """End a lease: back to global available, or dematerialized into the same reservation."""
+        assert not self._is_free[page_id], f"{self.name}: double release of page {page_id}"
+        self._is_free[page_id] = 1
+        self.holder[page_id] = None
+        self.generation[page_id] += 1
+        heapq.heappush(self._free_heap, page_id)
+        self.allocated -= 1
+        if to_reservation:
+            self.reserved += 1
+
+    def handle(self, page_id: int) -> DeviceKVPageLease:
+        return DeviceKVPageLease(self.name, page_id, self.generation[page_id])
+
+    def is_current(self, lease: DeviceKVPageLease) -> bool:
+        """A handle is current iff its id is leased and its generation matches (PAGE-2)."""
+        return (lease.pool == self.name and 0 <= lease.page_id < self.capacity
+                and not self._is_free[lease.page_id] and self.generation[lease.page_id] == lease.generation)
+
+    def leased_ids(self):
+        return (i for i in range(self.capacity) if not self._is_free[i])
+
+    def snapshot(self) -> tuple:
+        return (self.name, self.capacity, self.allocated, self.reserved, bytes(self._is_free),
+                tuple(self.generation), tuple(h.handle if h is not None else None for h in self.holder))

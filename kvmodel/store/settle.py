@@ -1,0 +1,141 @@
+"""Shortening and ending: destructive truncate, terminal finish (retain or release), checkpoint release.
+
+Store contract: "NeededPages_s= \\left\\lceil \\frac{\\max(CommittedFrontier_s,ProvisionalFrontier_s)}{P}"
+(trailing mappings may go, the last partial page stays, an active space's unmapped leases return to the
+same reservation), "投机终止先...发布 committed frontier，再裁掉未提交的尾页" (never trim a verify's
+mappings before its settle), "Active finish 后" (release the row, drop writer/active references, return
+unmaterialized entitlement, then retain an immutable inactive checkpoint or release every membership),
+"Retain 只有在 Main、backend 与 StateImage 构成同一完整 continuation 时才能发布" and "Release 逐个解除
+logical references，并只在最后引用消失时释放 physical replicas".
+
+Decisions (ENT-4 / CKPT-1 / CKPT-2 entries): truncate never advances a frontier (that is UNIT-2) and
+never goes below the space's checkpoint-protected frontier (WR-3); a private page whose committed
+columns are cut gets a new content epoch and later writes a new content-key lineage; a shared page is
+never cut (it stays an immutable member) and unmapping it returns no lease, so the entitlement unit it
+filled goes with it; a retained checkpoint keeps ceil(frontier/P) pages, protects its committed
+frontier and drops uncommitted tail pages.
+"""
+
+from __future__ import annotations
+
+from .address_space import Checkpoint
+from .config import ceil_div
+from .errors import violation
+from .mapping import active_space, frozen_check
+
+
+def truncate(st, seq: str, pool: str, frontier: int) -> None:
+    _, space = active_space(st, seq, pool, "truncate")
+    frozen_check(st, space, "truncate", rule="UNIT-4")
+    cov = st.cov
+    cov.check("UNIT-2", exercised=frontier > space.committed)
+    if frontier > space.committed:
+        raise violation("UNIT-2", f"truncate to {frontier} would advance {seq!r} ({pool}) beyond its committed "
+                        f"frontier {space.committed}", seq=seq, pool=pool, frontier=frontier)
+    cov.check("WR-3", exercised=space.protected > 0)
+    if frontier < space.protected:
+        raise violation("WR-3", f"truncate to {frontier} cuts below the checkpoint-protected frontier "
+                        f"{space.protected}", seq=seq, pool=pool, frontier=frontier, protected=space.protected)
+    cut_to(st, space, frontier)
+
+
+def cut_to(st, space, frontier: int) -> None:
+    """Unmap blocks >= ceil(frontier/P) (leases back to the reservation) and cut a private partial tail."""
+    P = st.P
+    keep = ceil_div(frontier, P)
+    cov = st.cov
+    cov.check("ENT-4", exercised=keep < len(space.pages))
+    while len(space.pages) > keep:
+        page = space.pages.pop()
+        st.drop_ref(page, space, to_reservation=space.active)
+    if frontier % P and keep:
+        page = space.pages[keep - 1]
+        cols = frontier % P
+        if page.refs == 1 and page.committed > cols:
+            page.committed = cols
+            page.epoch = st.page_stores[space.pool].new_epoch()
+            page.cut_segments(cols)
+            if page.device >= 0:
+                page.dev_epoch, page.dev_cov = page.epoch, cols
+            st.t_pages[page] = None
+    if frontier < space.committed:
+        space.new_token()
+    space.committed = frontier
+    if space.row >= 0:
+        st.tables[space.pool].unmap(space.row, keep)
+    st.touch_space(space)
+
+
+def finish(st, seq: str, retain: str | None, state_image: bool = True) -> None:
+    cov = st.cov
+    cov.check("TRACE-2")
+    bundle = st.bundles.get(seq)
+    if bundle is None:
+        raise violation("TRACE-2", f"finish of sequence {seq!r}, which " +
+                        ("has already finished" if seq in st.ended_seqs else "is not active"), seq=seq)
+    for space in bundle.spaces.values():
+        frozen_check(st, space, "finish")
+    if retain is not None:
+        cov.check("CKPT-1", exercised=True)
+        if retain in st.checkpoints:
+            raise violation("TRACE-2", f"finish retains checkpoint {retain!r}, an id already live", seq=seq, ckpt=retain)
+        if not state_image:
+            raise violation("CKPT-1", f"checkpoint {retain!r} retained without its StateImage: Main, backend and "
+                            "StateImage must form one complete continuation", seq=seq, ckpt=retain)
+    for space in bundle.spaces.values():
+        _exit_execution(st, space)
+    del st.bundles[seq]
+    st.ended_seqs.add(seq)
+    if retain is None:
+        for space in bundle.spaces.values():
+            release_space(st, space)
+        return
+    for space in bundle.spaces.values():
+        space.owner = retain
+        cut_to(st, space, space.committed)
+        space.protected = space.committed
+        for page in space.pages:
+            st.t_pages[page] = None
+    st.checkpoints[retain] = Checkpoint(retain, dict(bundle.spaces), state_image)
+    st.ended_ckpts.pop(retain, None)
+
+
+def _exit_execution(st, space) -> None:
+    """Release the row, drop writer/active state and return the unmaterialized entitlement (ENT-1)."""
+    table = st.tables[space.pool]
+    table.release(space.row)
+    st.t_rows[(space.pool, space.row)] = None
+    space.row = -1
+    st.pools[space.pool].unreserve(space.reservation)
+    st.cov.check("ENT-1", exercised=space.reservation > 0)
+    space.reservation = 0
+    space.active = False
+    for page in space.pages:
+        if page.writer is space:
+            page.writer = None
+        st.t_pages[page] = None
+    st.touch_space(space)
+
+
+def release_space(st, space) -> None:
+    """Drop the space's references one at a time, last block first."""
+    while space.pages:
+        st.drop_ref(space.pages.pop(), space)
+    st.touch_space(space)
+
+
+def release(st, ckpt: str) -> None:
+    cov = st.cov
+    cov.check("CKPT-2")
+    ck = st.checkpoints.get(ckpt)
+    if ck is None:
+        why = st.ended_ckpts.get(ckpt)
+        if why == "released":
+            cov.check("CKPT-2", exercised=True)
+            raise violation("CKPT-2", f"double release of checkpoint {ckpt!r}", ckpt=ckpt)
+        raise violation("TRACE-2", f"release of checkpoint {ckpt!r}, which " +
+                        ("was consumed by a Move activation" if why else "is unknown"), ckpt=ckpt)
+    for space in ck.spaces.values():
+        release_space(st, space)
+    del st.checkpoints[ckpt]
+    st.ended_ckpts[ckpt] = "released"

@@ -1,0 +1,214 @@
+"""KVStore: the state root of the store model and the internals its transactions share.
+
+Holds the startup-fixed typed pools ("Program 在启动时一次性建立完整 typed capacity vector"), their
+logical page stores and execution tables, the HostKVArena, active bundles, retained checkpoints,
+in-flight GPU units and Host/Device transfers. The transactions (`activation`, `mapping`, `units`,
+`settle`, `transfers`, `observe`) are plain functions over this object; every one first checks
+(raising ContractViolation or returning a Refusal with no mutation) and then applies, recording the
+entities it touched so that checkers can run incrementally.
+This module knows nothing of traces, reports or the rule catalogue's text.
+"""
+
+from __future__ import annotations
+
+from .address_space import KVAddressSpace, writer_token
+from .capacity import resolve_capacity
+from .config import PAGE_SIZE, StoreConfig
+from .coverage import Coverage
+from .errors import ContractViolation
+from .host_arena import HostKVArena
+from .pages import LogicalPageStore
+from .pool import DevicePagePool
+from .tables import ExecutionTablePool
+
+
+class UnitRow:
+    """One row of an in-flight GPU unit: its space, write range [a, b) (None: read-only) and frozen state."""
+
+    __slots__ = ("space", "a", "b", "frozen")
+
+    def __init__(self, space, a, b):
+        self.space, self.a, self.b = space, a, b
+        self.frozen = (len(space.pages), space.committed, space.row, space.reservation)
+
+
+class Unit:
+    __slots__ = ("uid", "rows")
+
+    def __init__(self, uid: str, rows: list[UnitRow]):
+        self.uid, self.rows = uid, rows
+
+
+class Transfer:
+    """A phase-by-phase Host/Device replacement copy ("reserve destination -> copy ... -> release source")."""
+
+    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "phase", "dest", "snap", "pinned_source")
+
+    def __init__(self, xid, direction, ckpt, pool, pages):
+        self.xid, self.direction, self.ckpt, self.pool, self.pages = xid, direction, ckpt, pool, pages
+        self.phase = None  # last completed phase
+        self.dest = []  # d2h: host offsets; h2d: device page ids
+        self.snap = []  # (epoch, coverage) copied per page
+        self.pinned_source = False
+
+
+class KVStore:
+    def __init__(self, config: StoreConfig):
+        self.config = config
+        self.resolution = resolve_capacity(config)
+        self.P = PAGE_SIZE
+        self.L = config.logical_pages
+        self.geometry = {g.name: g for g in self.resolution.layout.pools}
+        self.pool_names = config.pool_names
+        self.pools = {n: DevicePagePool(n, g.pages, g.page_bytes) for n, g in self.geometry.items()}
+        self.page_stores = {n: LogicalPageStore(n) for n in self.pool_names}
+        self.tables = {n: ExecutionTablePool(n, config.max_concurrency, self.L) for n in self.pool_names}
+        self.arena = HostKVArena(config.host_arena_bytes)
+        self.host_slices: dict[int, object] = {}  # host offset -> page holding that slice (REP-3)
+        self.bundles: dict = {}  # seq -> SequenceKVBundle
+        self.checkpoints: dict = {}  # ckpt -> Checkpoint
+        self.ended_seqs: set = set()
+        self.ended_ckpts: dict[str, str] = {}  # ckpt -> "released" | "moved"
+        self.units: dict = {}  # unit id -> Unit (in flight)
+        self.ended_units: set = set()
+        self.xfers: dict = {}  # xfer id -> Transfer (open)
+        self.ended_xfers: set = set()
+        self.activations = 0
+        self._next_uid = 1
+        self.cov = Coverage()
+        self.reset_touched()
+
+    # -- touched entities (for incremental checking) --------------------------------------------
+    def reset_touched(self) -> None:
+        self.t_pages: dict = {}
+        self.t_spaces: dict = {}
+        self.t_pools: dict = {}
+        self.t_rows: dict = {}
+        self.t_host = False
+
+    def touch_space(self, s) -> None:
+        self.t_spaces[s] = None
+        self.t_pools[s.pool] = None
+        if s.row >= 0:
+            self.t_rows[(s.pool, s.row)] = None
+
+    # -- shared internals -----------------------------------------------------------------------
+    def new_space(self, pool: str, owner: str) -> KVAddressSpace:
+        s = KVAddressSpace(self._next_uid, pool, owner)
+        self._next_uid += 1
+        return s
+
+    def set_token(self, space, seq: str) -> None:
+        """A fresh content-key lineage for an activation (new incarnation of `seq`)."""
+        space.owner = seq
+        space.rewrites = 0
+        space.token = writer_token(seq, space.pool, self.activations)
+
+    def lease_device(self, page, page_id=None, from_reservation=False) -> int:
+        pid = self.pools[page.pool].lease(page, page_id, from_reservation)
+        page.device = pid
+        self.t_pools[page.pool] = None
+        return pid
+
+    def free_device(self, page, to_reservation=False) -> None:
+        self.pools[page.pool].release(page.device, to_reservation)
+        page.device = -1
+        page.dev_epoch = page.dev_cov = 0
+        self.t_pools[page.pool] = None
+
+    def free_host(self, page) -> None:
+        h = page.host
+        self.arena.release(h.offset, h.size)
+        del self.host_slices[h.offset]
+        page.host = None
+        self.t_host = True
+
+    def drop_ref(self, page, space, to_reservation=False) -> None:
+        """Remove one address-space reference; a page left with none drops its replicas and is reclaimed.
+
+        "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas."
+        With `to_reservation`, a freed Device lease is dematerialized into `space`'s reservation.
+        """
+        page.holders.remove(space)
+        if page.writer is space:
+            page.writer = None
+        self.t_pages[page] = None
+        if not page.holders:
+            if page.device >= 0 and page.pins == 0:
+                self.free_device(page, to_reservation)
+                if to_reservation:
+                    space.reservation += 1
+            self.maybe_reclaim(page)
+
+    def maybe_reclaim(self, page) -> None:
+        """PAGE-4: reclaim the descriptor at zero references, replicas and pins (its generation advances)."""
+        if page.holders or page.pins:
+            return
+        if page.device >= 0:
+            self.free_device(page)
+        if page.host is not None:
+            self.free_host(page)
+        self.page_stores[page.pool].reclaim(page)
+        self.t_pages[page] = None
+
+    def resolve_blocks(self, ckpt_id: str, pool: str, blocks) -> list:
+        """Pages of a retained checkpoint's blocks, or a TRACE-2 violation for a stale reference."""
+        from .errors import violation
+        self.cov.check("TRACE-2")
+        ck = self.checkpoints.get(ckpt_id)
+        if ck is None:
+            why = self.ended_ckpts.get(ckpt_id)
+            raise violation("TRACE-2", f"checkpoint {ckpt_id!r} " + (f"was {why}" if why else "is unknown"),
+                            ckpt=ckpt_id, pool=pool)
+        space = ck.spaces.get(pool)
+        if space is None:
+            raise violation("TRACE-2", f"checkpoint {ckpt_id!r} has no {pool} address space", ckpt=ckpt_id, pool=pool)
+        pages, seen = [], set()
+        for b in blocks:
+            if b >= len(space.pages) or b in seen:
+                what = "listed twice" if b in seen else f"beyond its {len(space.pages)} member pages"
+                raise violation("TRACE-2", f"block {b} of checkpoint {ckpt_id!r} ({pool}) is {what}",
+                                ckpt=ckpt_id, pool=pool, block=b)
+            seen.add(b)
+            pages.append(space.pages[b])
+        return pages
+
+    # -- queries ------------------------------------------------------------------------------------
+    def space_of(self, seq: str, pool: str):
+        b = self.bundles.get(seq)
+        return None if b is None else b.spaces.get(pool)
+
+    def table_row(self, seq: str, pool: str) -> list[int]:
+        s = self.space_of(seq, pool)
+        return list(self.tables[pool].table[s.row]) if s is not None and s.row >= 0 else []
+
+    def pool_counters(self, pool: str) -> dict[str, int]:
+        p = self.pools[pool]
+        return {"capacity": p.capacity, "allocated": p.allocated, "reserved": p.reserved, "available": p.available}
+
+    def all_spaces(self):
+        """Every live address space: active bundles first, then retained checkpoints (insertion order)."""
+        for b in self.bundles.values():
+            yield from b.spaces.values()
+        for c in self.checkpoints.values():
+            yield from c.spaces.values()
+
+    def snapshot(self) -> tuple:
+        """The whole model state as comparable data (refused requests must leave it unchanged)."""
+        return (tuple(p.snapshot() for p in self.pools.values()),
+                tuple(s.snapshot() for s in self.page_stores.values()),
+                tuple(t.snapshot() for t in self.tables.values()),
+                self.arena.snapshot(), tuple(sorted(self.host_slices)),
+                tuple(b.snapshot() for b in self.bundles.values()),
+                tuple(c.snapshot() for c in self.checkpoints.values()),
+                tuple(s.snapshot() for s in self.all_spaces()),
+                tuple(sorted(self.ended_seqs)), tuple(sorted(self.ended_ckpts.items())),
+                tuple((u.uid, tuple((r.space.uid, r.a, r.b) for r in u.rows)) for u in self.units.values()),
+                tuple(sorted(self.ended_units)),
+                tuple((x.xid, x.phase, tuple(x.dest), tuple(x.snap)) for x in self.xfers.values()),
+                tuple(sorted(self.ended_xfers)), self.activations, self._next_uid)
+
+
+def raise_findings(store: KVStore, findings: list) -> None:
+    if findings:
+        raise ContractViolation(findings)

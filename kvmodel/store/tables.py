@@ -1,0 +1,59 @@
+"""Execution rows and the block-table mirror of one pool.
+
+Store contract: "每个 pool 在启动时建立固定地址的 Device block-table matrix: block_tables[N_{logical},C]"
+(one row leased per active address space, I32 pool-local physical page ids), "Inactive address space
+没有 row" and "Execution Row 不拥有 logical page、reservation 或 frontier". Holes are -1 (NInfer's
+negative kPagedKVPageHole). The table is an execution mirror: the membership is the authority and AS-3
+checks the mirror against it.
+This module knows nothing of logical pages or reservations.
+"""
+
+from __future__ import annotations
+
+HOLE = -1
+
+
+class ExecutionTablePool:
+    __slots__ = ("pool", "rows", "logical_pages", "owner", "table")
+
+    def __init__(self, pool: str, rows: int, logical_pages: int):
+        self.pool = pool
+        self.rows = rows  # C = max_concurrency
+        self.logical_pages = logical_pages  # N_logical = L
+        self.owner: list = [None] * rows  # the active address space leasing each row
+        self.table = [[HOLE] * logical_pages for _ in range(rows)]
+
+    def free_row(self) -> int:
+        """Lowest free row, -1 when none."""
+        for r, o in enumerate(self.owner):
+            if o is None:
+                return r
+        return -1
+
+    def is_free(self, row: int) -> bool:
+        return 0 <= row < self.rows and self.owner[row] is None
+
+    def lease(self, space, row: int) -> None:
+        assert self.owner[row] is None
+        self.owner[row] = space
+
+    def release(self, row: int) -> None:
+        """Recycle a row at a GPU boundary: it keeps no mapping."""
+        self.owner[row] = None
+        t = self.table[row]
+        for b in range(len(t)):
+            t[b] = HOLE
+
+    def publish(self, row: int, begin: int, page_ids) -> None:
+        """Publish one contiguous table slice starting at logical block `begin`."""
+        t = self.table[row]
+        for i, pid in enumerate(page_ids):
+            t[begin + i] = pid
+
+    def unmap(self, row: int, begin: int) -> None:
+        t = self.table[row]
+        for b in range(begin, len(t)):
+            t[b] = HOLE
+
+    def snapshot(self) -> tuple:
+        return (tuple(None if o is None else o.uid for o in self.owner), tuple(tuple(t) for t in self.table))

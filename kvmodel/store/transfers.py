@@ -1,0 +1,216 @@
+"""Host tier: D2H offload, dropping replicas, and phase-by-phase Host/Device replacement transfers.
+
+Store contract: "一个 replacement replica 的 publication 顺序为: reserve destination -> copy page payload
+-> verify epoch and committed coverage -> publish replica -> release source when no longer required",
+"Copy 进行时 source 与 destination 都被 pin。Copy 完成前，destination 不进入 address space 或
+execution table；唯一有效 source 也不能先释放", "Host capacity 按实际 packed bytes 和 allocator extent
+geometry计费" and NInfer's "a Device replica may drop only when the Host one is current and nothing
+refers to or pins it; a host-only page cannot lose its last replica".
+
+`offload` is the whole publication order as one fact; `xfer` is the same protocol logged phase by phase.
+Decisions (REP-* entries): one transfer allocates one Host extent of n page strides (first fit), a
+later partial release frees single page slices; a page whose Host replica is already current is not
+copied again; a stale Host replica is released after the new one is published; a checkpoint may be
+released while a transfer pins its pages, and such pages are reclaimed when the last pin goes.
+"""
+
+from __future__ import annotations
+
+from .errors import violation
+from .pages import HostReplica
+from .store import Transfer
+
+PHASES = ("reserve", "copy", "verify", "publish", "release_source")
+
+
+def _not_pinned(st, pages, op, ckpt, pool):
+    for page in pages:
+        st.cov.check("REP-2", exercised=page.pins > 0)
+        if page.pins:
+            raise violation("REP-2", f"{op} of block {page.block} of {ckpt!r} ({pool}) while an in-flight transfer "
+                            "pins it", ckpt=ckpt, pool=pool, block=page.block)
+
+
+def _host_plan(st, n: int, pool: str, ckpt: str):
+    """Offset of one extent of n page strides, or a REP-3 violation naming the geometry."""
+    stride = st.pools[pool].page_bytes
+    st.cov.check("REP-3", exercised=True)
+    plan = st.arena.plan([], [n * stride])
+    if plan is None:
+        free, largest = st.arena.free_bytes, st.arena.largest_extent
+        why = (f"free {free} B < {n * stride} B" if free < n * stride else
+               f"free {free} B but the largest extent is {largest} B: free bytes alone prove nothing")
+        raise violation("REP-3", f"host arena cannot hold {n} {pool} pages ({why})", ckpt=ckpt, pool=pool)
+    return plan[0], stride
+
+
+def _publish_host(st, page, offset, stride, epoch, coverage):
+    if page.host is not None:
+        st.free_host(page)  # release the superseded (stale) source after publication
+    page.host = HostReplica(offset, stride, epoch, coverage)
+    st.host_slices[offset] = page
+    st.t_host = True
+    st.t_pages[page] = None
+
+
+def offload(st, ckpt: str, pool: str, blocks) -> None:
+    """D2H copies of those blocks, published in the contract's order (one fact)."""
+    pages = st.resolve_blocks(ckpt, pool, blocks)
+    _not_pinned(st, pages, "offload", ckpt, pool)
+    todo = []
+    for page in pages:
+        st.cov.check("PAGE-3", exercised=True)
+        if not page.device_valid(page.committed):
+            raise violation("PAGE-3", f"offload of block {page.block}: no current Device replica to copy from",
+                            ckpt=ckpt, pool=pool, block=page.block)
+        if not page.host_valid(page.committed):
+            todo.append(page)
+    if not todo:
+        return
+    offset, stride = _host_plan(st, len(todo), pool, ckpt)
+    st.arena.allocate(len(todo) * stride)
+    for i, page in enumerate(todo):
+        _publish_host(st, page, offset + i * stride, stride, page.epoch, page.committed)
+
+
+def drop_device(st, ckpt: str, pool: str, blocks) -> None:
+    pages = st.resolve_blocks(ckpt, pool, blocks)
+    _not_pinned(st, pages, "drop_device", ckpt, pool)
+    for page in pages:
+        st.cov.check("REP-4", exercised=True)
+        if page.device < 0:
+            raise violation("TRACE-2", f"drop_device of block {page.block}: it has no Device replica",
+                            ckpt=ckpt, pool=pool, block=page.block)
+        if page.active_refs:
+            raise violation("REP-4", f"drop_device of block {page.block}: an active sequence references it",
+                            ckpt=ckpt, pool=pool, block=page.block)
+        if not page.host_valid(page.committed):
+            raise violation("REP-4", f"drop_device of block {page.block}: its Host replica is not current "
+                            "(the only valid replica would be lost)", ckpt=ckpt, pool=pool, block=page.block)
+    for page in pages:
+        st.free_device(page)
+        st.t_pages[page] = None
+
+
+def drop_host(st, ckpt: str, pool: str, blocks) -> None:
+    pages = st.resolve_blocks(ckpt, pool, blocks)
+    _not_pinned(st, pages, "drop_host", ckpt, pool)
+    for page in pages:
+        st.cov.check("REP-4", exercised=True)
+        if page.host is None:
+            raise violation("TRACE-2", f"drop_host of block {page.block}: it has no Host replica",
+                            ckpt=ckpt, pool=pool, block=page.block)
+        if not page.device_valid(page.committed):
+            raise violation("REP-4", f"drop_host of block {page.block}: a host-only page never loses its last "
+                            "replica", ckpt=ckpt, pool=pool, block=page.block)
+    for page in pages:
+        st.free_host(page)
+        st.t_pages[page] = None
+
+
+def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str) -> None:
+    """One phase of a logged Host/Device transfer; phases must follow the publication order (REP-1)."""
+    cov = st.cov
+    if phase == "reserve":
+        cov.check("TRACE-2")
+        if xid in st.xfers:
+            raise violation("TRACE-2", f"transfer {xid!r} is already open", xfer=xid)
+        pages = st.resolve_blocks(ckpt, pool, blocks)
+        _not_pinned(st, pages, "transfer", ckpt, pool)
+        _reserve(st, Transfer(xid, direction, ckpt, pool, pages))
+        return
+    cov.check("TRACE-2")
+    x = st.xfers.get(xid)
+    if x is None:
+        why = "has ended" if xid in st.ended_xfers else "was never reserved"
+        raise violation("TRACE-2", f"transfer {xid!r} phase {phase}: the transfer {why}", xfer=xid)
+    want = PHASES[PHASES.index(x.phase) + 1] if x.phase != "release_source" else None
+    cov.check("REP-1", exercised=True)
+    if phase != want:
+        raise violation("REP-1", f"transfer {xid!r}: phase {phase} after {x.phase} (the order is reserve -> copy "
+                        "-> verify -> publish -> release_source)", xfer=xid, phase=phase, after=x.phase)
+    if (direction, ckpt, pool, list(blocks)) != (x.direction, x.ckpt, x.pool, [p.block for p in x.pages]):
+        raise violation("TRACE-2", f"transfer {xid!r} phase {phase} names other pages than its reserve",
+                        xfer=xid)
+    {"copy": _copy, "verify": _verify, "publish": _publish, "release_source": _release_source}[phase](st, x)
+    x.phase = phase
+    st.t_host = True
+
+
+def _reserve(st, x: Transfer) -> None:
+    cov = st.cov
+    for page in x.pages:
+        cov.check("PAGE-3", exercised=True)
+        ok = page.device_valid(page.committed) if x.direction == "d2h" else page.host_valid(page.committed)
+        if not ok:
+            raise violation("PAGE-3", f"transfer {x.xid!r}: block {page.block} has no current "
+                            f"{'Device' if x.direction == 'd2h' else 'Host'} source replica", xfer=x.xid, block=page.block)
+        if x.direction == "h2d" and page.device >= 0:
+            raise violation("REP-1", f"transfer {x.xid!r}: block {page.block} already has a Device replica",
+                            xfer=x.xid, block=page.block)
+    if x.direction == "d2h":
+        offset, stride = _host_plan(st, len(x.pages), x.pool, x.ckpt)
+        st.arena.allocate(len(x.pages) * stride)
+        x.dest = [offset + i * stride for i in range(len(x.pages))]
+    else:
+        pool = st.pools[x.pool]
+        cov.check("CAP-3", exercised=True)
+        if pool.available < len(x.pages):
+            raise violation("CAP-3", f"transfer {x.xid!r}: {len(x.pages)} Device pages reserved with "
+                            f"{pool.available} available", xfer=x.xid, pool=x.pool)
+        x.dest = [pool.lease(page) for page in x.pages]
+        st.t_pools[x.pool] = None
+    for page in x.pages:
+        page.pins += 1  # destination pin
+        st.t_pages[page] = None
+    x.phase = "reserve"
+    st.xfers[x.xid] = x
+    st.t_host = True
+
+
+def _copy(st, x: Transfer) -> None:
+    for page in x.pages:
+        page.pins += 1  # source pin while the payload is copied
+        st.t_pages[page] = None
+    x.pinned_source = True
+    x.snap = [(page.epoch, page.committed) for page in x.pages]
+
+
+def _verify(st, x: Transfer) -> None:
+    for page, (epoch, cov_) in zip(x.pages, x.snap):
+        st.cov.check("PAGE-3", exercised=True)
+        if epoch != page.epoch or cov_ < page.committed:
+            raise violation("PAGE-3", f"transfer {x.xid!r}: block {page.block} copy has epoch {epoch} / coverage "
+                            f"{cov_}, the page has {page.epoch} / {page.committed}", xfer=x.xid, block=page.block)
+
+
+def _publish(st, x: Transfer) -> None:
+    stride = st.pools[x.pool].page_bytes
+    for page, dest, (epoch, cov_) in zip(x.pages, x.dest, x.snap):
+        if x.direction == "d2h":
+            _publish_host(st, page, dest, stride, epoch, cov_)
+        else:
+            page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_
+        page.pins -= 2
+        st.t_pages[page] = None
+    x.pinned_source = False
+    for page in x.pages:
+        st.maybe_reclaim(page)
+
+
+def _release_source(st, x: Transfer) -> None:
+    live = [p for p in x.pages if p.alive]
+    for page in live:
+        if x.direction == "d2h":
+            st.cov.check("REP-4", exercised=True)
+            if page.active_refs:
+                raise violation("REP-4", f"transfer {x.xid!r}: releasing the Device source of block {page.block}, "
+                                "which an active sequence references", xfer=x.xid, block=page.block)
+    for page in live:
+        if x.direction == "d2h" and page.device >= 0:
+            st.free_device(page)
+        elif x.direction == "h2d" and page.host is not None:
+            st.free_host(page)
+        st.t_pages[page] = None
+    del st.xfers[x.xid]
+    st.ended_xfers.add(x.xid)
