@@ -60,6 +60,7 @@ def _one_line(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_LONE_HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
 _AT = re.compile(r" - at `([^`]*)`(?: in `([^`]*)`)?$")
 
 
@@ -71,15 +72,18 @@ def _validation_reason(msg: str) -> str:
         msg = msg[: m.start()]
         path = m.group(2) or m.group(1)
         where = f" at {path}" + (" (a key)" if m.group(2) else "")
-    if m and m.group(1) == "$.op" and msg.startswith("Invalid value "):
-        return f"unknown op {msg[len('Invalid value '):]}"
+    if m and m.group(1) == "$.op":
+        if msg.startswith("Invalid value "):
+            return f"unknown op {msg[len('Invalid value '):]}"
+        return "op must be a string naming an event"
     if msg.startswith("Object missing required field `"):
         return f"missing field '{msg[31:-1]}'{where}"
     if msg.startswith("Object contains unknown field `"):
         return f"unknown field '{msg[31:-1]}'{where}"
-    if msg in ("Integer value out of range", "Number out of range") or re.fullmatch(
-            r"Expected `int` (<= 9223372036854775807|>= 0|>= -1)", msg):
+    if re.fullmatch(r"Expected `int` (<= 9223372036854775807|>= 0|>= -1)", msg):
         return f"integer out of range (integers are JSON integers in [0, 2^63)){where}"
+    if msg in ("Integer value out of range", "Number out of range"):
+        return f"{msg.split()[0].lower()} out of range{where}"
     msg = msg.replace("`", "")
     return (msg[:1].lower() + msg[1:]) + where
 
@@ -93,10 +97,12 @@ def _reason(raw: bytes, exc: BaseException) -> str:
             raw.decode("utf-8")
         except UnicodeDecodeError as bad:
             return f"not UTF-8 (byte {bad.start})"
-        if isinstance(exc, UnicodeDecodeError):  # pragma: no cover - msgspec reports these as DecodeError
+        if isinstance(exc, UnicodeDecodeError):  # the whole-line check above normally catches these first
             return f"not UTF-8: {exc.reason}"
         msg = str(exc)
         if msg == "Input data was truncated":
+            if _LONE_HIGH_SURROGATE.search(raw):  # msgspec reports these as truncation
+                return "not JSON: unpaired UTF-16 surrogate escape"
             return "not JSON: truncated line"
         return "not JSON: " + msg.removeprefix("JSON is malformed: ")
     if isinstance(exc, RecursionError):
@@ -110,7 +116,7 @@ def _explain_header(raw: bytes, exc: BaseException) -> str:
         try:
             obj = _ANY_DECODER.decode(raw)
         except Exception:  # noqa: BLE001 - the original error explains it
-            obj = None
+            return _reason(raw, exc)
         if not isinstance(obj, dict) or "format" not in obj:
             return f"missing header: line 1 must be the {FORMAT} header"
         if obj["format"] != FORMAT:
@@ -144,8 +150,9 @@ class TraceReader:
     """A kvtrace/1 file opened for streaming: ``header`` is decoded on open; iterating yields
     ``(index, line, event)`` tuples (index = 0-based count of event lines, line = 1-based file line).
 
-    Blank lines are skipped (they still count as file lines).  ``sha256`` is the hex digest of the whole file
-    (read to the end if iteration stopped early).  Use as a context manager, or call ``close()``."""
+    Line 1 must be the header; later blank lines are skipped (they still count as file lines).
+    ``sha256`` is the hex digest of the whole file (read to the end if iteration stopped early).
+    Use as a context manager, or call ``close()``."""
 
     def __init__(self, path: Union[str, os.PathLike]) -> None:
         self.path = os.fspath(path)
@@ -161,7 +168,11 @@ class TraceReader:
         except OSError as exc:
             raise TraceInputError(self.path, 0, f"cannot read: {exc.strerror or exc}") from None
         self._lines = self._split()
-        self.header = self._read_header()
+        try:
+            self.header = self._read_header()
+        except BaseException:
+            self.close()
+            raise
 
     # -- the single pass: chunks -> hash -> lines
     def _split(self) -> Iterator[bytes]:
@@ -201,19 +212,17 @@ class TraceReader:
             self.close()
 
     def _read_header(self) -> Header:
-        for raw in self._lines:
-            self.lines += 1
-            if self.lines == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]  # a UTF-8 byte-order mark some editors write
-            if _blank(raw):
-                continue
-            try:
-                return _HEADER_DECODER.decode(raw)
-            except Exception as exc:  # noqa: BLE001 - every decode failure is an input error
-                raise TraceInputError(self.path, self.lines, _explain_header(raw, exc)) from None
-        if self.lines == 0:
+        raw = next(self._lines, None)
+        if raw is None:
             raise TraceInputError(self.path, 1, f"empty file: line 1 must be the {FORMAT} header")
-        raise TraceInputError(self.path, self.lines, f"missing header: only blank lines, no {FORMAT} header")
+        self.lines = 1
+        raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark some editors write
+        if _blank(raw):
+            raise TraceInputError(self.path, 1, f"missing header: line 1 must be the {FORMAT} header")
+        try:
+            return _HEADER_DECODER.decode(raw)
+        except Exception as exc:  # noqa: BLE001 - every decode failure is an input error
+            raise TraceInputError(self.path, 1, _explain_header(raw, exc)) from None
 
     def __iter__(self) -> Iterator[tuple[int, int, Event]]:
         if self._iterating:
