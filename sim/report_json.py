@@ -3,7 +3,7 @@
 The report dict is built by the replay engine (DESIGN §8). This module writes it as canonical JSON (the
 same dict gives the same bytes: insertion order kept, no timestamps, no host names) and reads it back,
 refusing a file that is not kvreport/1. The views below (trace and rule order, violations grouped by
-trace and rule, refusals by reason, context and headline text, characters XML forbids) are pure
+trace and rule, refusals by reason, context and headline text, characters no output may carry) are pure
 functions over the dict, so that the JUnit, Markdown, HTML and console renderers say the same thing.
 
 This module must not know how a report is produced (the model, the rule checkers, the trace format) nor
@@ -34,7 +34,7 @@ __all__ = [
     "format_value",
     "format_context",
     "headline",
-    "xml_safe",
+    "safe_text",
 ]
 
 
@@ -182,17 +182,19 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-# XML 1.0 allows #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
-_XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# XML 1.0 allows #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]; DEL and the C1
+# controls are allowed there but move a terminal's cursor, so they are shown as escapes too.
+_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_LINE_BREAK = re.compile("\r\n|[\r\u2028\u2029]")
 
 
-def xml_safe(text: Any) -> str:
-    """Text that survives an XML 1.0 round trip: forbidden characters shown as \\xNN / \\uNNNN escapes,
-    CR and CRLF turned into LF (an XML parser would do so anyway)."""
-    text = str(text).replace("\r\n", "\n").replace("\r", "\n")
+def safe_text(text: Any) -> str:
+    """Text that XML 1.0, HTML and a terminal all show as written: control and non-characters shown as
+    \\xNN / \\uNNNN escapes, every line break (CR, CRLF, U+2028, U+2029) turned into LF (tab kept)."""
+    text = _LINE_BREAK.sub("\n", str(text))
 
     def shown(match: re.Match) -> str:
         code = ord(match.group())
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
-    return _XML_FORBIDDEN.sub(shown, text)
+    return _UNSAFE.sub(shown, text)

@@ -3,7 +3,7 @@
 Shape: one <testsuite> per trace, one <testcase> per catalogue rule in that trace. A rule violated in the
 trace fails with one <failure> listing every violation of it there; a rule the trace never checked is
 skipped ("not exercised by this trace"); the trace's refusals go to the suite's <system-out>. No times,
-host names or timestamps: the same report gives the same bytes. Every string passes `xml_safe`, so
+host names or timestamps: the same report gives the same bytes. Every string passes `safe_text`, so
 characters XML 1.0 forbids cannot make the file unreadable.
 
 This module must not know how the report is produced, nor anything of the other report formats.
@@ -20,7 +20,7 @@ from sim.report_json import (
     trace_order,
     trace_rule_counters,
     violations_by_trace_rule,
-    xml_safe,
+    safe_text,
 )
 
 __all__ = ["render_junit", "junit_classname"]
@@ -37,9 +37,9 @@ def junit_classname(trace: str) -> str:
 
 
 def _element(tag: str, attrs: dict[str, object] | None = None, text: str | None = None) -> ET.Element:
-    element = ET.Element(tag, {key: xml_safe(value) for key, value in (attrs or {}).items()})
+    element = ET.Element(tag, {key: safe_text(value) for key, value in (attrs or {}).items()})
     if text is not None:
-        element.text = xml_safe(text)
+        element.text = safe_text(text)
     return element
 
 
@@ -49,7 +49,7 @@ def _one_line(text: str, limit: int = _MESSAGE_LIMIT) -> str:
 
 
 def _violation_text(violation: dict) -> str:
-    message = xml_safe(violation.get("message", "")).replace("\n", "\n    ")
+    message = safe_text(violation.get("message", "")).replace("\n", "\n    ")
     lines = [f"event {violation.get('event')}, line {violation.get('line')}, op {violation.get('op')}: {message}"]
     context = format_context(violation.get("context"))
     if context:

@@ -17,6 +17,7 @@ from sim.report_json import (
     headline,
     refusal_summary,
     rule_order,
+    safe_text,
     trace_order,
 )
 
@@ -25,23 +26,15 @@ __all__ = ["render_markdown", "md_cell", "MAX_VIOLATION_ROWS"]
 MAX_VIOLATION_ROWS = 200
 
 _MARKUP = re.compile(r"([\\`*_\[\]<>|~&])")
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
-_LINE_BREAK = re.compile("\r\n|[\r\u2028\u2029]")
 
 STATUS = {"violated": "❌", "exercised": "✅", "vacuous": "⚠️", "unchecked": "⏭️"}
 
 
 def md_cell(value: object) -> str:
     """Text safe inside a GFM table cell: markup characters escaped, line breaks as <br>, no control characters."""
-    text = _LINE_BREAK.sub("\n", str(value))
-    text = _CONTROL.sub(_shown, text)
+    text = safe_text(value)
     lines = [_MARKUP.sub(r"\\\1", line.strip()) for line in text.split("\n")]
     return "<br>".join(lines) if text else ""
-
-
-def _shown(match: re.Match) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 class _Raw(str):

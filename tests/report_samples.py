@@ -10,6 +10,7 @@ This module must not know how any renderer lays the report out.
 
 from __future__ import annotations
 
+import math
 import random
 
 FORK = "scenarios/fork.jsonl"
@@ -82,8 +83,11 @@ def _timeline(trace: str) -> dict:
     for pool, capacity in POOLS[trace].items():
         allocated, reserved = 0, 0
         series = {"allocated": [], "reserved": [], "available": []}
-        for _ in events:
-            allocated = max(0, min(capacity, allocated + rng.choice((-2, -1, 0, 1, 2, 3))))
+        for step, _ in enumerate(events):
+            # demand swings between light and near-full load, so the plot shows pressure and relief
+            target = capacity * (0.55 + 0.4 * math.sin(step / max(len(events) / 3.0, 8.0)))
+            drift = 1 if allocated < target else -1
+            allocated = max(0, min(capacity, allocated + drift * rng.choice((0, 1, 2)) + rng.choice((-1, 0, 1))))
             reserved = max(0, min(capacity - allocated, reserved + rng.choice((-2, -1, 0, 1, 2))))
             series["allocated"].append(allocated)
             series["reserved"].append(reserved)

@@ -20,7 +20,7 @@ from sim.report_json import (
     refusal_summary,
     rule_order,
     trace_order,
-    xml_safe,
+    safe_text,
 )
 from sim.report_junit import NOT_EXERCISED, junit_classname, render_junit
 from sim.report_markdown import md_cell, render_markdown
@@ -94,8 +94,8 @@ def test_format_context_and_headline():
     assert headline(sample_report(passing=True)).startswith("PASS")
 
 
-def test_xml_safe_escapes_forbidden_characters():
-    assert xml_safe("a\x00b\x1bc\td\r\ne\ud800\uffff") == "a\\x00b\\x1bc\td\ne\\ud800\\uffff"
+def test_safe_text_escapes_forbidden_characters():
+    assert safe_text("a\x00b\x1bc\td\r\ne\ud800\uffff\x85\u2028f") == "a\\x00b\\x1bc\td\ne\\ud800\\uffff\\x85\nf"
 
 
 # --- JUnit -----------------------------------------------------------------------------------------------
@@ -184,11 +184,11 @@ def test_junit_is_well_formed_for_any_text(message, title, trace, key, value):
     xml = render_junit(report)
     root = ET.fromstring(xml)  # raises on malformed XML
     suite = root.find("testsuite")
-    assert suite.get("name") == xml_safe(trace)
+    assert suite.get("name") == safe_text(trace)
     failure = next(iter(root.iter("failure")))
-    first_line = xml_safe(message).split("\n")[0]
+    first_line = safe_text(message).split("\n")[0]
     assert first_line in failure.text
-    assert xml_safe(format_context({key: value})).replace("\n", "") in failure.text.replace("\n", "")
+    assert safe_text(format_context({key: value})).replace("\n", "") in failure.text.replace("\n", "")
     assert int(root.get("failures")) == 1
 
 
