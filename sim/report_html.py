@@ -1,0 +1,248 @@
+"""One self-contained HTML page from a kvreport/1 dict and its pool timelines.
+
+The page shows the verdict, the inputs, for each trace a plot of allocated / reserved / available pages
+per pool over the event index (the store contract's capacity identity "allocated+reserved+available=
+capacity", CAP-3) with violations as vertical markers and refusals as ticks, the violations table, the
+refusals by reason and the per-rule coverage with a bar of exercised/checked. Plots are drawn by
+matplotlib (Agg canvas, SVG output, fixed hash salt, no date) and embedded inline: no script, no external
+URL. Long timelines are downsampled deterministically, keeping every bucket's extremes. All text is
+escaped.
+
+This module must not know how the report or the timelines are produced, nor the other report formats.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from sim.report_json import (
+    format_context,
+    headline,
+    refusal_summary,
+    rule_order,
+    trace_order,
+    safe_text,
+)
+
+__all__ = ["render_html", "downsample_indices", "plot_trace_svg", "PLOT_POINT_LIMIT", "MAX_VIOLATION_ROWS"]
+
+PLOT_POINT_LIMIT = 5000
+MAX_VIOLATION_ROWS = 2000
+SERIES = (("allocated", "#1f77b4"), ("reserved", "#ff7f0e"), ("available", "#2ca02c"))
+VIOLATION_COLOUR = "#d62728"
+REFUSAL_COLOUR = "#9467bd"
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5rem auto;max-width:1200px;
+ padding:0 1rem;color:#222;line-height:1.4}
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}h3{font-size:1rem}
+.verdict{padding:.8rem 1rem;border-radius:6px;font-weight:600;font-size:1.1rem}
+.pass{background:#e6f4ea;color:#1e6b34;border:1px solid #9bd3a8}
+.fail{background:#fdecea;color:#8a1c12;border:1px solid #f1a39b}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
+th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.msg{white-space:pre-wrap;max-width:32rem}td.ctx{font-family:ui-monospace,monospace;font-size:.8rem}
+td.clause{color:#555;max-width:24rem}td.nw{white-space:nowrap}code{font-size:.85em}
+tr.violated td{background:#fdf3f2}tr.unchecked td{color:#888}
+.bar{display:inline-block;width:6rem;height:.7rem;background:#eee;border:1px solid #ccc;vertical-align:middle}
+.bar>span{display:block;height:100%;background:#2ca02c}
+.plot svg{max-width:100%;height:auto}.note{color:#555;font-size:.85rem}
+"""
+
+
+def _h(value: object) -> str:
+    """Escaped text: characters XML forbids shown as escapes, then HTML special characters escaped."""
+    return html.escape(safe_text(value), quote=True)
+
+
+def _label(value: object) -> str:
+    """Text for a matplotlib label: no forbidden characters, no mathtext."""
+    return safe_text(value).replace("\n", " ")
+
+
+def downsample_indices(series: Sequence[Sequence[float]], limit: int = PLOT_POINT_LIMIT) -> np.ndarray:
+    """Indices (increasing) of at most `limit` points to plot from equally long series.
+
+    Up to `limit` points every index is kept. Above it the range is cut into equal buckets and each bucket
+    keeps its first and last index and, for every series, the index of its minimum and of its maximum, so
+    every series' extremes (and so its global minimum and maximum) survive. Deterministic.
+    """
+    arrays = [np.asarray(values) for values in series]
+    n = len(arrays[0]) if arrays else 0
+    if n <= limit:
+        return np.arange(n)
+    buckets = max(1, limit // (2 + 2 * len(arrays)))
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    keep = []
+    for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
+        if hi <= lo:
+            continue
+        keep += [lo, hi - 1]
+        for values in arrays:
+            segment = values[lo:hi]
+            keep += [lo + int(np.argmin(segment)), lo + int(np.argmax(segment))]
+    return np.unique(np.asarray(keep, dtype=np.int64))
+
+
+def plot_trace_svg(trace: str, timeline: dict, violation_events: Sequence[int], refusal_events: Sequence[int],
+                   salt: str) -> str:
+    """An inline <svg> of one trace's pools (one panel per pool) over the event index.
+
+    `salt` makes the SVG's internal ids unique on the page and the output reproducible.
+    """
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    events = np.asarray(timeline.get("event", []))
+    pools = [(name, data) for name, data in timeline.get("pools", {}).items() if len(data.get("allocated", []))]
+    violations = sorted(set(violation_events))
+    refusals = sorted(set(refusal_events))
+    settings = {"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
+                "axes.spines.top": False, "axes.spines.right": False}
+    with matplotlib.rc_context(settings):
+        figure = Figure(figsize=(11, 0.6 + 2.3 * len(pools)), layout="constrained")
+        FigureCanvasAgg(figure)
+        axes = figure.subplots(len(pools), 1, sharex=True, squeeze=False)[:, 0]
+        for panel, (ax, (pool, data)) in enumerate(zip(axes, pools)):
+            columns = [np.asarray(data[key]) for key, _ in SERIES]
+            keep = downsample_indices(columns)
+            for (key, colour), values in zip(SERIES, columns):
+                ax.step(events[keep], values[keep], where="post", color=colour, linewidth=1.1, label=key)
+            if "capacity" in data:
+                ax.axhline(data["capacity"], color="#7f7f7f", linestyle="--", linewidth=0.9, label="capacity")
+            if violations:
+                ax.vlines(violations, 0, 1, transform=ax.get_xaxis_transform(), color=VIOLATION_COLOUR,
+                          linewidth=1.0, alpha=0.8, label=f"violation ({len(violations)} events)")
+            if refusals:
+                ax.plot(refusals, [1.0] * len(refusals), linestyle="none", marker="v", markersize=6,
+                        color=REFUSAL_COLOUR, transform=ax.get_xaxis_transform(), clip_on=False,
+                        label=f"refusal ({len(refusals)} events)")
+            ax.set_ylabel(_label(f"{pool} (pages)"))
+            ax.set_ylim(bottom=0)
+            ax.grid(True, axis="y", color="#e5e5e5", linewidth=0.6)
+            if panel == 0:
+                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+                sampled = f", {len(keep):,} of {len(events):,} points plotted" if len(keep) < len(events) else ""
+                ax.set_title(_label(f"{trace}: pool pages by event{sampled}"), loc="left")
+        axes[-1].set_xlabel("event index")
+        axes[-1].set_xlim(left=0)
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg",
+                       metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    svg = buffer.getvalue()
+    svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the page is HTML
+    return re.sub(r'<g id="[^"]*"', "<g", svg)  # group ids repeat across figures; nothing refers to them
+
+
+def _table(header: list[str], rows: list[str], numeric: set[int] = frozenset()) -> str:
+    head = "".join(f'<th{" class=n" if i in numeric else ""}>{_h(name)}</th>' for i, name in enumerate(header))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _num(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else _h(value)
+
+
+def _inputs(report: dict) -> str:
+    entries = {entry.get("path"): entry for entry in report.get("inputs", [])}
+    rows = []
+    for number, trace in enumerate(trace_order(report)):
+        entry = entries.get(trace, {})
+        violations = sum(1 for v in report.get("violations", []) if v.get("trace") == trace)
+        refusals = sum(1 for r in report.get("refusals", []) if r.get("trace") == trace)
+        rows.append(f'<tr><td><a href="#trace-{number}">{_h(trace)}</a></td><td class=n>{_num(entry.get("events", 0))}'
+                    f"</td><td class=n>{violations:,}</td><td class=n>{refusals:,}</td>"
+                    f'<td><code>{_h(entry.get("sha256", ""))}</code></td></tr>')
+    return "<h2>Inputs</h2>" + _table(["trace", "events", "violations", "refusals", "sha256"], rows)
+
+
+def _trace_section(report: dict, number: int, trace: str, timeline: dict | None) -> str:
+    parts = [f'<h2 id="trace-{number}">{_h(trace)}</h2>']
+    pools = report.get("stats", {}).get("traces", {}).get(trace, {}).get("pools", {})
+    if pools:
+        keys = ("capacity", "peak_allocated", "peak_reserved", "min_available")
+        rows = [f"<tr><td>{_h(pool)}</td>" + "".join(f"<td class=n>{_num(data.get(k, ''))}</td>" for k in keys) + "</tr>"
+                for pool, data in pools.items()]
+        parts.append(_table(["pool", "capacity", "peak allocated", "peak reserved", "min available"], rows))
+    if timeline and any(len(data.get("allocated", [])) for data in timeline.get("pools", {}).values()):
+        violations = [v.get("event") for v in report.get("violations", []) if v.get("trace") == trace]
+        refusals = [r.get("event") for r in report.get("refusals", []) if r.get("trace") == trace]
+        svg = plot_trace_svg(trace, timeline, [e for e in violations if isinstance(e, int)],
+                             [e for e in refusals if isinstance(e, int)], salt=f"kvsim-trace-{number}")
+        parts.append(f'<div class="plot">{svg}</div>')
+    else:
+        parts.append('<p class="note">No pool timeline recorded for this trace.</p>')
+    return "\n".join(parts)
+
+
+def _violations(report: dict, max_rows: int) -> str:
+    violations = report.get("violations", [])
+    if not violations:
+        return "<h2>Violations</h2><p>None.</p>"
+    rows = [
+        f'<tr><td class=nw><a href="#rule-{_h(v.get("rule", ""))}">{_h(v.get("rule", ""))}</a></td><td>{_h(v.get("trace", ""))}</td>'
+        f'<td class=n>{_h(v.get("line", ""))}</td><td class=n>{_h(v.get("event", ""))}</td><td>{_h(v.get("op", ""))}</td>'
+        f'<td class=msg>{_h(v.get("message", ""))}</td><td class=ctx>{_h(format_context(v.get("context")))}</td></tr>'
+        for v in violations[:max_rows]
+    ]
+    more = (f'<p class="note">… and {len(violations) - max_rows:,} more violations (the JSON report lists them all).</p>'
+            if len(violations) > max_rows else "")
+    table = _table(["rule", "trace", "line", "event", "op", "message", "context"], rows, numeric={2, 3})
+    return f'<h2 id="violations">Violations ({len(violations):,})</h2>{table}{more}'
+
+
+def _refusals(report: dict) -> str:
+    summary = refusal_summary(report)
+    if not summary:
+        return "<h2>Refusals</h2><p>None.</p>"
+    rows = [
+        f'<tr><td>{_h(row["reason"])}</td><td class=n>{row["count"]:,}</td>'
+        f'<td>{_h(", ".join(f"{op} ×{n}" for op, n in row["ops"]))}</td>'
+        f'<td>{_h(", ".join(f"{trace} ×{n}" for trace, n in row["traces"]))}</td></tr>'
+        for row in summary
+    ]
+    return "<h2>Refusals by reason</h2>" + _table(["reason", "refusals", "ops", "traces"], rows, numeric={1})
+
+
+def _coverage(report: dict) -> str:
+    rules = report.get("rules", {})
+    rows = []
+    for rule_id in rule_order(report):
+        counters = rules.get(rule_id, {})
+        checked, exercised, violated = (int(counters.get(k, 0)) for k in ("checked", "exercised", "violated"))
+        share = 100.0 * exercised / checked if checked else 0.0
+        state = "violated" if violated else ("unchecked" if not checked else "ok")
+        rows.append(
+            f'<tr class="{state}" id="rule-{_h(rule_id)}"><td class=nw>{_h(rule_id)}</td><td>{_h(counters.get("title", ""))}</td>'
+            f'<td class=clause>{_h(counters.get("clause", ""))}</td><td class=n>{checked:,}</td>'
+            f"<td class=n>{exercised:,}</td><td class=n>{violated:,}</td>"
+            f'<td class=nw><span class="bar" title="{share:.1f}% exercised"><span style="width:{share:.1f}%"></span></span>'
+            f" {share:.0f}%</td></tr>"
+        )
+    header = ["rule", "title", "seed clause", "checked", "exercised", "violated", "exercised / checked"]
+    return "<h2>Rule coverage</h2>" + _table(header, rows, numeric={3, 4, 5})
+
+
+def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
+    """The whole page as text (UTF-8 when written); at most max_rows violation rows."""
+    passed = report.get("verdict") == "pass"
+    verdict = f'<div class="verdict {"pass" if passed else "fail"}">{_h(headline(report))}</div>'
+    traces = [_trace_section(report, number, trace, timelines.get(trace))
+              for number, trace in enumerate(trace_order(report))]
+    body = "\n".join([
+        f"<h1>kvsim replay report: {'PASS' if passed else 'FAIL'}</h1>", verdict, _inputs(report),
+        *traces, _violations(report, max_rows), _refusals(report), _coverage(report),
+    ])
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>kvsim report: {'PASS' if passed else 'FAIL'}</title>\n<style>{_CSS}</style>\n</head>\n"
+        f"<body>\n{body}\n</body>\n</html>\n"
+    )
