@@ -1,0 +1,95 @@
+"""Console views: plain text on a non-terminal, every rule id shown, report text never parsed as markup."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from report_samples import RULES, sample_report
+from sim.report_console import print_report, print_rules
+
+
+@pytest.fixture(autouse=True)
+def _no_forced_terminal(monkeypatch):
+    """rich honours these variables; a CI runner may set them, and they would defeat the non-TTY check."""
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _plain_console() -> Console:
+    return Console(file=io.StringIO(), width=120)
+
+
+def _catalogue(with_counters: bool) -> list[dict]:
+    report = sample_report()
+    entries = []
+    for rule_id, title, clause in RULES:
+        entry = {"id": rule_id, "title": title, "clause": clause, "kind": "state"}
+        if with_counters:
+            entry.update({key: report["rules"][rule_id][key] for key in ("checked", "exercised", "violated")})
+        entries.append(entry)
+    return entries
+
+
+def test_report_on_a_non_terminal_is_plain_and_complete():
+    console = _plain_console()
+    assert not console.is_terminal
+    print_report(sample_report(), console)
+    out = console.file.getvalue()
+    assert "\x1b" not in out
+    assert "FAIL: 7 violations of 5 rules in 2 traces" in out
+    for rule_id, _, _ in RULES:
+        assert rule_id in out
+    assert "CAP-3✗" in out and "UNIT-1○" in out and "TS-POOL-1∅" in out
+    assert "entitlement" in out and "no free row" in out
+    assert "stale generation 7" in out
+
+
+def test_report_colours_on_a_terminal():
+    console = Console(file=io.StringIO(), width=120, force_terminal=True, color_system="standard")
+    print_report(sample_report(), console)
+    assert "\x1b[" in console.file.getvalue()
+
+
+def test_report_text_is_not_markup_and_cannot_carry_escape_codes():
+    report = sample_report()
+    report["violations"][0]["message"] = "[bold red]not markup[/] \x1b[31mred\x1b[0m"
+    console = _plain_console()
+    print_report(report, console)
+    out = console.file.getvalue()
+    assert "[bold red]not markup[/]" in out
+    assert "\x1b" not in out and "\\x1b[31mred" in out
+
+
+def test_report_caps_violation_rows():
+    report = sample_report()
+    report["violations"] = [dict(report["violations"][0], event=1000 + i) for i in range(60)]
+    console = _plain_console()
+    print_report(report, console, max_rows=50)
+    out = console.file.getvalue()
+    assert "1049" in out and "1050" not in out and "… and 10 more" in out
+
+
+def test_passing_report():
+    console = _plain_console()
+    print_report(sample_report(passing=True), console)
+    out = console.file.getvalue()
+    assert "PASS: no violation" in out and "Violations" not in out
+
+
+def test_rules_table_with_and_without_counters():
+    console = _plain_console()
+    print_rules(_catalogue(with_counters=False), console)
+    plain = console.file.getvalue()
+    assert "\x1b" not in plain and "checked" not in plain
+    for rule_id, _, _ in RULES:
+        assert rule_id in plain
+    assert "启动时固定" in plain
+
+    console = _plain_console()
+    print_rules(_catalogue(with_counters=True), console)
+    counted = console.file.getvalue()
+    assert "checked" in counted and "exercised" in counted and "violated" in counted
+    assert f"{sample_report()['rules']['CAP-1']['checked']:,}" in counted
