@@ -199,6 +199,31 @@ EVENTS = st.one_of(
 )
 
 
+BACKENDS = st.one_of(st.builds(kt.BackendOff),
+                     st.builds(kt.BackendMTP, draft_window=U63, layers=U63),
+                     st.builds(kt.BackendDFlash, full_layers=U63, kv_heads=U63, head_dim=U63),
+                     st.builds(kt.BackendDFlash2, full_layers=U63, kv_heads=U63, head_dim=U63))
+CAPACITY = st.builds(kt.KVCapacity, tokens=U63) | st.builds(
+    kt.KVCapacity, auto=st.builds(kt.AutoCapacity, free_bytes=U63, headroom_bytes=U63))
+HEADERS = st.builds(
+    kt.Header, format=st.just("kvtrace/1"),
+    config=st.builds(kt.Config, max_context=st.integers(1, 2**63 - 1), max_concurrency=st.integers(1, 2**63 - 1),
+                     page_size=U63, kv_profile=st.sampled_from(["bf16", "int8", "fp8", "nvfp4", "k8v4"]),
+                     backend=BACKENDS, model=st.builds(kt.Model, full_attention_layers=U63, kv_heads=U63,
+                                                       head_dim=U63),
+                     kv_capacity=_opt(CAPACITY), host_arena_bytes=U63,
+                     kv_lease_growth=_opt(st.builds(kt.KVLeaseGrowth, window=U63, cushion_pages=U63)),
+                     prefill_chunk=U63, reserved_bytes=U63),
+    meta=_opt(st.dictionaries(st.text(max_size=4), st.integers(-(2**63), 2**64) | st.text(max_size=4), max_size=3)))
+
+
+@given(HEADERS)
+def test_generated_headers_round_trip(header):
+    line = encode_line(header)
+    assert decode_header(line) == header
+    assert header_from_builtins(to_builtins(header)) == header
+
+
 @given(EVENTS)
 def test_generated_events_round_trip(ev):
     line = encode_line(ev)
