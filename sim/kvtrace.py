@@ -71,7 +71,7 @@ class Model(msgspec.Struct, **_STRUCT):
 
 class AutoCapacity(msgspec.Struct, **_STRUCT):
     """Automatic kv_capacity: free Device bytes F after weights load and the headroom R to keep
-    (store contract, "Automatic policy 在权重加载后，以当前可用显存 (F) 和要求保留的 headroom (R) 解析一次 (M)")."""
+    (store contract, "Automatic policy 在权重加载后")."""
     free_bytes: U63
     headroom_bytes: U63
 

@@ -296,7 +296,7 @@ def test_schema_shape():
     assert msgspec.json.decode(kt.schema_text()) == doc
 
 
-def test_write_schema_cli(tmp_path, capsys):
+def test_write_schema_cli(tmp_path):
     out = tmp_path / "s.json"
     assert kt.main(["--write-schema", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == kt.schema_text()
