@@ -46,7 +46,7 @@ h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid 
 .fail{background:#fdecea;color:#8a1c12;border:1px solid #f1a39b}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
-th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f6f8fa}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 td.msg{white-space:pre-wrap;max-width:32rem}td.ctx{font-family:ui-monospace,monospace;font-size:.8rem}
 td.clause{color:#555;max-width:24rem}td.nw{white-space:nowrap}code{font-size:.85em}
 tr.violated td{background:#fdf3f2}tr.unchecked td{color:#888}
@@ -141,13 +141,20 @@ def plot_trace_svg(trace: str, timeline: dict, violation_events: Sequence[int], 
     return re.sub(r'<g id="[^"]*"', "<g", svg)  # group ids repeat across figures; nothing refers to them
 
 
-def _table(header: list[str], rows: list[str], numeric: set[int] = frozenset()) -> str:
+def _table(header: list[str], rows: list[str], numeric: frozenset[int] = frozenset()) -> str:
     head = "".join(f'<th{" class=n" if i in numeric else ""}>{_h(name)}</th>' for i, name in enumerate(header))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _num(value: object) -> str:
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else _h(value)
+def _td(value: object, cls: str = "", markup: str | None = None) -> str:
+    """One cell: the value escaped (numbers with separators), or `markup` already written as HTML."""
+    if markup is None:
+        markup = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else _h(value)
+    return f"<td class={cls}>{markup}</td>" if cls else f"<td>{markup}</td>"
+
+
+def _tr(cells: list[str], attrs: str = "") -> str:
+    return f"<tr{attrs}>{''.join(cells)}</tr>"
 
 
 def _inputs(report: dict) -> str:
@@ -157,10 +164,12 @@ def _inputs(report: dict) -> str:
         entry = entries.get(trace, {})
         violations = sum(1 for v in report.get("violations", []) if v.get("trace") == trace)
         refusals = sum(1 for r in report.get("refusals", []) if r.get("trace") == trace)
-        rows.append(f'<tr><td><a href="#trace-{number}">{_h(trace)}</a></td><td class=n>{_num(entry.get("events", 0))}'
-                    f"</td><td class=n>{violations:,}</td><td class=n>{refusals:,}</td>"
-                    f'<td><code>{_h(entry.get("sha256", ""))}</code></td></tr>')
-    return "<h2>Inputs</h2>" + _table(["trace", "events", "violations", "refusals", "sha256"], rows)
+        rows.append(_tr([
+            _td(trace, markup=f'<a href="#trace-{number}">{_h(trace)}</a>'), _td(entry.get("events", 0), "n"),
+            _td(violations, "n"), _td(refusals, "n"), _td(None, markup=f'<code>{_h(entry.get("sha256", ""))}</code>'),
+        ]))
+    header = ["trace", "events", "violations", "refusals", "sha256"]
+    return "<h2>Inputs</h2>" + _table(header, rows, frozenset({1, 2, 3}))
 
 
 def _trace_section(report: dict, number: int, trace: str, timeline: dict | None) -> str:
@@ -168,9 +177,9 @@ def _trace_section(report: dict, number: int, trace: str, timeline: dict | None)
     pools = report.get("stats", {}).get("traces", {}).get(trace, {}).get("pools", {})
     if pools:
         keys = ("capacity", "peak_allocated", "peak_reserved", "min_available")
-        rows = [f"<tr><td>{_h(pool)}</td>" + "".join(f"<td class=n>{_num(data.get(k, ''))}</td>" for k in keys) + "</tr>"
-                for pool, data in pools.items()]
-        parts.append(_table(["pool", "capacity", "peak allocated", "peak reserved", "min available"], rows))
+        rows = [_tr([_td(pool), *(_td(data.get(key, ""), "n") for key in keys)]) for pool, data in pools.items()]
+        header = ["pool", "capacity", "peak allocated", "peak reserved", "min available"]
+        parts.append(_table(header, rows, frozenset({1, 2, 3, 4})))
     if timeline and any(len(data.get("allocated", [])) for data in timeline.get("pools", {}).values()):
         violations = [v.get("event") for v in report.get("violations", []) if v.get("trace") == trace]
         refusals = [r.get("event") for r in report.get("refusals", []) if r.get("trace") == trace]
@@ -187,14 +196,18 @@ def _violations(report: dict, max_rows: int) -> str:
     if not violations:
         return "<h2>Violations</h2><p>None.</p>"
     rows = [
-        f'<tr><td class=nw><a href="#rule-{_h(v.get("rule", ""))}">{_h(v.get("rule", ""))}</a></td><td>{_h(v.get("trace", ""))}</td>'
-        f'<td class=n>{_h(v.get("line", ""))}</td><td class=n>{_h(v.get("event", ""))}</td><td>{_h(v.get("op", ""))}</td>'
-        f'<td class=msg>{_h(v.get("message", ""))}</td><td class=ctx>{_h(format_context(v.get("context")))}</td></tr>'
+        _tr([
+            _td(None, "nw", f'<a href="#rule-{_h(v.get("rule", ""))}">{_h(v.get("rule", ""))}</a>'),
+            _td(v.get("trace", "")), _td(str(v.get("line", "")), "n"), _td(str(v.get("event", "")), "n"), _td(v.get("op", "")),
+            _td(v.get("message", ""), "msg"), _td(format_context(v.get("context")), "ctx"),
+        ])
         for v in violations[:max_rows]
     ]
-    more = (f'<p class="note">… and {len(violations) - max_rows:,} more violations (the JSON report lists them all).</p>'
-            if len(violations) > max_rows else "")
-    table = _table(["rule", "trace", "line", "event", "op", "message", "context"], rows, numeric={2, 3})
+    more = ""
+    if len(violations) > max_rows:
+        more = (f'<p class="note">… and {len(violations) - max_rows:,} more violations '
+                "(the JSON report lists them all).</p>")
+    table = _table(["rule", "trace", "line", "event", "op", "message", "context"], rows, frozenset({2, 3}))
     return f'<h2 id="violations">Violations ({len(violations):,})</h2>{table}{more}'
 
 
@@ -203,12 +216,11 @@ def _refusals(report: dict) -> str:
     if not summary:
         return "<h2>Refusals</h2><p>None.</p>"
     rows = [
-        f'<tr><td>{_h(row["reason"])}</td><td class=n>{row["count"]:,}</td>'
-        f'<td>{_h(", ".join(f"{op} ×{n}" for op, n in row["ops"]))}</td>'
-        f'<td>{_h(", ".join(f"{trace} ×{n}" for trace, n in row["traces"]))}</td></tr>'
+        _tr([_td(row["reason"]), _td(row["count"], "n"), _td(", ".join(f"{op} ×{n}" for op, n in row["ops"])),
+             _td(", ".join(f"{trace} ×{n}" for trace, n in row["traces"]))])
         for row in summary
     ]
-    return "<h2>Refusals by reason</h2>" + _table(["reason", "refusals", "ops", "traces"], rows, numeric={1})
+    return "<h2>Refusals by reason</h2>" + _table(["reason", "refusals", "ops", "traces"], rows, frozenset({1}))
 
 
 def _coverage(report: dict) -> str:
@@ -219,15 +231,14 @@ def _coverage(report: dict) -> str:
         checked, exercised, violated = (int(counters.get(k, 0)) for k in ("checked", "exercised", "violated"))
         share = 100.0 * exercised / checked if checked else 0.0
         state = "violated" if violated else ("unchecked" if not checked else "ok")
-        rows.append(
-            f'<tr class="{state}" id="rule-{_h(rule_id)}"><td class=nw>{_h(rule_id)}</td><td>{_h(counters.get("title", ""))}</td>'
-            f'<td class=clause>{_h(counters.get("clause", ""))}</td><td class=n>{checked:,}</td>'
-            f"<td class=n>{exercised:,}</td><td class=n>{violated:,}</td>"
-            f'<td class=nw><span class="bar" title="{share:.1f}% exercised"><span style="width:{share:.1f}%"></span></span>'
-            f" {share:.0f}%</td></tr>"
-        )
+        bar = (f'<span class="bar" title="{share:.1f}% exercised"><span style="width:{share:.1f}%"></span></span>'
+               f" {share:.0f}%")
+        rows.append(_tr([
+            _td(rule_id, "nw"), _td(counters.get("title", "")), _td(counters.get("clause", ""), "clause"),
+            _td(checked, "n"), _td(exercised, "n"), _td(violated, "n"), _td(None, "nw", bar),
+        ], attrs=f' class="{state}" id="rule-{_h(rule_id)}"'))
     header = ["rule", "title", "seed clause", "checked", "exercised", "violated", "exercised / checked"]
-    return "<h2>Rule coverage</h2>" + _table(header, rows, numeric={3, 4, 5})
+    return "<h2>Rule coverage</h2>" + _table(header, rows, frozenset({3, 4, 5}))
 
 
 def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:

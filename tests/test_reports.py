@@ -246,3 +246,11 @@ def test_markdown_caps_violation_rows():
     assert sum(1 for line in text.splitlines() if line.startswith("| WR-2 | scenarios/fork.jsonl:")) == 200
     assert "… and 50 more violations" in text
     assert json.loads(dumps_report(report))["violations"][249]["event"] == 249
+
+
+def test_junit_without_per_trace_counters_skips_nothing_and_still_fails():
+    report = sample_report()
+    report["stats"] = {}
+    root = ET.fromstring(render_junit(report))
+    assert root.get("skipped") == "0" and root.get("failures") == "5"
+    assert [suite.get("name") for suite in root.findall("testsuite")] == [FORK, LONG]

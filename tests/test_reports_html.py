@@ -104,3 +104,7 @@ def test_downsample_bounds_points_and_keeps_extremes(n):
     for values in series:
         assert values[keep].min() == values.min() and values[keep].max() == values.max()
     assert np.array_equal(downsample_indices(series, limit=5000), keep)
+
+
+def test_line_and_event_are_shown_as_written(page):
+    assert "<td class=n>1205</td><td class=n>1203</td>" in page
