@@ -112,6 +112,18 @@ def resolve(backend: Backend | str | None) -> Backend:
     return get_backend(backend)
 
 
+def is_device_array(a) -> bool:
+    """True for a CuPy array (checked by type, without importing CuPy)."""
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
+def to_host(a) -> np.ndarray:
+    """Any array-like (NumPy, CuPy, list, scalar) -> NumPy array (no copy for NumPy input)."""
+    if is_device_array(a):
+        return a.get()
+    return np.asarray(a)
+
+
 def backend_of(array) -> Backend:
     """The backend an existing array lives on (NumPy for ndarray, CuPy otherwise)."""
     if isinstance(array, np.ndarray):

@@ -1,0 +1,88 @@
+"""Tile staging for the NumPy paged consumer: gather a few pages' codes, decode them into FP32 buffers.
+
+The buffers are sized for one tile (a fixed number of pages) and reused across tiles and rows, so the
+consumer's extra memory is bounded by the tile, never by the context ("Paging 不引入 gather-to-contiguous
+cache或与 context 长度成比例的 staging copy"). Decoded values are bit-identical to
+:func:`gpu.codecs.decode_codec` (same tables, same exact FP32 products).
+
+Must not know about attention, tables or the store model: it turns page ids into FP32 K or V rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpu import formats as F
+from gpu.planes import HEAD_MAJOR, PAGE_SIZE
+
+
+def _split(a: np.ndarray, shape) -> np.ndarray:
+    """Reshape that must stay a view (the decoders write through it)."""
+    return np.reshape(a, shape, copy=False)
+
+
+class TileStager:
+    """Reusable code/scale/FP32 buffers for ``tile_pages`` pages of one part (K or V) of one layer.
+
+    ``load(ids)`` gathers pages ``ids`` (any order, any ids) of the code and scale planes and decodes
+    them into ``self.values[:, :len(ids) * 64]``, shaped ``(H, keys, D)`` (head-major, contiguous per
+    head, the layout the batched matrix products want).
+    """
+
+    def __init__(self, codec: str, code_plane: np.ndarray, scale_plane, order: str, heads: int,
+                 head_dim: int, tile_pages: int):
+        self.codec, self.order, self.heads, self.head_dim = codec, order, heads, head_dim
+        self.code_plane, self.scale_plane = code_plane, scale_plane
+        self.tile_pages = tile_pages
+        x = code_plane.shape[-1]
+        self.codes = np.empty((heads, tile_pages, PAGE_SIZE, x), dtype=code_plane.dtype)
+        self.scales = None
+        if scale_plane is not None:
+            self.scales = np.empty((heads, tile_pages, PAGE_SIZE, scale_plane.shape[-1]), scale_plane.dtype)
+            self.scale_f32 = np.empty(self.scales.shape, dtype=np.float32)
+        self.values = np.empty((heads, tile_pages * PAGE_SIZE, head_dim), dtype=np.float32)
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.scales is None else self.scales.nbytes + self.scale_f32.nbytes
+        return self.codes.nbytes + self.values.nbytes + extra
+
+    def _gather(self, plane, out, ids) -> np.ndarray:
+        n = ids.size
+        dst = out[:, :n]
+        if self.order == HEAD_MAJOR:
+            np.take(plane, ids, axis=1, out=dst, mode="clip")
+        else:
+            for h in range(self.heads):
+                np.take(plane[:, h], ids, axis=0, out=dst[h], mode="clip")
+        return dst
+
+    def load(self, ids: np.ndarray) -> np.ndarray:
+        """Decode pages ``ids`` (validated by the caller) -> FP32 ``(H, len(ids)*64, D)`` view."""
+        n = ids.size
+        codes = self._gather(self.code_plane, self.codes, ids)
+        out4 = _split(self.values[:, :n * PAGE_SIZE], (self.heads, n, PAGE_SIZE, self.head_dim))
+        if self.scales is not None:
+            raw = self._gather(self.scale_plane, self.scales, ids)
+            scale = self.scale_f32[:, :n]
+            if self.codec == "nvfp4_g16":
+                np.take(F.E4M3_TABLE, raw.view(np.uint8), out=scale, mode="clip")
+            else:
+                np.copyto(scale, raw.view(np.float16), casting="safe")
+        if self.codec == "bf16":
+            np.left_shift(codes.view(np.uint16), np.uint32(16), out=out4.view(np.uint32), dtype=np.uint32)
+        elif self.codec == "int8_g64":
+            groups = scale.shape[-1]
+            np.multiply(codes.view(np.int8).reshape(codes.shape[:-1] + (groups, -1)), scale[..., None],
+                        out=_split(out4, out4.shape[:-1] + (groups, -1)), dtype=np.float32)
+        elif self.codec == "fp8_row256":
+            np.take(F.E4M3_TABLE, codes.view(np.uint8), out=out4, mode="clip")
+            np.multiply(out4, scale, out=out4)
+        elif self.codec == "nvfp4_g16":
+            pairs = _split(out4, out4.shape[:-1] + (-1, 2))
+            np.take(F.E2M1_PAIR_TABLE, codes.view(np.uint8), axis=0, out=pairs, mode="clip")
+            grouped = _split(out4, out4.shape[:-1] + (scale.shape[-1], -1))
+            np.multiply(grouped, scale[..., None], out=grouped)
+        else:
+            raise ValueError(f"unknown codec {self.codec!r}")
+        return self.values[:, :n * PAGE_SIZE]
