@@ -32,7 +32,7 @@ __all__ = [
     "Backend", "BackendOff", "BackendMTP", "BackendDFlash", "BackendDFlash2",
     "Event", "EventBase", "Activate", "Map", "Grow", "Launch", "Complete", "Fail", "Truncate", "Finish",
     "Release", "Offload", "DropDevice", "DropHost", "Xfer", "Observe",
-    "ActivateResult", "MapResult", "GrowResult", "FactResult", "LaunchRow", "CommitRow",
+    "ActivateResult", "MapResult", "GrowResult", "FactResult", "Cow", "CowResult", "LaunchRow", "CommitRow",
     "schema_document", "schema_text", "SCHEMA_PATH", "main",
 ]
 
@@ -229,6 +229,23 @@ class Grow(EventBase, tag="grow"):
     result: Union[GrowResult, None] = None
 
 
+class CowResult(msgspec.Struct, **_STRUCT):
+    """What the engine answered to a ``cow`` request: the private destination page it chose."""
+    ok: bool
+    page: Union[U63, None] = None
+    error: Union[str, None] = None
+
+
+class Cow(EventBase, tag="cow"):
+    """Request (extension): replace the shared member at ``block`` of a sequence's pool with a private
+    copy of the columns it has committed there, before writing it (store contract, "需要写入 shared
+    partial tail 时必须先 COW")."""
+    seq: Id
+    pool: Pool
+    block: U63
+    result: Union[CowResult, None] = None
+
+
 class Launch(EventBase, tag="launch"):
     """Fact: a GPU execution unit starts."""
     unit: Id
@@ -338,10 +355,10 @@ class Observe(EventBase, tag="observe"):
 
 
 Event = Union[Activate, Map, Grow, Launch, Complete, Fail, Truncate, Finish, Release, Offload,
-              DropDevice, DropHost, Xfer, Observe]
+              DropDevice, DropHost, Xfer, Observe, Cow]
 EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__  # type: ignore[attr-defined]
 OPS: dict[str, type[EventBase]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}  # type: ignore[misc]
-REQUEST_OPS = frozenset({"activate", "map", "grow"})
+REQUEST_OPS = frozenset({"activate", "map", "grow", "cow"})
 """Requests may be refused by a correct store; every other op is a fact."""
 
 

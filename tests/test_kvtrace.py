@@ -46,6 +46,7 @@ EXAMPLES = [
     '{"op":"xfer","xfer":"x0","dir":"h2d","ckpt":"c0","pool":"main","blocks":[0],"phase":"release_source"}',
     '{"op":"observe","pool":"main","allocated":3,"available":5}',
     '{"op":"observe","seq":"s0","pool":"main","table":[4,-1,6],"frontier":130}',
+    '{"op":"cow","seq":"s1","pool":"main","block":3,"result":{"ok":true,"page":9}}',
 ]
 
 
@@ -143,7 +144,7 @@ def test_every_fact_accepts_a_result_and_requests_are_marked():
             continue
         ev = decode_event(json.dumps({**obj, "result": {"ok": False, "error": "not applied"}}))
         assert ev.result == kt.FactResult(ok=False, error="not applied")
-    assert kt.REQUEST_OPS == {"activate", "map", "grow"} and kt.REQUEST_OPS < set(kt.OPS)
+    assert kt.REQUEST_OPS == {"activate", "map", "grow", "cow"} and kt.REQUEST_OPS < set(kt.OPS)
 
 
 def test_builtins_helpers():
