@@ -91,6 +91,8 @@ def kv_append_batch(view: PagedKVBatchLayerView, table_rows, positions, valid_co
     flat_rows = np.broadcast_to(rows[:, None], positions.shape)[live]
     flat_pos = positions[live]
     pages, offsets = _destinations(view, flat_rows, flat_pos)
+    if not pages.size:
+        return
     if view.k_pages.__class__ is np.ndarray:
         _append_numpy(view, pages, offsets, k[live], v[live])
     else:

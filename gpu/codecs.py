@@ -192,7 +192,7 @@ BYTES_PER_TOKEN_PER_HEAD = {name: bytes_per_token_per_head(name) for name in PRO
 
 
 def _encode_int8_g64(x: np.ndarray):
-    g = x.reshape(x.shape[:-1] + (-1, 64))
+    g = x.reshape(x.shape[:-1] + (x.shape[-1] // 64, 64))
     a = np.max(np.abs(g), axis=-1)
     scale16 = F.to_f16(a / np.float32(127.0))
     s = scale16.astype(np.float32)
@@ -216,7 +216,7 @@ def _encode_fp8_row256(x: np.ndarray):
 
 
 def _encode_nvfp4_g16(x: np.ndarray):
-    g = x.reshape(x.shape[:-1] + (-1, 16))
+    g = x.reshape(x.shape[:-1] + (x.shape[-1] // 16, 16))
     a = np.max(np.abs(g), axis=-1)
     zero = a == 0
     t = np.clip(a / np.float32(6.0), F.E4M3_MIN_SUBNORMAL, F.E4M3FN_MAX)
@@ -275,14 +275,14 @@ def decode_codec(codec: str, codes: np.ndarray, scales: np.ndarray | None) -> np
     if codec == "int8_g64":
         c = np.asarray(codes).view(np.int8)
         s = np.asarray(scales).view(np.float16).astype(np.float32)
-        g = c.reshape(c.shape[:-1] + (s.shape[-1], -1)).astype(np.float32) * s[..., None]
+        g = c.reshape(c.shape[:-1] + (s.shape[-1], c.shape[-1] // s.shape[-1])).astype(np.float32) * s[..., None]
         return g.reshape(c.shape)
     if codec == "fp8_row256":
         c = F.E4M3_TABLE[np.asarray(codes).view(np.uint8)]
         return c * np.asarray(scales).view(np.float16).astype(np.float32)
     if codec == "nvfp4_g16":
         c = np.asarray(codes).view(np.uint8)
-        vals = F.E2M1_PAIR_TABLE[c].reshape(c.shape[:-1] + (-1, 16))
+        vals = F.E2M1_PAIR_TABLE[c].reshape(c.shape[:-1] + (c.shape[-1] // 8, 16))
         s = F.E4M3_TABLE[np.asarray(scales).view(np.uint8)]
         return (vals * s[..., None]).reshape(c.shape[:-1] + (c.shape[-1] * 2,))
     raise ValueError(f"unknown codec {codec!r}")

@@ -24,9 +24,10 @@ def _split(a: np.ndarray, shape) -> np.ndarray:
 class TileStager:
     """Reusable code/scale/FP32 buffers for ``tile_pages`` pages of one part (K or V) of one layer.
 
-    ``load(ids)`` gathers pages ``ids`` (any order, any ids) of the code and scale planes and decodes
-    them into ``self.values[:, :len(ids) * 64]``, shaped ``(H, keys, D)`` (head-major, contiguous per
-    head, the layout the batched matrix products want).
+    ``load(ids)`` gathers pages ``ids`` (any order, any ids) of the code and scale planes with one
+    ``np.take`` per plane (the plane is contiguous, so nothing outside the tile is copied) and decodes
+    them into ``self.values[:, :len(ids) * 64]``, shaped ``(H, keys, D)`` (contiguous per head, the
+    layout the batched matrix products want).
     """
 
     def __init__(self, codec: str, code_plane: np.ndarray, scale_plane, order: str, heads: int,
@@ -34,37 +35,39 @@ class TileStager:
         self.codec, self.order, self.heads, self.head_dim = codec, order, heads, head_dim
         self.code_plane, self.scale_plane = code_plane, scale_plane
         self.tile_pages = tile_pages
-        x = code_plane.shape[-1]
-        self.codes = np.empty((heads, tile_pages, PAGE_SIZE, x), dtype=code_plane.dtype)
+        self.axis = 1 if order == HEAD_MAJOR else 0
+        self.codes = np.empty(self._shape(code_plane.shape[-1]), dtype=code_plane.dtype)
         self.scales = None
         if scale_plane is not None:
-            self.scales = np.empty((heads, tile_pages, PAGE_SIZE, scale_plane.shape[-1]), scale_plane.dtype)
+            self.scales = np.empty(self._shape(scale_plane.shape[-1]), dtype=scale_plane.dtype)
             self.scale_f32 = np.empty(self.scales.shape, dtype=np.float32)
         self.values = np.empty((heads, tile_pages * PAGE_SIZE, head_dim), dtype=np.float32)
+
+    def _shape(self, extent: int) -> tuple[int, int, int, int]:
+        if self.axis:
+            return (self.heads, self.tile_pages, PAGE_SIZE, extent)
+        return (self.tile_pages, self.heads, PAGE_SIZE, extent)
+
+    def _first(self, buf: np.ndarray, n: int) -> np.ndarray:
+        return buf[:, :n] if self.axis else buf[:n]
 
     @property
     def nbytes(self) -> int:
         extra = 0 if self.scales is None else self.scales.nbytes + self.scale_f32.nbytes
         return self.codes.nbytes + self.values.nbytes + extra
 
-    def _gather(self, plane, out, ids) -> np.ndarray:
-        n = ids.size
-        dst = out[:, :n]
-        if self.order == HEAD_MAJOR:
-            np.take(plane, ids, axis=1, out=dst, mode="clip")
-        else:
-            for h in range(self.heads):
-                np.take(plane[:, h], ids, axis=0, out=dst[h], mode="clip")
-        return dst
-
     def load(self, ids: np.ndarray) -> np.ndarray:
         """Decode pages ``ids`` (validated by the caller) -> FP32 ``(H, len(ids)*64, D)`` view."""
         n = ids.size
-        codes = self._gather(self.code_plane, self.codes, ids)
+        codes = self._first(self.codes, n)
+        np.take(self.code_plane, ids, axis=self.axis, out=codes, mode="clip")
         out4 = _split(self.values[:, :n * PAGE_SIZE], (self.heads, n, PAGE_SIZE, self.head_dim))
+        if not self.axis:
+            out4 = out4.transpose(1, 0, 2, 3)  # same (page, head, col, x) layout as the gathered codes
         if self.scales is not None:
-            raw = self._gather(self.scale_plane, self.scales, ids)
-            scale = self.scale_f32[:, :n]
+            raw = self._first(self.scales, n)
+            np.take(self.scale_plane, ids, axis=self.axis, out=raw, mode="clip")
+            scale = self._first(self.scale_f32, n)
             if self.codec == "nvfp4_g16":
                 np.take(F.E4M3_TABLE, raw.view(np.uint8), out=scale, mode="clip")
             else:
