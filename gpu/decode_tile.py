@@ -21,6 +21,37 @@ def _split(a: np.ndarray, shape) -> np.ndarray:
     return np.reshape(a, shape, copy=False)
 
 
+def decode_into(codec: str, codes: np.ndarray, scale_f32, out: np.ndarray) -> None:
+    """Decode ``codes (..., X)`` with FP32 scales ``(..., S)`` into FP32 ``out (..., D)`` (any strides).
+
+    Bit-identical to :func:`gpu.codecs.decode_codec`; writes in place, no full-size temporaries.
+    """
+    if codec == "bf16":
+        np.left_shift(codes.view(np.uint16), np.uint32(16), out=out.view(np.uint32), dtype=np.uint32)
+    elif codec == "int8_g64":
+        groups = scale_f32.shape[-1]
+        np.multiply(codes.view(np.int8).reshape(codes.shape[:-1] + (groups, -1)), scale_f32[..., None],
+                    out=_split(out, out.shape[:-1] + (groups, -1)), dtype=np.float32)
+    elif codec == "fp8_row256":
+        np.take(F.E4M3_TABLE, codes.view(np.uint8), out=out, mode="clip")
+        np.multiply(out, scale_f32, out=out)
+    elif codec == "nvfp4_g16":
+        pairs = _split(out, out.shape[:-1] + (-1, 2))
+        np.take(F.E2M1_PAIR_TABLE, codes.view(np.uint8), axis=0, out=pairs, mode="clip")
+        grouped = _split(out, out.shape[:-1] + (scale_f32.shape[-1], -1))
+        np.multiply(grouped, scale_f32[..., None], out=grouped)
+    else:
+        raise ValueError(f"unknown codec {codec!r}")
+
+
+def scales_to_f32(codec: str, raw: np.ndarray, out: np.ndarray) -> None:
+    """Scale plane contents (FP16, or UE4M3 bytes for NVFP4) -> FP32 ``out``."""
+    if codec == "nvfp4_g16":
+        np.take(F.E4M3_TABLE, raw.view(np.uint8), out=out, mode="clip")
+    else:
+        np.copyto(out, raw.view(np.float16), casting="safe")
+
+
 class TileStager:
     """Reusable code/scale/FP32 buffers for ``tile_pages`` pages of one part (K or V) of one layer.
 
@@ -68,24 +99,6 @@ class TileStager:
             raw = self._first(self.scales, n)
             np.take(self.scale_plane, ids, axis=self.axis, out=raw, mode="clip")
             scale = self._first(self.scale_f32, n)
-            if self.codec == "nvfp4_g16":
-                np.take(F.E4M3_TABLE, raw.view(np.uint8), out=scale, mode="clip")
-            else:
-                np.copyto(scale, raw.view(np.float16), casting="safe")
-        if self.codec == "bf16":
-            np.left_shift(codes.view(np.uint16), np.uint32(16), out=out4.view(np.uint32), dtype=np.uint32)
-        elif self.codec == "int8_g64":
-            groups = scale.shape[-1]
-            np.multiply(codes.view(np.int8).reshape(codes.shape[:-1] + (groups, -1)), scale[..., None],
-                        out=_split(out4, out4.shape[:-1] + (groups, -1)), dtype=np.float32)
-        elif self.codec == "fp8_row256":
-            np.take(F.E4M3_TABLE, codes.view(np.uint8), out=out4, mode="clip")
-            np.multiply(out4, scale, out=out4)
-        elif self.codec == "nvfp4_g16":
-            pairs = _split(out4, out4.shape[:-1] + (-1, 2))
-            np.take(F.E2M1_PAIR_TABLE, codes.view(np.uint8), axis=0, out=pairs, mode="clip")
-            grouped = _split(out4, out4.shape[:-1] + (scale.shape[-1], -1))
-            np.multiply(grouped, scale[..., None], out=grouped)
-        else:
-            raise ValueError(f"unknown codec {self.codec!r}")
+            scales_to_f32(self.codec, raw, scale)
+        decode_into(self.codec, codes, scale if self.scales is not None else None, out4)
         return self.values[:, :n * PAGE_SIZE]
