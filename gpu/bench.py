@@ -5,10 +5,12 @@ last position of a ``context``-token row whose pages are a random permutation of
 
 * **paged** = :func:`gpu.attention.paged_attention`, the consumer as the engine calls it: per tile of
   pages, translate through the table, gather that tile's codes, decode, online softmax.
-* **dense** = the same decode + attention work on a contiguous array: the identical stored codes and
-  scales laid out contiguously per head ``(H, context, X)``, decoded in one pass by the same decoder,
-  then one stable softmax over all scores. No table, no tiles, no rescaling - the best case paging is
-  measured against (it needs context-sized FP32 buffers, which is what paging must avoid).
+* **dense** = the same decode + attention work on a contiguous array. On NumPy: the identical stored
+  codes and scales laid out contiguously per head ``(H, context, X)``, decoded in one pass by the same
+  decoder into preallocated context-sized FP32 buffers, then one stable softmax over all scores - no
+  table, no tiles, no rescaling: the best case paging is measured against (it needs the context-sized
+  buffers paging must avoid). On a device: the same kernel over the same codes copied into contiguous
+  pages in logical order (identity table), so the ratio isolates the cost of arbitrary page ids.
 
 ``extra_bytes`` is the peak extra memory of the paged call: tracemalloc's peak on NumPy (every staging
 buffer and temporary), the staging workspace the kernel wrapper allocates on CuPy. Times are the
@@ -33,6 +35,7 @@ from gpu.decode_tile import decode_into, scales_to_f32
 from gpu.hadamard import rotate
 from gpu.planes import PAGE_SIZE, PagedKVPool
 from gpu.readback import read_stored
+from gpu.transfer import pack_pages, unpack_pages
 
 HQ, HKV, HEAD_DIM = 24, 4, 256
 APPEND_CHUNK = 4096
@@ -53,15 +56,20 @@ def _build(profile: str, context: int, backend, seed: int = 0):
     return pool, q
 
 
-def _dense_inputs(pool, context: int):
-    """The row's stored codes/scales, contiguous per head: ``{plane: (H, context, X)}`` on the pool's backend."""
+def _dense_inputs(pool, context: int) -> dict:
+    """The row's stored codes/scales, contiguous per head: ``{plane: (H, context, X)}`` (NumPy)."""
     stored = read_stored(pool, 0, 0, context)
-    xp = pool.backend.xp
-    out = {}
-    for spec in pool.schema:
-        host = np.ascontiguousarray(stored[spec.name].transpose(1, 0, 2))
-        out[spec.name] = xp.asarray(host.view(spec.device_dtype)) if pool.backend.is_device else host
-    return out
+    return {spec.name: np.ascontiguousarray(stored[spec.name].transpose(1, 0, 2)) for spec in pool.schema}
+
+
+def _identity_pool(pool, context: int):
+    """A copy of the row's pages laid out contiguously in logical order, mapped by the identity table."""
+    pages = -(-context // PAGE_SIZE)
+    dense = PagedKVPool(pool.storage, 1, HKV, HEAD_DIM, num_pages=pages, rows=1, logical_pages=pages,
+                        backend=pool.backend)
+    dense.publish(0, 0, np.arange(pages))
+    unpack_pages(dense, pack_pages(pool, pool.table_row(0)[:pages]), np.arange(pages))
+    return dense
 
 
 class DenseAttentionNumpy:
@@ -122,16 +130,18 @@ def run_attention_bench(contexts=(4096, 32768), profiles=PROFILE_NAMES, backend=
             q = be.asarray(q_host)
             view = pool.batch_view(0)
             pos = np.array([[context - 1]])
-            planes = _dense_inputs(pool, context)
+            planes = None if be.is_device else _dense_inputs(pool, context)
 
             def paged():
                 return paged_attention(view, q, [0], pos, [1], tile_pages=tile_pages)
 
             if be.is_device:
-                from gpu.cuda_kernels import dense_attention_device, last_staging_bytes  # noqa: PLC0415
+                from gpu.cuda_kernels import last_staging_bytes  # noqa: PLC0415 - CuPy only
+
+                dense_view = _identity_pool(pool, context).batch_view(0)
 
                 def dense():
-                    return dense_attention_device(profile, planes, q)
+                    return paged_attention(dense_view, q, [0], pos, [1])
             else:
                 dense_np = DenseAttentionNumpy(profile, planes, HEAD_DIM)
 
