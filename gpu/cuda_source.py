@@ -18,7 +18,7 @@ Must not know about the store model, and holds no Python logic beyond the source
 CODEC_IDS = {"bf16": 0, "int8_g64": 1, "fp8_row256": 2, "nvfp4_g16": 3}
 
 CODEC_SOURCE = r"""
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define KV_HD __host__ __device__ __forceinline__
 #else
 #define KV_HD static inline

@@ -19,7 +19,7 @@ BF16_MAX = float(np.float32(F.to_bf16(np.float32(3.3895e38)).astype(np.float32))
 @st.composite
 def rows(draw, big: float = BF16_MAX):
     """One 256-wide BF16-representable FP32 row exercising the codec corners."""
-    kind = draw(st.sampled_from(["random", "zeros", "constant", "extremes", "tiny", "ties", "sparse"]))
+    kind = draw(st.sampled_from(["random", "zeros", "constant", "extremes", "tiny", "ties", "sparse", "wide"]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     if kind == "random":
         exp = draw(st.integers(-20, 20))
@@ -34,6 +34,8 @@ def rows(draw, big: float = BF16_MAX):
         x[rng.integers(0, 256, 4)] = -big
     elif kind == "tiny":  # below the 2^-24 (FP8) and 2^-9 (NVFP4) scale clamps
         x = rng.standard_normal(256) * 2.0 ** draw(st.integers(-60, -12))
+    elif kind == "wide":  # wide dynamic range inside a row: FP32 butterfly sums round, order matters
+        x = rng.standard_normal(256) * 2.0 ** rng.integers(-20, 10, 256)
     elif kind == "ties":  # absmax pins scales to 1; halves / midpoints force RNE ties
         x = rng.integers(-12, 13, 256) * 0.25 + rng.choice([0.0, 0.5, 0.0625, 0.1875], 256)
         x[0] = draw(st.sampled_from([127.0, 448.0, 6.0]))
