@@ -214,7 +214,7 @@ def activate(st, seq: str, prompt: int, budget: int, source: str | None = None, 
     st.ended_seqs.discard(seq)
     if source is not None and not keep_source:
         del st.checkpoints[source]
-        st.ended_ckpts[source] = "moved"
+        st.ended_ckpts.add(source, "moved")
     elif source is not None:
         st.cov.check("CKPT-3", exercised=True)
     return {"rows": {p: s.row for p, s in spaces.items()},

@@ -2,6 +2,8 @@
 
 DESIGN §7: "counters checked / exercised (the premise held non-vacuously) / violated". The model and the
 checkers count into one `Coverage`; the catalogue (spec) names the rules and reports the counters.
+Each rule has one cell [checked, exercised, violated]; hot paths fetch the cells of a fixed tuple of
+rules once (`cells`) and add to them directly.
 This module knows nothing of the rules' meaning.
 """
 
@@ -9,33 +11,59 @@ from __future__ import annotations
 
 
 class Coverage:
-    __slots__ = ("checked", "exercised", "violated")
+    __slots__ = ("_cells", "_groups")
 
     def __init__(self):
-        self.checked: dict[str, int] = {}
-        self.exercised: dict[str, int] = {}
-        self.violated: dict[str, int] = {}
+        self._cells: dict[str, list[int]] = {}
+        self._groups: dict[tuple, tuple] = {}
+
+    def cell(self, rule: str) -> list[int]:
+        c = self._cells.get(rule)
+        if c is None:
+            c = self._cells[rule] = [0, 0, 0]
+        return c
+
+    def cells(self, rules: tuple) -> tuple:
+        """The cells of a fixed tuple of rules (cached per tuple)."""
+        g = self._groups.get(rules)
+        if g is None:
+            g = self._groups[rules] = tuple(self.cell(r) for r in rules)
+        return g
 
     def check(self, rule: str, exercised: bool = False) -> None:
-        c = self.checked
-        c[rule] = c.get(rule, 0) + 1
+        c = self.cell(rule)
+        c[0] += 1
         if exercised:
-            e = self.exercised
-            e[rule] = e.get(rule, 0) + 1
+            c[1] += 1
 
-    def checks(self, rules: tuple, exercised: bool = False) -> None:
-        for rule in rules:
-            self.check(rule, exercised)
+    def add(self, rule: str, checked: int, exercised: int = 0) -> None:
+        """Count `checked` evaluations at once (hot paths count a whole batch of rows)."""
+        c = self.cell(rule)
+        c[0] += checked
+        c[1] += exercised
 
     def violate(self, rule: str) -> None:
-        v = self.violated
-        v[rule] = v.get(rule, 0) + 1
+        self.cell(rule)[2] += 1
 
     def counts(self, rule: str) -> tuple[int, int, int]:
-        return self.checked.get(rule, 0), self.exercised.get(rule, 0), self.violated.get(rule, 0)
+        c = self._cells.get(rule)
+        return (0, 0, 0) if c is None else (c[0], c[1], c[2])
+
+    @property
+    def checked(self) -> dict[str, int]:
+        return {r: c[0] for r, c in self._cells.items() if c[0]}
+
+    @property
+    def exercised(self) -> dict[str, int]:
+        return {r: c[1] for r, c in self._cells.items() if c[1]}
+
+    @property
+    def violated(self) -> dict[str, int]:
+        return {r: c[2] for r, c in self._cells.items() if c[2]}
 
     def merge(self, other: "Coverage") -> None:
-        for mine, theirs in ((self.checked, other.checked), (self.exercised, other.exercised),
-                             (self.violated, other.violated)):
-            for k, v in theirs.items():
-                mine[k] = mine.get(k, 0) + v
+        for r, c in other._cells.items():
+            mine = self.cell(r)
+            mine[0] += c[0]
+            mine[1] += c[1]
+            mine[2] += c[2]

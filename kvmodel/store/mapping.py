@@ -90,12 +90,13 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
     return out
 
 
-def grow(st, seq: str, engine_bounded_at: int | None = None):
-    """kv_lease_growth at a round boundary: new entitlements {pool: pages} or Refusal with bounded_at."""
+def plan_grow(st, seq: str):
+    """Pure: {pool: new entitlement} for the first rung that fits every pool, or a Refusal(bounded_at)."""
     st.cov.check("TRACE-2")
     bundle = st.bundles.get(seq)
     if bundle is None:
-        raise violation("TRACE-2", f"grow on sequence {seq!r}, which is not active", seq=seq)
+        raise violation("TRACE-2", f"grow on sequence {seq!r}, which " +
+                        ("has finished" if seq in st.ended_seqs else "is not active"), seq=seq)
     cfg = st.config
     if cfg.growth is None:
         return Refusal("growth-disabled", "kv_lease_growth is off in this configuration")
@@ -106,27 +107,48 @@ def grow(st, seq: str, engine_bounded_at: int | None = None):
                         "only at decode-round boundaries", seq=seq, unit=busy[0].unit)
     main = bundle.spaces["main"]
     P = st.P
-    if bundle.bounded_at is None:
-        ceiling_pages = ceil_div(bundle.ceiling, P)
-        for extra in (cfg.growth_window, 128, 64):
-            want = ceil_div(min(bundle.ceiling, main.committed + extra), P) + cfg.growth.cushion_pages
-            target = backend_entitlements(st, min(ceiling_pages, max(main.entitlement, want)))
-            deltas = {p: max(0, target[p] - s.entitlement) for p, s in bundle.spaces.items()}
-            if all(d <= st.pools[p].available for p, d in deltas.items()):
-                for p, d in deltas.items():
-                    s = bundle.spaces[p]
-                    s.reservation += d
-                    st.pools[p].reserve(d)
-                    st.touch_space(s)
-                return {p: s.entitlement for p, s in bundle.spaces.items()}
-        covered = min(bundle.ceiling, main.entitlement * P)
-    else:
-        covered = bundle.bounded_at
-    if engine_bounded_at is not None and engine_bounded_at != covered:
-        raise violation("ENT-3", f"bounded completion at {engine_bounded_at}, but the entitlement covers "
-                        f"frontier {covered}", seq=seq, bounded_at=engine_bounded_at, covered=covered)
-    bundle.bounded_at = covered
+    if bundle.bounded_at is not None:
+        return Refusal("capacity", f"{seq!r} already completes at frontier {bundle.bounded_at}",
+                       bounded_at=bundle.bounded_at)
+    ceiling_pages = ceil_div(bundle.ceiling, P)
+    for extra in (cfg.growth_window, 128, 64):
+        want = ceil_div(min(bundle.ceiling, main.committed + extra), P) + cfg.growth.cushion_pages
+        target = backend_entitlements(st, min(ceiling_pages, max(main.entitlement, want)))
+        target = {p: max(target[p], s.entitlement) for p, s in bundle.spaces.items()}
+        if all(target[p] - s.entitlement <= st.pools[p].available for p, s in bundle.spaces.items()):
+            return target
+    covered = min(bundle.ceiling, main.entitlement * P)
     return Refusal("capacity", f"the window cannot grow; {seq!r} completes at frontier {covered}", bounded_at=covered)
+
+
+def grow(st, seq: str, engine_bounded_at: int | None = None):
+    """kv_lease_growth at a round boundary: new entitlements {pool: pages} or Refusal with bounded_at."""
+    plan = plan_grow(st, seq)
+    bundle = st.bundles[seq]
+    if isinstance(plan, Refusal):
+        if plan.bounded_at is not None:
+            if engine_bounded_at is not None and engine_bounded_at != plan.bounded_at:
+                raise violation("ENT-3", f"bounded completion at {engine_bounded_at}, but the entitlement covers "
+                                f"frontier {plan.bounded_at}", seq=seq, bounded_at=engine_bounded_at,
+                                covered=plan.bounded_at)
+            bundle.bounded_at = plan.bounded_at
+        return plan
+    for p, target in plan.items():
+        s = bundle.spaces[p]
+        d = target - s.entitlement
+        s.reservation += d
+        st.pools[p].reserve(d)
+        st.touch_space(s)
+    return plan
+
+
+def would_map(st, seq: str, pool: str, tokens: int):
+    """Pure: the Refusal ensure_mapped_to_tokens would give, or None when it would succeed."""
+    _, space = active_space(st, seq, pool, "map")
+    needed = ceil_div(tokens, st.P)
+    if needed > len(space.pages) and needed > space.entitlement:
+        return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
+    return None
 
 
 def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):

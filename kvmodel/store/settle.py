@@ -97,7 +97,7 @@ def finish(st, seq: str, retain: str | None, state_image: bool = True) -> None:
         for page in space.pages:
             st.t_pages[page] = None
     st.checkpoints[retain] = Checkpoint(retain, dict(bundle.spaces), state_image)
-    st.ended_ckpts.pop(retain, None)
+    st.ended_ckpts.discard(retain)
 
 
 def _exit_execution(st, space) -> None:
@@ -138,4 +138,4 @@ def release(st, ckpt: str) -> None:
     for space in ck.spaces.values():
         release_space(st, space)
     del st.checkpoints[ckpt]
-    st.ended_ckpts[ckpt] = "released"
+    st.ended_ckpts.add(ckpt, "released")

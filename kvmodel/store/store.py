@@ -15,6 +15,7 @@ from .address_space import KVAddressSpace, writer_token
 from .capacity import resolve_capacity
 from .config import PAGE_SIZE, StoreConfig
 from .coverage import Coverage
+from .ended import EndedHandles
 from .errors import ContractViolation
 from .host_arena import HostKVArena
 from .pages import LogicalPageStore
@@ -23,20 +24,20 @@ from .tables import ExecutionTablePool
 
 
 class UnitRow:
-    """One row of an in-flight GPU unit: its space, write range [a, b) (None: read-only) and frozen state."""
+    """One row of an in-flight GPU unit: its space and write range [a, b) (None: read-only)."""
 
-    __slots__ = ("space", "a", "b", "frozen")
+    __slots__ = ("space", "a", "b")
 
     def __init__(self, space, a, b):
         self.space, self.a, self.b = space, a, b
-        self.frozen = (len(space.pages), space.committed, space.row, space.reservation)
 
 
 class Unit:
-    __slots__ = ("uid", "rows")
+    __slots__ = ("uid", "rows", "by_key")
 
     def __init__(self, uid: str, rows: list[UnitRow]):
         self.uid, self.rows = uid, rows
+        self.by_key = {(r.space.owner, r.space.pool): r for r in rows}
 
 
 class Transfer:
@@ -67,12 +68,12 @@ class KVStore:
         self.host_slices: dict[int, object] = {}  # host offset -> page holding that slice (REP-3)
         self.bundles: dict = {}  # seq -> SequenceKVBundle
         self.checkpoints: dict = {}  # ckpt -> Checkpoint
-        self.ended_seqs: set = set()
-        self.ended_ckpts: dict[str, str] = {}  # ckpt -> "released" | "moved"
+        self.ended_seqs = EndedHandles()
+        self.ended_ckpts = EndedHandles()  # ckpt -> "released" | "moved"
         self.units: dict = {}  # unit id -> Unit (in flight)
-        self.ended_units: set = set()
+        self.ended_units = EndedHandles()
         self.xfers: dict = {}  # xfer id -> Transfer (open)
-        self.ended_xfers: set = set()
+        self.ended_xfers = EndedHandles()
         self.activations = 0
         self._next_uid = 1
         self.cov = Coverage()
@@ -80,10 +81,14 @@ class KVStore:
 
     # -- touched entities (for incremental checking) --------------------------------------------
     def reset_touched(self) -> None:
-        self.t_pages: dict = {}
-        self.t_spaces: dict = {}
-        self.t_pools: dict = {}
-        self.t_rows: dict = {}
+        """Forget what the previous operation touched (dicts keyed by entity: ordered, no duplicates)."""
+        try:
+            self.t_pages.clear()
+            self.t_spaces.clear()
+            self.t_pools.clear()
+            self.t_rows.clear()
+        except AttributeError:
+            self.t_pages, self.t_spaces, self.t_pools, self.t_rows = {}, {}, {}, {}
         self.t_host = False
 
     def touch_space(self, s) -> None:
@@ -202,11 +207,11 @@ class KVStore:
                 tuple(b.snapshot() for b in self.bundles.values()),
                 tuple(c.snapshot() for c in self.checkpoints.values()),
                 tuple(s.snapshot() for s in self.all_spaces()),
-                tuple(sorted(self.ended_seqs)), tuple(sorted(self.ended_ckpts.items())),
+                self.ended_seqs.snapshot(), self.ended_ckpts.snapshot(),
                 tuple((u.uid, tuple((r.space.uid, r.a, r.b) for r in u.rows)) for u in self.units.values()),
-                tuple(sorted(self.ended_units)),
+                self.ended_units.snapshot(),
                 tuple((x.xid, x.phase, tuple(x.dest), tuple(x.snap)) for x in self.xfers.values()),
-                tuple(sorted(self.ended_xfers)), self.activations, self._next_uid)
+                self.ended_xfers.snapshot(), self.activations, self._next_uid)
 
 
 def raise_findings(store: KVStore, findings: list) -> None:

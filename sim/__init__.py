@@ -1,0 +1,1 @@
+"""Trace formats, replay, lockstep driver, reports and the `kvsim` command line."""

@@ -1,0 +1,263 @@
+"""Replaying kvtrace/1 traces against the store model: refinement checking event by event.
+
+DESIGN §6: requests (`activate`, `map`, `grow`, and the `cow` extension) may be refused by a correct
+store — a refusal is recorded, not a violation, unless the engine's `result` contradicts what the
+contract requires (TRACE-1, or the rule the result breaks). Facts (every other op) assert that
+something happened; a fact the contract forbids is a violation and the model does not apply it (its
+state is unchanged by the bad event), then replay goes on unless `stop_at_first`. Page ids and rows in a
+result are the engine's choice: the model adopts them after checking they were free (follow mode).
+After every applied event the state rules run on what it touched; a full audit runs every
+`audit_every` events and at the end, and must agree. A fact whose result says ok:false did not take
+effect: it is recorded as a refusal with reason "engine".
+This module knows nothing of report formats; `sim.report` turns results into kvreport/1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from kvmodel.store import ContractViolation, Finding, Refusal
+from kvmodel.store.activation import plan_activation
+from kvmodel.store.coverage import Coverage
+from kvmodel.store.errors import violation
+from kvmodel.store.mapping import plan_grow, would_map
+from spec.checking import Checker
+
+from . import kvtrace as kt
+from .config_io import store_for
+from .timeline import Timeline
+from .trace_io import TraceInputError, open_trace
+
+AUDIT_EVERY = 50_000
+
+
+@dataclass
+class TraceResult:
+    """What replaying one trace produced."""
+
+    path: str
+    sha256: str = ""
+    events: int = 0
+    violations: list = field(default_factory=list)
+    refusals: list = field(default_factory=list)
+    coverage: Coverage = field(default_factory=Coverage)
+    pools: dict = field(default_factory=dict)
+    timeline: dict = field(default_factory=dict)
+    stopped: bool = False
+
+
+class TraceReplay:
+    """One trace's replay state: the model, its checker, and what was seen so far."""
+
+    def __init__(self, path: str, header: kt.Header, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY,
+                 observer=None):
+        self.path = path
+        self.st = store_for(header, path)
+        self.checker = Checker(self.st)
+        self.stop_at_first = stop_at_first
+        self.audit_every = audit_every
+        self.observer = observer  # lockstep driver: told about every applied event
+        self.result = TraceResult(path, coverage=self.st.cov)
+        self.timeline = Timeline(self.st.pools)
+        self.peaks = {n: [p.capacity, 0, 0, p.capacity] for n, p in self.st.pools.items()}
+        self._handlers = {kt.Activate: self._activate, kt.Map: self._map, kt.Grow: self._grow,
+                          kt.Launch: self._launch, kt.Complete: self._complete, kt.Fail: self._fail,
+                          kt.Truncate: self._truncate, kt.Finish: self._finish, kt.Release: self._release,
+                          kt.Offload: self._offload, kt.DropDevice: self._drop_device, kt.DropHost: self._drop_host,
+                          kt.Xfer: self._xfer, kt.Observe: self._observe, kt.Cow: self._cow}
+        self._config_findings(self.checker.config())
+        self.timeline.record(-1, self.st.pools, force=True)
+
+    def _config_findings(self, findings) -> None:
+        for f in findings:
+            self._violation(f, -1, 1, "header")
+
+    # -- bookkeeping --------------------------------------------------------------------------------
+    def _violation(self, f: Finding, index: int, line: int, op: str) -> None:
+        self.result.violations.append({"rule": f.rule, "trace": self.path, "event": index, "line": line, "op": op,
+                                       "message": f.message, "context": dict(f.context)})
+
+    def _refusal(self, index: int, op: str, reason: str) -> None:
+        self.result.refusals.append({"trace": self.path, "event": index, "op": op, "reason": reason})
+
+    def step(self, index: int, line: int, ev) -> bool:
+        """Apply one event; returns False when replay must stop (stop_at_first after a violation)."""
+        st = self.st
+        st.reset_touched()
+        op = ev.op
+        res = ev.result
+        bad = None
+        try:
+            if res is not None and op not in kt.REQUEST_OPS and not res.ok:
+                self._refusal(index, op, "engine" + (f": {res.error}" if res.error else ""))
+            else:
+                outcome = self._handlers[type(ev)](ev)
+                if isinstance(outcome, Refusal):
+                    self._refusal(index, op, outcome.reason)
+                elif self.observer is not None:
+                    self.observer.applied(ev, outcome, index, line)
+        except ContractViolation as exc:
+            bad = exc.findings
+        found = self.checker.incremental(op) if (st.t_pages or st.t_spaces or st.t_pools or st.t_rows or st.t_host) else ()
+        if self.observer is not None and bad is None:
+            found = list(found) + self.observer.check(index, line)
+        if index and index % self.audit_every == 0:
+            found = list(found) + self.checker.audit()
+        if bad or found:
+            for f in bad or ():
+                self._violation(f, index, line, op)
+            for f in found:
+                self._violation(f, index, line, op)
+        if st.t_pools or bad or found:
+            self._sample(index, force=bool(bad or found))
+        if (bad or found) and self.stop_at_first:
+            self.result.stopped = True
+            return False
+        return True
+
+    def _sample(self, index: int, force: bool) -> None:
+        self.timeline.record(index, self.st.pools, force)
+        for name in self.st.t_pools if not force else self.st.pools:
+            p = self.st.pools[name]
+            pk = self.peaks[name]
+            if p.allocated > pk[1]:
+                pk[1] = p.allocated
+            if p.reserved > pk[2]:
+                pk[2] = p.reserved
+            if p.available < pk[3]:
+                pk[3] = p.available
+
+    def finish(self, events: int, sha256: str) -> TraceResult:
+        st = self.st
+        st.reset_touched()
+        for f in self.checker.audit():
+            self._violation(f, events, 0, "audit")
+        r = self.result
+        r.events, r.sha256 = events, sha256
+        r.pools = {n: {"capacity": pk[0], "peak_allocated": pk[1], "peak_reserved": pk[2], "min_available": pk[3]}
+                   for n, pk in self.peaks.items()}
+        r.timeline = self.timeline.as_dict()
+        return r
+
+    # -- requests -------------------------------------------------------------------------------------
+    def _diverged(self, rule: str, message: str, **ctx):
+        self.st.cov.check(rule, exercised=True)
+        self.st.cov.violate(rule)
+        return violation(rule, message, **ctx)
+
+    def _activate(self, ev):
+        st, res = self.st, ev.result
+        if res is not None and not res.ok:
+            try:
+                planned = plan_activation(st, ev.seq, ev.prompt, ev.budget, ev.from_, ev.keep_source, None, None)
+            except ContractViolation:
+                return Refusal(res.error or "engine")
+            if isinstance(planned, Refusal):
+                return Refusal(planned.reason)
+            raise self._diverged("TRACE-1", f"engine refused activating {ev.seq!r} ({res.error or 'no reason'}), "
+                                 "but the contract's accounting admits it (capacity and a row are free)", seq=ev.seq)
+        rows = None if res is None or res.rows is None else dict(res.rows)
+        pages = None if res is None or res.pages is None else {k: list(v) for k, v in res.pages.items()}
+        out = st.activate(ev.seq, ev.prompt, ev.budget, ev.from_, ev.keep_source, rows, pages)
+        if isinstance(out, Refusal) and res is not None:
+            raise self._diverged("TRACE-1", f"engine activated {ev.seq!r}, the contract requires a refusal "
+                                 f"({out.reason}: {out.detail})", seq=ev.seq, reason=out.reason)
+        return out
+
+    def _map(self, ev):
+        st, res = self.st, ev.result
+        if res is not None and not res.ok:
+            refusal = would_map(st, ev.seq, ev.pool, ev.tokens)
+            if refusal is None:
+                raise self._diverged("ENT-2", f"ensure_mapped_to_tokens({ev.tokens}) failed for {ev.seq!r} "
+                                     f"({ev.pool}) although the entitlement covers it", seq=ev.seq, pool=ev.pool)
+            return refusal
+        pages = None if res is None or res.pages is None else list(res.pages)
+        out = st.map(ev.seq, ev.pool, ev.tokens, pages)
+        if isinstance(out, Refusal) and res is not None:
+            raise self._diverged("ENT-2", f"engine mapped {ev.seq!r} ({ev.pool}) to {ev.tokens} tokens beyond the "
+                                 f"entitlement ({out.detail})", seq=ev.seq, pool=ev.pool, tokens=ev.tokens)
+        return out
+
+    def _grow(self, ev):
+        st, res = self.st, ev.result
+        if res is not None and res.ok:
+            planned = plan_grow(st, ev.seq)
+            if isinstance(planned, Refusal):
+                raise self._diverged("TRACE-1", f"engine grew {ev.seq!r}'s window, the contract requires a refusal "
+                                     f"({planned.reason}: {planned.detail})", seq=ev.seq)
+        elif res is not None:
+            planned = plan_grow(st, ev.seq)
+            if not isinstance(planned, Refusal):
+                raise self._diverged("TRACE-1", f"engine refused growing {ev.seq!r}'s window, but every pool can "
+                                     "cover the next rung", seq=ev.seq)
+        return st.grow(ev.seq, None if res is None else res.bounded_at)
+
+    def _cow(self, ev):
+        res = ev.result
+        page = None
+        if res is not None and not res.ok:
+            return Refusal(res.error or "engine")
+        if res is not None and res.page is not None:
+            page = res.page
+        return self.st.cow(ev.seq, ev.pool, ev.block, page)
+
+    # -- facts ------------------------------------------------------------------------------------
+    def _launch(self, ev):
+        return self.st.launch(ev.unit, [(r.seq, r.pool, r.write) for r in ev.rows])
+
+    def _complete(self, ev):
+        return self.st.complete(ev.unit, [(c.seq, c.pool, c.frontier) for c in ev.commit])
+
+    def _fail(self, ev):
+        return self.st.fail(ev.unit)
+
+    def _truncate(self, ev):
+        return self.st.truncate(ev.seq, ev.pool, ev.frontier)
+
+    def _finish(self, ev):
+        return self.st.finish(ev.seq, ev.retain, ev.state_image)
+
+    def _release(self, ev):
+        return self.st.release(ev.ckpt)
+
+    def _offload(self, ev):
+        return self.st.offload(ev.ckpt, ev.pool, ev.blocks)
+
+    def _drop_device(self, ev):
+        return self.st.drop_device(ev.ckpt, ev.pool, ev.blocks)
+
+    def _drop_host(self, ev):
+        return self.st.drop_host(ev.ckpt, ev.pool, ev.blocks)
+
+    def _xfer(self, ev):
+        return self.st.xfer(ev.xfer, ev.dir, ev.ckpt, ev.pool, ev.blocks, ev.phase)
+
+    def _observe(self, ev):
+        if ev.seq is None:
+            return self.st.observe_pool(ev.pool, ev.allocated, ev.reserved, ev.available)
+        return self.st.observe_row(ev.seq, ev.pool, None if ev.table is None else list(ev.table), ev.frontier)
+
+
+def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY, observer_factory=None,
+                 progress=None) -> TraceResult:
+    """Replay one trace file; raises TraceInputError for malformed input (exit code 2)."""
+    path = os.fspath(path)
+    with open_trace(path) as reader:
+        observer = None if observer_factory is None else observer_factory(reader.header)
+        rep = TraceReplay(path, reader.header, stop_at_first, audit_every, observer)
+        step = rep.step
+        n = 0
+        for index, line, ev in reader:
+            n = index + 1
+            if not step(index, line, ev):
+                break
+            if progress is not None and not n & 4095:
+                progress(4096)
+        sha = reader.sha256
+        events = reader.events if not rep.result.stopped else n
+    return rep.finish(events, sha)
+
+
+__all__ = ["TraceResult", "TraceReplay", "replay_trace", "TraceInputError"]

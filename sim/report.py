@@ -1,0 +1,41 @@
+"""Turning replay results into the kvreport/1 dict (DESIGN §8) and the timelines the HTML plots.
+
+Deterministic: traces in the order given, violations and refusals in event order, rules in catalogue
+order, counters summed over traces. The renderers (report_json / report_junit / report_markdown /
+report_html / report_console) take what this module builds.
+"""
+
+from __future__ import annotations
+
+from kvmodel.store.coverage import Coverage
+from spec.catalogue import all_rules
+
+
+def build_report(results: list) -> dict:
+    total = Coverage()
+    for r in results:
+        total.merge(r.coverage)
+    rules = {}
+    for rule in all_rules():
+        c, e, v = total.counts(rule.id)
+        rules[rule.id] = {"title": rule.title, "clause": rule.clause, "checked": c, "exercised": e, "violated": v}
+    violations = [v for r in results for v in r.violations]
+    traces = {}
+    for r in results:
+        per_rule = {}
+        for rule in all_rules():
+            c, e, v = r.coverage.counts(rule.id)
+            per_rule[rule.id] = {"checked": c, "exercised": e, "violated": v}
+        traces[r.path] = {"events": r.events, "refusals": len(r.refusals), "violations": len(r.violations),
+                          "rules": per_rule, "pools": r.pools}
+    return {"format": "kvreport/1",
+            "inputs": [{"path": r.path, "sha256": r.sha256, "events": r.events} for r in results],
+            "verdict": "fail" if violations else "pass",
+            "violations": violations,
+            "refusals": [x for r in results for x in r.refusals],
+            "rules": rules,
+            "stats": {"traces": traces}}
+
+
+def timelines(results: list) -> dict:
+    return {r.path: r.timeline for r in results}

@@ -1,0 +1,97 @@
+"""CAP-*: capacity resolution, backend pool sizes, pool accounting, fixed separate pools, typed bytes."""
+
+from __future__ import annotations
+
+from kvmodel.store.capacity import pool_pages, resolve_explicit, resolve_automatic, m_range
+from kvmodel.store.config import ceil_div
+from kvmodel.store.planes import PAGE_SIZE, bytes_per_token_head
+
+from ..catalogue import state_rule
+
+SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 402}
+
+
+@state_rule("CAP-1", "Main capacity M is resolved by the explicit or automatic policy within [M_min, M_max]",
+            'store contract: "M_{min}=\\max(L,C)", "M=\\left\\lceil K_{main}/P\\right\\rceil", "Automatic 选择"',
+            scope="config",
+            decisions="No kv_capacity means M_max. B(M) = reserved_bytes + Σ pools (256-byte-aligned plane slabs "
+                      "+ I32 block table); B_step is measured as B(M_min+1) − B(M_min) with the same layout "
+                      "builder and the resolved layout must lie on the affine curve, else the config is refused.")
+def cap_1(st, _entity, full):
+    cfg, res = st.config, st.resolution
+    m_min, m_max = m_range(cfg)
+    if not m_min <= res.m <= m_max:
+        return f"M = {res.m} outside [M_min, M_max] = [{m_min}, {m_max}]"
+    pol = cfg.capacity
+    if pol.kind == "explicit" and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
+        return f"explicit kv_capacity {pol.tokens} resolved to M = {res.m}, not ceil(K/P)"
+    if pol.kind == "automatic" and res.m != resolve_automatic(res.curve, pol.free_bytes, pol.headroom_bytes):
+        return f"automatic kv_capacity resolved to M = {res.m}, not min(M_max, M_min + floor((F-R-B_min)/B_step))"
+    if pol.kind == "max" and res.m != m_max:
+        return f"default kv_capacity resolved to M = {res.m}, not M_max = {m_max}"
+    if res.layout.reservation_bytes != res.curve.bytes_at(res.m):
+        return f"B({res.m}) = {res.layout.reservation_bytes} B is off the affine curve"
+    return True
+
+
+@state_rule("CAP-2", "Backend pool sizes derive from M: MTP M + C·ceil((K−1)/P), Draft Full M, at most two pools",
+            'store contract: "MTP physical pages = M + C * ceil((K - 1) / P)", "当前最多有两个 growing pools"',
+            scope="config",
+            decisions="DFlash/DFlash2 get a Draft Full pool only with full_layers > 0 (the official DFlash2 config "
+                      "has none and needs Main only).")
+def cap_2(st, _entity, full):
+    want = pool_pages(st.config, st.resolution.m)
+    have = {name: pool.capacity for name, pool in st.pools.items()}
+    if have != want:
+        return f"pool pages {have}, the contract derives {want}"
+    if len(have) > 2:
+        return f"{len(have)} growing pools; at most two"
+    return len(have) > 1 or None
+
+
+@state_rule("CAP-3", "Per pool allocated + reserved + available = capacity, all >= 0",
+            'store contract: "allocated+reserved+available=capacity"', scope="pool",
+            decisions="The audit recounts allocated from the leases; reserved is the sum of active reservations "
+                      "(checked under ENT-1).")
+def cap_3(st, name, full):
+    p = st.pools[name]
+    if p.allocated < 0 or p.reserved < 0 or p.available < 0:
+        return f"{name}: allocated {p.allocated}, reserved {p.reserved}, available {p.available} (negative)"
+    if p.allocated + p.reserved + p.available != p.capacity:
+        return f"{name}: allocated + reserved + available != capacity {p.capacity}"
+    if full:
+        leased = sum(1 for _ in p.leased_ids())
+        if leased != p.allocated:
+            return f"{name}: {leased} ids leased but allocated = {p.allocated}"
+    return True
+
+
+@state_rule("CAP-4", "Pools are fixed at startup and physically separate: no resize, no lending",
+            'store contract: "各 pools 物理分离。一个 pool 的 free page 不能变成另一 pool 的 payload"', scope="pool")
+def cap_4(st, name, full):
+    p = st.pools[name]
+    if p.capacity != st.resolution.pages[name]:
+        return f"{name}: capacity {p.capacity} differs from the startup vector {st.resolution.pages[name]}"
+    if full:
+        for pid in p.leased_ids():
+            h = p.holder[pid]
+            if h is None or h.pool != name:
+                return f"{name}: page {pid} carries a page of pool {getattr(h, 'pool', None)!r}"
+    return True
+
+
+@state_rule("CAP-5", "Byte accounting comes from the typed plane inventory (PageBytes, startup bytes)",
+            'store contract: "PageBytes=\\sum_{plane} PlaneBytesPerToken\\cdot P", "不能用 2 * vector_bytes 代替 K8V4"',
+            scope="config",
+            decisions="Draft Full uses its own BF16 profile at the draft head_dim; the BF16 profile stores BF16 V.")
+def cap_5(st, _entity, full):
+    cfg = st.config
+    if bytes_per_token_head(cfg.kv_profile, 256) != SEED_BYTES_D256[cfg.kv_profile]:
+        return f"{cfg.kv_profile}: inventory gives {bytes_per_token_head(cfg.kv_profile, 256)} B/token/head"
+    for name, g in st.geometry.items():
+        per_token = sum(p.bytes_per_token_head for p in g.planes) * g.kv_heads * g.layers
+        if g.page_bytes != per_token * PAGE_SIZE or st.pools[name].page_bytes != g.page_bytes:
+            return f"{name}: PageBytes {st.pools[name].page_bytes} != Σ plane bytes · P = {per_token * PAGE_SIZE}"
+        if g.startup_bytes < g.page_bytes * g.pages:
+            return f"{name}: startup bytes {g.startup_bytes} below pages · PageBytes"
+    return True

@@ -1,0 +1,37 @@
+"""CKPT-*: complete continuations, one-at-a-time release, Move versus Fork."""
+
+from __future__ import annotations
+
+from kvmodel.store import activation, settle
+
+from ..catalogue import state_rule, transition_rule
+
+
+@state_rule("CKPT-1", "A checkpoint is retained (and hit) only as a complete continuation: Main + backend + StateImage",
+            'store contract: "Retain 只有在 Main、backend 与 StateImage 构成同一完整 continuation 时才能发布"',
+            scope="space",
+            decisions="`finish` with state_image false cannot retain; a retained checkpoint holds an inactive, "
+                      "protected space in every enabled pool.")
+def ckpt_1(st, space, full):
+    if space.active:
+        return None
+    ck = st.checkpoints.get(space.owner)
+    if ck is None or not ck.state_image:
+        return f"checkpoint {space.owner!r} is retained without a StateImage"
+    if tuple(ck.spaces) != st.pool_names or any(s.active for s in ck.spaces.values()):
+        return f"checkpoint {space.owner!r} covers pools {list(ck.spaces)}, the continuation needs {list(st.pool_names)}"
+    if space.protected != space.committed:
+        return f"checkpoint {space.owner!r} ({space.pool}) protects {space.protected} of {space.committed} tokens"
+    return True
+
+
+transition_rule("CKPT-2", "Release drops references one at a time; a double release is a violation",
+                'store contract: "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas"',
+                settle.release)
+
+transition_rule("CKPT-3", "Move only when no immutable reference to the source survives; otherwise Fork",
+                'store contract: "Private source 在最终 post-state 中没有 surviving immutable reference 时，可以 Move"',
+                activation.plan_activation,
+                decisions="keep_source=false consumes the checkpoint (Move); pages another checkpoint still "
+                          "references stay shared and a shared partial tail is copied. An engine that reuses the "
+                          "source's partial tail while the source survives broke the rule.")

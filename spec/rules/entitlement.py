@@ -1,0 +1,54 @@
+"""ENT-*: entitlement accounting, ensure_mapped_to_tokens, round-boundary growth, truncate returns."""
+
+from __future__ import annotations
+
+from kvmodel.store import mapping, settle, units
+from kvmodel.store.config import ceil_div, PAGE_SIZE
+
+from ..catalogue import state_rule, transition_rule
+
+
+@state_rule("ENT-1", "Active entitlement is not returned to global available before terminal release",
+            'store contract: "Active entitlement在terminal release前不进入global available capacity"', scope="space",
+            decisions="Entitlement = membership + reservation; default ceil(min(S, prompt+budget)/P) pages, "
+                      "MTP may lead by ceil((K−1)/P), Draft Full equals Main. The pool's reserved is the sum of "
+                      "active reservations (audit recount); only finish returns a reservation.")
+def ent_1(st, space, full):
+    if not space.active:
+        return f"inactive {space.owner!r} ({space.pool}) holds a reservation of {space.reservation}" \
+            if space.reservation else None
+    if space.reservation < 0 or space.entitlement > st.L:
+        return f"{space.owner!r} ({space.pool}): reservation {space.reservation}, entitlement {space.entitlement} > L"
+    if full:
+        total = sum(s.reservation for s in st.all_spaces() if s.active and s.pool == space.pool)
+        if total != st.pools[space.pool].reserved:
+            return f"{space.pool}: active reservations sum to {total}, the pool counts {st.pools[space.pool].reserved} reserved"
+    return True
+
+
+transition_rule("ENT-2", "ensure_mapped_to_tokens is a lower bound that fails only beyond the entitlement",
+                'store contract: "ensure_mapped_to_tokens() 的参数是本阶段所需覆盖范围的下界"', mapping.ensure_mapped,
+                decisions="A refusal while the entitlement covers the request, or mapping more/fewer new pages "
+                          "than needed, is a violation.")
+
+transition_rule("ENT-3", "Launches are covered by entitlement at the round boundary; growth only there; bounded completion",
+                'store contract: "每个 launch 在 round boundary 上要求 entitlement 覆盖该步所需 pages"', units.launch,
+                decisions="kv_lease_growth: window max(prefill_chunk, window) tokens + cushion pages, rungs of "
+                          "extra tokens (window, 128, 64) as NInfer, all pools atomically; a refused growth fixes "
+                          "the covered frontier min(ceiling, Main entitlement·P) and later writes beyond it are "
+                          "violations (kvmodel.store.mapping.grow enforces the boundary and bounded_at).")
+
+
+@state_rule("ENT-4", "Truncated leases return to the same reservation; the last partial page is kept",
+            'store contract: "对 active address space，解除的 Device leases 回到 同一 active reservation"', scope="space",
+            decisions="State form: an active space keeps at least ceil(committed/P) pages. Transition "
+                      "(kvmodel.store.settle.cut_to): private unmapped pages dematerialize into the reservation; "
+                      "an unmapped shared page returns no lease and its entitlement unit goes with it.")
+def ent_4(st, space, full):
+    if len(space.pages) * PAGE_SIZE < space.committed:
+        return (f"{space.owner!r} ({space.pool}) keeps {len(space.pages)} pages for frontier {space.committed} "
+                f"(needs {ceil_div(space.committed, PAGE_SIZE)})")
+    return True if space.active else None
+
+
+_enforcers = (settle.cut_to,)

@@ -1,0 +1,116 @@
+"""PAGE-*: leases carry one page, stale handles, replica validity, reclamation and leaks, identity."""
+
+from __future__ import annotations
+
+from kvmodel.store import observe
+from kvmodel.store.config import PAGE_SIZE
+
+from ..catalogue import state_rule, transition_rule
+from ..leaks import leaked
+
+
+def _pending_dest(st, pool, pid) -> bool:
+    return any(x.direction == "h2d" and x.pool == pool and pid in x.dest and x.phase in ("reserve", "copy", "verify")
+               for x in st.xfers.values())
+
+
+@state_rule("PAGE-1", "A Device page-group lease carries at most one logical page replica",
+            'store contract: "每个 Device page-group lease 在所属 pool 中至多承载一个 logical page replica"',
+            scope="page",
+            decisions="A lease reserved by an in-flight h2d transfer carries its page before publication.")
+def page_1(st, page, full):
+    if not page.alive or page.device < 0:
+        return None
+    holder = st.pools[page.pool].holder[page.device]
+    if holder is not page:
+        return f"{page.pool} page {page.device} is claimed by descriptor {page.handle} but carries {getattr(holder, 'handle', None)}"
+    return True
+
+
+def page_1_pool(st, name):
+    """Audit form: every leased id's holder is a live page on that id (or an h2d destination)."""
+    p = st.pools[name]
+    for pid in p.leased_ids():
+        h = p.holder[pid]
+        if h is None or not h.alive or (h.device != pid and not _pending_dest(st, name, pid)):
+            return f"{name} page {pid} is leased to {getattr(h, 'handle', None)}, which does not carry it"
+    return None
+
+
+transition_rule("PAGE-2", "A stale lease or page handle (older generation) is refused",
+                'store contract: "generation 防止 release/reuse 后的 stale handle"', observe.observe_row,
+                decisions="Leases and descriptors carry generations (DevicePagePool.is_current, "
+                          "LogicalPageStore.is_current); in a trace, an engine table entry naming a released "
+                          "page id is the stale handle.")
+
+
+@state_rule("PAGE-3", "A replica is valid for n columns iff its epoch equals the page's and coverage >= n",
+            'store contract: "replica.epoch=page.epoch \\quad\\land\\quad replica.coverage\\ge n"', scope="page",
+            decisions="Every active holder needs a valid Device replica for the columns it has committed in "
+                      "the page; a retained checkpoint needs one valid replica (Device or Host).")
+def page_3(st, page, full):
+    if not page.alive or not page.holders:
+        return None
+    base = page.block * PAGE_SIZE
+    dev_ok = page.device >= 0 and page.dev_epoch == page.epoch
+    for h in page.holders:
+        n = h.committed - base
+        n = 0 if n < 0 else PAGE_SIZE if n > PAGE_SIZE else n
+        if dev_ok and page.dev_cov >= n:
+            continue
+        if h.active:
+            if not page.device_valid(n):
+                return f"{h.owner!r} ({h.pool}) block {page.block}: Device replica invalid for {n} columns"
+        elif not (page.device_valid(n) or page.host_valid(n)):
+            return f"checkpoint {h.owner!r} ({h.pool}) block {page.block}: no replica valid for {n} columns"
+    return True
+
+
+@state_rule("PAGE-4", "A descriptor is reclaimed only at zero references, replicas and pins; nothing leaks",
+            'store contract: "只有当 references、replicas 和 transaction pins 均为零时，descriptor 才能回收并推进 generation"',
+            scope="page", full=leaked,
+            decisions="The audit builds the ownership graph (networkx) from live address spaces and open "
+                      "transfers; every lease and Host slice must be reachable.")
+def page_4(st, page, full):
+    if not page.alive:
+        if page.device >= 0 or page.host is not None or page.holders or page.pins:
+            return f"reclaimed descriptor {page.handle} still holds references, replicas or pins"
+        return None
+    if not page.holders and not page.pins:
+        return f"descriptor {page.handle} has no references or pins but was not reclaimed"
+    if page.device < 0 and page.host is None and not page.pins:
+        return f"descriptor {page.handle} is referenced but has no replica"
+    return True
+
+
+def distinct_identities(st):
+    """Audit form of PAGE-5 over every space and pool."""
+    for space in st.all_spaces():
+        seen = set()
+        for b, page in enumerate(space.pages):
+            if page in seen:
+                return f"{space.owner!r} ({space.pool}) maps descriptor {page.handle} twice"
+            seen.add(page)
+    for store in st.page_stores.values():
+        epochs = {}
+        for p in store.live_pages():
+            if p.epoch in epochs:
+                return f"{store.pool}: pages {epochs[p.epoch].handle} and {p.handle} share epoch {p.epoch}"
+            epochs[p.epoch] = p
+    return None
+
+
+@state_rule("PAGE-5", "Logical identity, content epoch and physical page id are independent",
+            'store contract: "Logical page identity、content epoch与physical page ID彼此独立"', scope="page",
+            full=distinct_identities,
+            decisions="Checked as: a page sits at its own block index in every holder (its physical id may "
+                      "change, its identity does not); the audit also checks that a space never maps one "
+                      "descriptor twice and that live pages of a pool have distinct content epochs.")
+def page_5(st, page, full):
+    if not page.alive or not page.holders:
+        return None
+    b = page.block
+    for h in page.holders:
+        if b >= len(h.pages) or h.pages[b] is not page:
+            return f"page {page.handle} (block {b}) is referenced by {h.owner!r} ({h.pool}) at another position"
+    return True

@@ -1,0 +1,73 @@
+"""REP-*: publication order, pins, Host arena geometry, last replica."""
+
+from __future__ import annotations
+
+from kvmodel.store import transfers
+
+from ..catalogue import state_rule, transition_rule
+
+transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, verify, publish, release source",
+                'store contract: "reserve destination -> copy page payload -> verify epoch and committed coverage"',
+                transfers.xfer,
+                decisions="`offload` applies the whole order as one fact; `xfer` logs it phase by phase and any "
+                          "phase out of order is the violation.")
+
+
+@state_rule("REP-2", "Source and destination are pinned during a copy; pinned pages are not evicted or reused",
+            'store contract: "Copy 进行时 source 与 destination 都被 pin"', scope="page",
+            decisions="A transfer pins its destination from reserve and its source from copy until publish; "
+                      "drop/offload/transfer of a pinned page is a violation, and activation of a checkpoint "
+                      "with pinned pages is refused (busy).")
+def rep_2(st, page, full):
+    if not page.alive:
+        return None
+    want = 0
+    for x in st.xfers.values():
+        if page in x.pages and x.phase in ("reserve", "copy", "verify"):
+            want += 2 if x.pinned_source else 1
+    if page.pins != want:
+        return f"page {page.handle} has {page.pins} pins, open transfers account for {want}"
+    return True if want else None
+
+
+@state_rule("REP-3", "Host arena extents are in bounds and disjoint; plans are checked against geometry",
+            'store contract: "Plan 必须针对完整 release/allocation recipe 验证 extent geometry"', scope="store",
+            decisions="One extent of n page strides per transfer (first fit); partial release frees page slices; "
+                      "a plan that needs more than the largest free extent is a violation even when free bytes "
+                      "suffice.")
+def rep_3(st, _entity, full):
+    arena = st.arena
+    spans = [(off, page.host.size) for off, page in st.host_slices.items()]
+    for x in st.xfers.values():
+        if x.direction == "d2h" and x.phase in ("reserve", "copy", "verify"):
+            stride = st.pools[x.pool].page_bytes
+            spans += [(d, stride) for d in x.dest]
+    spans += arena.free_extents()
+    spans.sort()
+    end = 0
+    for off, size in spans:
+        if off < end or off + size > arena.capacity:
+            return f"host extent [{off}, {off + size}) overlaps another or leaves the arena of {arena.capacity} B"
+        end = off + size
+    if sum(s for _, s in spans) != arena.capacity:
+        return f"host arena accounts for {sum(s for _, s in spans)} B of {arena.capacity} B"
+    for off, page in st.host_slices.items():
+        if page.host is None or page.host.offset != off:
+            return f"host slice at {off} is not the replica of its page {page.handle}"
+    return True if st.host_slices else None
+
+
+@state_rule("REP-4", "A host-only page keeps its last replica; a Device replica drops only when safe",
+            'store contract: "唯一有效 source 也不能先释放"', scope="page",
+            decisions="State form: every referenced page has a replica valid for its committed columns. A "
+                      "Device replica may drop only with a current Host replica and no active reference or pin "
+                      "(kvmodel.store.transfers).")
+def rep_4(st, page, full):
+    if not page.alive or not page.holders:
+        return None
+    n = page.committed
+    if page.device >= 0 and page.dev_epoch == page.epoch and page.dev_cov >= n:  # device_valid(n), inlined
+        return True
+    if not page.host_valid(n):
+        return f"page {page.handle} has no replica valid for its {n} committed columns"
+    return True

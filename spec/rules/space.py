@@ -1,0 +1,93 @@
+"""AS-*: execution rows, frontiers, the block-table mirror, atomic activation, separate Main/backend."""
+
+from __future__ import annotations
+
+from kvmodel.store.config import PAGE_SIZE
+from kvmodel.store.tables import HOLE
+
+from ..catalogue import state_rule
+
+
+@state_rule("AS-1", "Inactive spaces hold no row; one active space per row; rows own no pages",
+            'store contract: "Inactive address space不占execution row；execution row不拥有logical pages"',
+            scope="space")
+def as_1(st, space, full):
+    if not space.active:
+        return f"inactive {space.owner!r} ({space.pool}) holds row {space.row}" if space.row >= 0 else None
+    t = st.tables[space.pool]
+    if not 0 <= space.row < t.rows or t.owner[space.row] is not space:
+        return f"active {space.owner!r} ({space.pool}) row {space.row} is not leased to it"
+    return True
+
+
+@state_rule("AS-2", "protected <= committed frontier <= mapped extent <= L·P, token-exact",
+            'store contract: "Valid frontier精确到token；page boundary不改变Attention或checkpoint语义"', scope="space",
+            decisions="Membership may exceed the committed frontier (pre-materialized chunk or speculative window).")
+def as_2(st, space, full):
+    if not 0 <= space.protected <= space.committed <= len(space.pages) * PAGE_SIZE <= st.L * PAGE_SIZE:
+        return (f"{space.owner!r} ({space.pool}): protected {space.protected}, committed {space.committed}, mapped "
+                f"{len(space.pages) * PAGE_SIZE}, L·P {st.L * PAGE_SIZE} are out of order")
+    return True
+
+
+@state_rule("AS-3", "An active row's block table mirrors its membership; holes elsewhere",
+            'store contract: "Address space 拥有 logical order；block table只是 active Device mapping 的执行镜像"',
+            scope="row",
+            decisions="Incrementally, the members a step touched and the first entry past the membership are "
+                      "compared; the audit compares whole rows, leased or not.")
+def as_3(st, key, full):
+    pool, row = key
+    t = st.tables[pool]
+    owner = t.owner[row]
+    entries = t.table[row]
+    n = 0 if owner is None else len(owner.pages)
+    if owner is not None:
+        pages = owner.pages
+        blocks = range(n) if full else [p.block for p in st.t_pages if p.alive and p.block < n and pages[p.block] is p]
+        for b in blocks:
+            if entries[b] != pages[b].device:
+                return f"{pool} row {row} block {b} maps {entries[b]}, membership has page {pages[b].device}"
+    if full:
+        for b in range(n, len(entries)):
+            if entries[b] != HOLE:
+                return f"{pool} row {row} block {b} maps {entries[b]} outside the membership"
+    elif n < len(entries) and entries[n] != HOLE:
+        return f"{pool} row {row} block {n} maps {entries[n]} outside the membership"
+    return True if owner is not None else None
+
+
+@state_rule("AS-4", "Activation is atomic over every enabled pool; a failure leaves the source intact",
+            'store contract: "Activation 必须为全部 enabled pools 原子取得"', scope="space",
+            decisions="State form: an active bundle holds an active space in exactly the enabled pools. The "
+                      "transition is plan-then-apply (kvmodel.store.activation), so a refusal or violation "
+                      "changes nothing; an engine result covering only some pools is a violation.")
+def as_4(st, space, full):
+    if not space.active:
+        return None
+    bundle = st.bundles.get(space.owner)
+    if bundle is None or bundle.spaces.get(space.pool) is not space:
+        return f"active space {space.uid} ({space.pool}) belongs to no active bundle"
+    if tuple(bundle.spaces) != st.pool_names or not all(s.active for s in bundle.spaces.values()):
+        return f"bundle {bundle.seq!r} is partial: pools {list(bundle.spaces)}, enabled {list(st.pool_names)}"
+    return True
+
+
+@state_rule("AS-5", "Main and backend reserve/materialize/commit/truncate separately; backend kept while active",
+            'store contract: "Main与backend pools分别reserve、materialize、commit和truncate", '
+            '"Active sequence 不能按 request 临时关闭 selected backend"', scope="space",
+            decisions="An operation naming a pool the bundle does not hold is a violation "
+                      "(kvmodel.store.mapping.active_space).")
+def as_5(st, space, full):
+    if space.active:
+        bundle = st.bundles.get(space.owner)
+        holder = None if bundle is None else bundle.spaces
+    else:
+        ck = st.checkpoints.get(space.owner)
+        holder = None if ck is None else ck.spaces
+    if holder is None:
+        return f"space {space.uid} ({space.pool}) belongs to no bundle or checkpoint"
+    others = [s for p, s in holder.items() if p != space.pool]
+    if any(s is space or s.pool == space.pool for s in others) or holder.get(space.pool) is not space:
+        return f"space {space.uid} ({space.pool}) is shared between pools of {space.owner!r}"
+    return True if others else None
+

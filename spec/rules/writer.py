@@ -1,0 +1,59 @@
+"""WR-*: one writer per page, shared pages immutable, protected columns, token-exact fork."""
+
+from __future__ import annotations
+
+from kvmodel.store import activation
+
+from ..catalogue import state_rule, transition_rule
+
+
+@state_rule("WR-1", "At most one writer per logical page, and only its sole active holder",
+            'store contract: "任一 logical page 同时至多一个 writer"', scope="page",
+            decisions="The writer is explicit state; it must be the page's only holder and active. A launch "
+                      "writing a page it is not the writer of is a violation (kvmodel.store.units).")
+def wr_1(st, page, full):
+    w = page.writer
+    if not page.alive or w is None:
+        return None
+    if len(page.holders) != 1 or page.holders[0] is not w or not w.active:
+        return f"page {page.handle} has writer {w.owner!r} but holders {[h.owner for h in page.holders]}"
+    return True
+
+
+@state_rule("WR-2", "Shared pages are immutable; a non-aligned shared tail is copied (COW) before writing",
+            'store contract: "存在多个 address-space references 的 full page immutable； 需要写入 shared partial tail 时必须先 COW"',
+            scope="page",
+            decisions="A launch writing a block whose page has several references is the violation; `cow` "
+                      "(a kvtrace/1 extension) replaces the member with a private copy first.")
+def wr_2(st, page, full):
+    if not page.alive or page.refs <= 1:
+        return None
+    if page.writer is not None:
+        return f"shared page {page.handle} ({page.refs} references) has writer {page.writer.owner!r}"
+    return True
+
+
+@state_rule("WR-3", "Checkpoint-protected columns are never overwritten",
+            'store contract: "Published checkpoint所需coverage不可被writer覆盖"', scope="page",
+            decisions="Protected columns are derived from the holders' checkpoint-protected frontiers (a "
+                      "retained checkpoint protects its committed frontier); they must be committed content. A "
+                      "write or truncate below them is the transition violation.")
+def wr_3(st, page, full):
+    if not page.alive:
+        return None
+    holders = page.holders
+    if len(holders) == 1 and not holders[0].protected:
+        return None  # one holder protecting nothing (page.protected == 0, decided without the scan)
+    prot = page.protected
+    if prot <= 0:
+        return None
+    if prot > page.committed:
+        return f"page {page.handle} protects {prot} columns but has only {page.committed} committed"
+    return True
+
+
+transition_rule("WR-4", "Fork is token-exact: full pages shared, partial tail copied, frontier not rounded",
+                'store contract: "checkpoint frontier (F=1000)" — 15 shared full pages + a 40-column private tail',
+                activation.plan_pool,
+                decisions="An engine result mapping floor(F/P) pages for a fork at a non-aligned F (tail dropped) "
+                          "is the violation; the tail copy keeps the source's content keys.")
