@@ -1,0 +1,102 @@
+"""`kvsim capacity`: capacity resolution and the byte tables of a configuration.
+
+Everything printed comes from the model's own resolution (kvmodel.store.capacity) and typed plane
+inventory (kvmodel.store.planes): the same figures the replay uses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.table import Table
+
+from kvmodel.store import (PROFILES, BackendConfig, CapacityPolicy, ConfigError, KVStore, ModelGeometry,
+                           StoreConfig, bytes_per_token_head)
+
+from .config_io import store_for
+from .trace_io import open_trace
+
+
+def config_from_args(args) -> StoreConfig:
+    from .cli import InputError
+    kind, _, n = args.backend.partition(":")
+    try:
+        if kind == "mtp":
+            backend = BackendConfig("mtp", draft_window=int(n or 1))
+        elif kind in ("dflash", "dflash2"):
+            backend = BackendConfig(kind, full_layers=int(n or (1 if kind == "dflash" else 0)))
+        elif kind == "off":
+            backend = BackendConfig("off")
+        else:
+            raise ValueError(kind)
+    except ValueError:
+        raise InputError(f"--backend:0: expected off | mtp:K | dflash:N | dflash2, got {args.backend!r}") from None
+    if args.kv_tokens is not None:
+        cap = CapacityPolicy(tokens=args.kv_tokens)
+    elif args.free_bytes is not None:
+        cap = CapacityPolicy(free_bytes=args.free_bytes, headroom_bytes=args.headroom_bytes)
+    else:
+        cap = CapacityPolicy()
+    return StoreConfig(max_context=args.max_context, max_concurrency=args.concurrency, kv_profile=args.profile,
+                       backend=backend, capacity=cap, model=ModelGeometry(args.layers, args.kv_heads, 256),
+                       reserved_bytes=args.reserved_bytes)
+
+
+def capacity_facts(st: KVStore) -> dict:
+    res, cfg = st.resolution, st.config
+    return {
+        "config": {"max_context": cfg.max_context, "max_concurrency": cfg.max_concurrency, "page_size": 64,
+                   "kv_profile": cfg.kv_profile, "backend": cfg.backend.kind, "logical_pages": cfg.logical_pages},
+        "capacity": {"policy": res.policy, "m_min": res.curve.m_min, "m_max": res.curve.m_max, "m": res.m,
+                     "tokens": res.token_capacity, "b_min": res.curve.b_min, "b_step": res.curve.b_step,
+                     "reservation_bytes": res.layout.reservation_bytes},
+        "pools": [{"pool": g.name, "order": g.order, "layers": g.layers, "kv_heads": g.kv_heads,
+                   "head_dim": g.head_dim, "pages": g.pages, "page_bytes": g.page_bytes,
+                   "startup_bytes": g.startup_bytes,
+                   "planes": [{"part": p.part, "role": p.role, "dtype": p.dtype, "extent": p.extent,
+                               "bytes_per_token_head": p.bytes_per_token_head} for p in g.planes]}
+                  for g in res.layout.pools],
+        "profiles_d256": {p: bytes_per_token_head(p, 256) for p in PROFILES},
+    }
+
+
+def capacity_command(args, console) -> int:
+    from .cli import InputError
+    if args.trace:
+        with open_trace(args.trace) as r:
+            st = store_for(r.header, args.trace)
+    else:
+        try:
+            st = KVStore(config_from_args(args))
+        except ConfigError as exc:
+            raise InputError(f"capacity:0: unsupported config: {exc}") from None
+    facts = capacity_facts(st)
+    if args.json:
+        sys.stdout.write(json.dumps(facts, indent=2) + "\n")
+        return 0
+    c = facts["capacity"]
+    console.print(f"[bold]capacity[/] ({c['policy']}): M = {c['m']} pages = {c['tokens']:,} tokens, "
+                  f"M_min {c['m_min']}, M_max {c['m_max']}; B(M) = {c['reservation_bytes']:,} B "
+                  f"(B_min {c['b_min']:,} + (M − M_min)·{c['b_step']:,})")
+    t = Table(title="pools")
+    for col in ("pool", "order", "layers", "kv heads", "head dim", "pages", "PageBytes", "startup bytes"):
+        t.add_column(col, justify="right" if col not in ("pool", "order") else "left")
+    for g in facts["pools"]:
+        t.add_row(g["pool"], g["order"], str(g["layers"]), str(g["kv_heads"]), str(g["head_dim"]), f"{g['pages']:,}",
+                  f"{g['page_bytes']:,}", f"{g['startup_bytes']:,}")
+    console.print(t)
+    t = Table(title="planes per layer (bytes per token per KV head)")
+    for col in ("pool", "part", "role", "dtype", "X", "bytes"):
+        t.add_column(col)
+    for g in facts["pools"]:
+        for p in g["planes"]:
+            t.add_row(g["pool"], p["part"], p["role"], p["dtype"], str(p["extent"]), str(p["bytes_per_token_head"]))
+    console.print(t)
+    t = Table(title="profiles at D = 256 (K+V bytes per token per head)")
+    t.add_column("profile")
+    t.add_column("bytes", justify="right")
+    for p, b in facts["profiles_d256"].items():
+        t.add_row(p, str(b))
+    console.print(t)
+    return 0

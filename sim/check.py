@@ -1,0 +1,69 @@
+"""`kvsim check`, the main job: replay every bundled scenario and write every report format.
+
+Legal scenarios (scenarios/*.jsonl) must replay without a violation. Violation scenarios
+(scenarios/violations/*.jsonl, each named after the rule it must trigger) declare in their header what
+they must produce: `"meta": {"expect": [{"rule": "WR-2", "event": 7, "line": 9}, ...]}`; the run must
+report exactly those (rule, event, line) triples. The reports describe the replay (so the violation
+scenarios' violations are in them); the exit code says whether every scenario behaved as declared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .report import build_report, timelines
+from .trace_io import open_trace
+
+REPORT_FILES = {"json": "kvreport.json", "junit": "junit.xml", "markdown": "summary.md", "html": "report.html"}
+
+
+def scenario_files(root: str | Path) -> tuple[list[Path], list[Path]]:
+    root = Path(root)
+    legal = sorted(root.glob("*.jsonl"))
+    bad = sorted((root / "violations").glob("*.jsonl"))
+    return legal, bad
+
+
+def expected(path: Path) -> list[tuple[str, int, int]]:
+    with open_trace(path) as r:
+        meta = r.header.meta or {}
+    return sorted((e["rule"], e["event"], e["line"]) for e in meta.get("expect", []))
+
+
+def got(result) -> list[tuple[str, int, int]]:
+    return sorted({(v["rule"], v["event"], v["line"]) for v in result.violations})
+
+
+def display_path(p: Path) -> str:
+    """Paths in reports are relative to the working directory when possible (deterministic reports)."""
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+def run_check(scenarios, out, lockstep, console) -> int:
+    from .cli import _remember, reports_dir, run_traces, write_reports
+    legal, bad = scenario_files(scenarios)
+    paths = [display_path(p) for p in legal + bad]
+    results = run_traces(paths, lockstep=lockstep)
+    mismatches = []
+    for path, r in zip(legal + bad, results):
+        want = expected(path) if path in bad else []
+        have = got(r)
+        if want != have or (path in bad and not want):
+            mismatches.append({"trace": display_path(path), "expected": [list(t) for t in want],
+                               "reported": [list(t) for t in have]})
+    report = build_report(results)
+    report["stats"]["check"] = {"legal_scenarios": len(legal), "violation_scenarios": len(bad),
+                                "rules_fired": sorted({v["rule"] for v in report["violations"]}),
+                                "mismatches": mismatches}
+    outdir = Path(out) if out else reports_dir()
+    write_reports(report, timelines(results), *(outdir / f for f in REPORT_FILES.values()))
+    _remember(report)
+    for m in mismatches:
+        console.print(f"[red]MISMATCH[/] {m['trace']}: expected {m['expected']}, reported {m['reported']}")
+    fired = report["stats"]["check"]["rules_fired"]
+    console.print(f"{len(legal)} legal scenarios, {len(bad)} violation scenarios ({len(fired)} distinct rules "
+                  f"fired); {len(mismatches)} mismatches; reports in {outdir}/ ({', '.join(REPORT_FILES.values())})")
+    return 1 if mismatches else 0
