@@ -1,0 +1,204 @@
+"""Property tests of the store model: random operation histories (legal and illegal).
+
+- A refused request and a rejected fact leave the model state exactly as it was.
+- The model never reaches a state that a state rule rejects: incremental checking after each operation
+  and the full audit both find nothing, on every history.
+- Incremental checking and the full audit agree when an entity the last operation touched is corrupted
+  the way a buggy store would corrupt it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvmodel.store import (BackendConfig, CapacityPolicy, ContractViolation, GrowthConfig, KVStore, Refusal,
+                           StoreConfig)
+from spec.checking import Checker
+
+SEQS = ("a", "b", "c", "d")
+CKPTS = ("k0", "k1", "k2")
+PAGE_BYTES = 131072  # bf16, 1 layer, 2 KV heads
+
+
+def config(kind: str) -> StoreConfig:
+    backend = {"off": BackendConfig("off"), "mtp": BackendConfig("mtp", draft_window=3),
+               "dflash": BackendConfig("dflash", full_layers=1)}[kind]
+    growth = GrowthConfig(window=128, cushion_pages=1) if kind == "off" else None
+    return StoreConfig(max_context=512, max_concurrency=3, backend=backend,
+                       capacity=CapacityPolicy(tokens=1024), host_arena_bytes=5 * PAGE_BYTES + 3000,
+                       growth=growth, prefill_chunk=128)
+
+
+def draw_op(data, store: KVStore):
+    """Draw one operation, mostly over live handles (so most are legal), sometimes over stale ones."""
+    d = data.draw
+    active = [s for s in SEQS if s in store.bundles]
+    ckpts = list(store.checkpoints)
+    live_units = list(store.units)
+    full = [c for c in ckpts if store.checkpoints[c].spaces["main"].pages]
+    host_ops = ("offload", "offload", "drop_device", "drop_host", "xfer", "xfer", "xfer") if full else ()
+    spaces = [sp for x in active for sp in store.bundles[x].spaces.values()]
+    # bias towards the engine's natural next step, so that histories get deep (pages committed, retained)
+    nudges = (("complete",) * 4 if live_units else ()) + \
+        (("launch",) * 4 if any(sp.mapped_tokens > sp.committed and sp.unit is None for sp in spaces) else ()) + \
+        (("map",) * 2 if any(sp.mapped_tokens <= sp.committed for sp in spaces) else ())
+    kind = d(st.sampled_from(("activate", "activate", "map", "launch", "complete", "fail", "truncate", "finish",
+                              "finish", "release", "grow", "cow") + host_ops + nudges))
+    any_seq = st.sampled_from(SEQS)
+    seq = d(st.sampled_from(active) if active and d(st.integers(0, 9)) else any_seq)
+    pool = d(st.sampled_from(store.pool_names) if d(st.integers(0, 9)) else st.sampled_from(("main", "mtp", "draft_full")))
+    ckpt = d(st.sampled_from(ckpts) if ckpts and d(st.integers(0, 9)) else st.sampled_from(CKPTS))
+    space = store.space_of(seq, pool)
+    if kind == "activate":
+        free = [x for x in SEQS if x not in store.bundles]
+        seq = d(st.sampled_from(free)) if free and d(st.integers(0, 9)) else seq
+        src = d(st.sampled_from(ckpts)) if ckpts and d(st.booleans()) else None
+        floor = store.checkpoints[src].frontier if src else 0
+        prompt = d(st.integers(floor, 520))
+        return ("activate", seq, prompt, d(st.integers(0, 300)), src, d(st.booleans()))
+    if kind == "map":
+        ent = space.entitlement if space is not None else 4
+        return ("map", seq, pool, d(st.integers(0, (ent + 1) * 64)))
+    if kind == "launch":
+        rows = []
+        ready = [(sp.owner, sp.pool) for sp in spaces if sp.mapped_tokens > sp.committed and sp.unit is None]
+        picks = d(st.lists(st.sampled_from(ready), min_size=1, max_size=2, unique=True)) if ready and d(st.integers(0, 5)) \
+            else [(x, d(st.sampled_from(store.pool_names))) for x in
+                  d(st.lists(st.sampled_from(active or list(SEQS)), min_size=1, max_size=2, unique=True))]
+        for s2, p2 in picks:
+            sp = store.space_of(s2, p2)
+            base = sp.committed if sp is not None else 0
+            room = (sp.mapped_tokens - base) if sp is not None else 64
+            if d(st.integers(0, 5)) == 0:
+                rows.append((s2, p2, None))
+            else:
+                a = base if d(st.integers(0, 7)) else max(0, base + d(st.integers(-70, 70)))
+                rows.append((s2, p2, (a, a + d(st.integers(0, max(1, room + (0 if d(st.integers(0, 7)) else 65)))))))
+        return ("launch", d(st.sampled_from(("u0", "u1", "u2"))), rows)
+    if kind in ("complete", "fail"):
+        unit = d(st.sampled_from(live_units)) if live_units and d(st.integers(0, 9)) else "u9"
+        if kind == "fail":
+            return ("fail", unit)
+        commits = []
+        u = store.units.get(unit)
+        for r in (u.rows if u else []):
+            end = r.space.committed if r.b is None else r.b
+            f = d(st.integers(r.space.committed, max(r.space.committed, end))) if d(st.integers(0, 9)) \
+                else d(st.integers(0, end + 70))
+            commits.append((r.space.owner, r.space.pool, f))
+        return ("complete", unit, commits)
+    if kind == "truncate":
+        top = space.committed if space is not None else 100
+        return ("truncate", seq, pool, d(st.integers(0, top + (0 if d(st.integers(0, 9)) else 64))))
+    if kind == "finish":
+        return ("finish", seq, d(st.sampled_from((None,) + CKPTS)), d(st.integers(0, 9)) > 0)
+    if kind == "release":
+        return ("release", ckpt)
+    if kind == "grow":
+        return ("grow", seq)
+    if kind == "cow":
+        n = len(space.pages) if space is not None else 3
+        return ("cow", seq, pool, d(st.integers(0, n)))
+    if full and d(st.integers(0, 9)):
+        ckpt = d(st.sampled_from(full))
+    cs = store.checkpoints.get(ckpt)
+    n = len(cs.spaces["main"].pages) if cs is not None else 3
+    blocks = d(st.lists(st.integers(0, max(0, n - 1) if d(st.integers(0, 9)) else n), min_size=1, max_size=3,
+                        unique=True))
+    if kind == "xfer":
+        x = d(st.sampled_from(list(store.xfers) + ["x0", "x1"]))
+        xo = store.xfers.get(x)
+        if xo is not None and d(st.integers(0, 9)):
+            nxt = {"reserve": "copy", "copy": "verify", "verify": "publish", "publish": "release_source"}
+            return ("xfer", x, xo.direction, xo.ckpt, xo.pool, [p.block for p in xo.pages],
+                    nxt.get(xo.phase, "release_source"))
+        return ("xfer", x, d(st.sampled_from(("d2h", "h2d"))), ckpt, "main", blocks,
+                d(st.sampled_from(("reserve", "reserve", "copy", "publish"))))
+    return (kind, ckpt, "main", blocks)
+
+
+def apply(store: KVStore, o):
+    kind = o[0]
+    if kind == "activate":
+        return store.activate(*o[1:])
+    if kind in ("offload", "drop_device", "drop_host"):
+        return getattr(store, kind)(*o[1:])
+    return getattr(store, kind)(*o[1:])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(("off", "mtp", "dflash")), data=st.data())
+def test_refusals_and_violations_leave_state_unchanged_and_checks_agree(kind, data):
+    store = KVStore(config(kind))
+    checker = Checker(store)
+    assert checker.config() == []
+    for _ in range(data.draw(st.integers(0, 80))):
+        o = draw_op(data, store)
+        before = store.snapshot()
+        try:
+            out = apply(store, o)
+        except ContractViolation as exc:
+            assert exc.findings and all(f.rule for f in exc.findings)
+            assert store.snapshot() == before, f"{o} raised {exc.rules} but changed the state"
+            continue
+        if isinstance(out, Refusal):
+            assert store.snapshot() == before, f"{o} was refused ({out.reason}) but changed the state"
+        assert checker.incremental(o[0]) == [], o
+    assert checker.audit() == []
+
+
+def _corruptions(store):
+    """(rule, entity kind, entity, corrupt) for entities of a legal state; corrupt() breaks that rule."""
+    out = []
+    for name, pool in store.pools.items():
+        out.append(("CAP-3", "pool", name, lambda p=pool: setattr(p, "reserved", p.reserved + p.available + 1)))
+    for space in store.all_spaces():
+        if space.active:
+            out.append(("AS-2", "space", space, lambda s=space: setattr(s, "committed", len(s.pages) * 64 + 1)))
+            out.append(("AS-1", "space", space, lambda s=space: setattr(s, "row", -1)))
+            out.append(("ENT-1", "space", space, lambda s=space: setattr(s, "reservation", -1)))
+        else:
+            out.append(("CKPT-1", "space", space, lambda s=space: setattr(s, "protected", 0) if s.committed else None))
+    for ps in store.page_stores.values():
+        for page in ps.live_pages():
+            if page.holders and page.device >= 0:
+                out.append(("PAGE-3", "page", page, lambda p=page: setattr(p, "dev_epoch", p.epoch + 1000)
+                            if p.host is None else None))
+            if len(page.holders) > 1:
+                out.append(("WR-2", "page", page, lambda p=page: setattr(p, "writer", p.holders[0])))
+            if page.holders:
+                out.append(("PAGE-4", "page", page, lambda p=page: p.holders.clear()))
+    return out
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(("off", "mtp")), data=st.data(), pick=st.integers(0, 10**6))
+def test_incremental_and_audit_agree_on_a_corrupted_touched_entity(kind, data, pick):
+    store = KVStore(config(kind))
+    for _ in range(data.draw(st.integers(0, 50))):
+        try:
+            apply(store, draw_op(data, store))
+        except ContractViolation:
+            pass
+    options = [c for c in _corruptions(store)]
+    if not options:
+        return
+    rule, kind_, entity, corrupt = options[pick % len(options)]
+    if corrupt() is None and rule in ("CKPT-1", "PAGE-3"):
+        return  # corruption not applicable to this entity
+    store.reset_touched()
+    {"pool": store.t_pools, "space": store.t_spaces, "page": store.t_pages}[kind_][entity] = None
+    checker = Checker(store)
+    inc = {f.rule for f in checker.incremental()}
+    full = {f.rule for f in checker.audit()}
+    assert rule in inc, (rule, inc)
+    assert rule in full, (rule, full)
+    assert inc <= full
+
+
+@pytest.mark.parametrize("kind", ["off", "mtp", "dflash"])
+def test_a_clean_store_audits_clean(kind):
+    store = KVStore(config(kind))
+    assert Checker(store).audit() == []
