@@ -37,6 +37,13 @@ def new_store(**kw) -> KVStore:
     return KVStore(config(**kw))
 
 
+def small(**kw) -> KVStore:
+    """Two lanes of 1024 tokens (L = 16, M = 32): small enough to reason about page by page."""
+    kw.setdefault("max_concurrency", 2)
+    kw.setdefault("max_context", 1024)
+    return new_store(**kw)
+
+
 def run(store: KVStore, *steps):
     """Apply legal steps (op, *args[, {kwargs}]); each must succeed and leave no incremental finding."""
     checker = Checker(store)

@@ -12,14 +12,8 @@ import pytest
 
 from spec.checking import Checker
 
-from .builders import (assert_detected, audit_clean, assert_kept, assert_violation, committed, new_store, retained, rules_of,
-                       run, touch)
-
-
-def small(**kw):
-    kw.setdefault("max_concurrency", 2)
-    kw.setdefault("max_context", 1024)
-    return new_store(**kw)
+from .builders import (assert_detected, assert_kept, assert_violation, audit_clean, committed, retained, rules_of,
+                       run, small, touch)
 
 
 # -- PAGE-1 ---------------------------------------------------------------------------------------
@@ -154,10 +148,13 @@ def test_page4_keeps_reclaiming_at_the_last_reference():
 @pytest.mark.rule("PAGE-4", "fires")
 def test_page4_fires_on_a_leaked_lease():
     st = small()
-    committed(st, "a", 128)
+    run(st, ("activate", "a", 100, 100), ("map", "a", "main", 192),
+        ("launch", "u", [("a", "main", (0, 100))]), ("complete", "u", [("a", "main", 100)]))
     space = st.space_of("a", "main")
-    page = space.pages.pop()
-    page.holders.remove(space)  # dropped from the membership, but its lease was never returned
+    page = space.pages.pop()  # a trim of block 2 that unmapped it but never returned its lease
+    page.holders.remove(space)
+    page.writer = None
+    st.tables["main"].unmap(space.row, 2)
     touch(st, pages=[page])
     assert_detected(st, "PAGE-4")
 
