@@ -1,0 +1,166 @@
+"""REP-*: replacement publication order, pins, Host arena geometry, the last replica.
+
+Seed: "reserve destination -> copy page payload -> verify epoch and committed coverage -> publish replica
+-> release source", "Copy 进行时 source 与 destination 都被 pin", "Plan 必须针对完整 release/allocation
+recipe 验证 extent geometry；free_bytes 只是占用摘要" and "唯一有效 source 也不能先释放".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .builders import (PAGE_BYTES_BF16, assert_detected, assert_kept, assert_refused, assert_violation,
+                       committed, retained, run, small, touch)
+
+PHASES = ("reserve", "copy", "verify", "publish", "release_source")
+
+
+def xfer_steps(xid, direction, ckpt, blocks, phases=PHASES):
+    return [("xfer", xid, direction, ckpt, "main", blocks, phase) for phase in phases]
+
+
+# -- REP-1 ----------------------------------------------------------------------------------------
+
+@pytest.mark.rule("REP-1", "keeps")
+def test_rep1_keeps_publication_order_both_ways():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    pages = st.checkpoints["c"].spaces["main"].pages
+    run(st, *xfer_steps("d", "d2h", "c", [0, 1]))
+    assert all(p.device < 0 and p.host_valid(p.committed) for p in pages[:2])  # moved to the Host
+    run(st, *xfer_steps("h", "h2d", "c", [0, 1]))
+    assert all(p.device >= 0 and p.host is None and p.device_valid(p.committed) for p in pages[:2])
+    run(st, ("offload", "c", "main", [2, 3]))  # the same order as one fact
+    assert all(p.host_valid(p.committed) and p.device >= 0 for p in pages[2:])
+    assert_kept(st, "REP-1")
+
+
+@pytest.mark.rule("REP-1", "fires")
+def test_rep1_fires_on_publication_before_verification():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, *xfer_steps("d", "d2h", "c", [0], PHASES[:2]))
+    assert_violation(st, "REP-1", "xfer", "d", "d2h", "c", "main", [0], "publish")
+
+
+def test_rep1_fires_on_releasing_the_source_before_publication():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, *xfer_steps("d", "d2h", "c", [0], PHASES[:3]))
+    assert_violation(st, "REP-1", "xfer", "d", "d2h", "c", "main", [0], "release_source")
+
+
+# -- REP-2 ----------------------------------------------------------------------------------------
+
+@pytest.mark.rule("REP-2", "keeps")
+def test_rep2_keeps_pins_while_copying():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    page = st.checkpoints["c"].spaces["main"].pages[0]
+    pins = []
+    for step in xfer_steps("d", "d2h", "c", [0]):
+        run(st, step)
+        pins.append(page.pins)
+        if step[-1] == "copy":
+            assert_refused(st, "busy", "activate", "s", 200, 0, source="c")  # a pinned source is not reused
+    assert pins == [1, 2, 2, 0, 0]  # destination pinned from reserve, source from copy, both until publish
+    assert_kept(st, "REP-2")
+
+
+@pytest.mark.rule("REP-2", "fires")
+def test_rep2_fires_on_a_pin_no_transfer_accounts_for():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    page = st.checkpoints["c"].spaces["main"].pages[0]
+    page.pins += 1  # a copy that never unpinned
+    touch(st, pages=[page])
+    assert_detected(st, "REP-2")
+
+
+def test_rep2_fires_on_dropping_a_pinned_page():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, ("offload", "c", "main", [0]), *xfer_steps("h", "d2h", "c", [1], PHASES[:2]))
+    assert_violation(st, "REP-2", "drop_device", "c", "main", [1])
+
+
+# -- REP-3 ----------------------------------------------------------------------------------------
+
+@pytest.mark.rule("REP-3", "keeps")
+def test_rep3_keeps_disjoint_extents_and_split_releases():
+    st = small(host_pages=6)
+    retained(st, "c", 256)
+    retained(st, "d", 128)
+    run(st, ("offload", "c", "main", [0, 1, 2, 3]), ("drop_host", "c", "main", [1]))  # split the extent
+    offsets = sorted(p.host.offset for p in st.checkpoints["c"].spaces["main"].pages if p.host is not None)
+    assert offsets == [0, 2 * PAGE_BYTES_BF16, 3 * PAGE_BYTES_BF16]
+    run(st, ("offload", "d", "main", [0, 1]))  # first fit: the freed slice is too small, the tail fits
+    assert [p.host.offset for p in st.checkpoints["d"].spaces["main"].pages] == [4 * PAGE_BYTES_BF16,
+                                                                                5 * PAGE_BYTES_BF16]
+    run(st, ("offload", "c", "main", [1]))
+    assert st.checkpoints["c"].spaces["main"].pages[1].host.offset == PAGE_BYTES_BF16
+    assert st.arena.free_bytes == 0
+    assert_kept(st, "REP-3")
+
+
+@pytest.mark.rule("REP-3", "fires")
+def test_rep3_fires_on_overlapping_host_extents():
+    st = small(host_pages=8)
+    retained(st, "c", 128)
+    run(st, ("offload", "c", "main", [0, 1]))
+    second = st.checkpoints["c"].spaces["main"].pages[1]
+    del st.host_slices[second.host.offset]
+    second.host.offset = PAGE_BYTES_BF16 // 2  # half over the first page's slice
+    st.host_slices[second.host.offset] = second
+    touch(st, pages=[second], host=True)
+    assert_detected(st, "REP-3")
+
+
+def test_rep3_fires_when_free_bytes_suffice_but_no_extent_does():
+    st = small(host_pages=4)
+    retained(st, "c", 256)
+    run(st, ("offload", "c", "main", [0, 1, 2, 3]), ("drop_host", "c", "main", [0, 2]))
+    assert st.arena.free_bytes == 2 * PAGE_BYTES_BF16 and st.arena.largest_extent == PAGE_BYTES_BF16
+    assert_violation(st, "REP-3", "offload", "c", "main", [0, 2])
+
+
+# -- REP-4 ----------------------------------------------------------------------------------------
+
+@pytest.mark.rule("REP-4", "keeps")
+def test_rep4_keeps_the_last_replica():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    pages = st.checkpoints["c"].spaces["main"].pages
+    run(st, ("offload", "c", "main", [0, 1, 2]), ("drop_device", "c", "main", [0, 1]),  # Host-only now
+        ("drop_host", "c", "main", [2]))  # its Device replica stays: not the last
+    assert [(p.device >= 0, p.host is not None) for p in pages] == [(False, True), (False, True), (True, False),
+                                                                    (True, False)]
+    run(st, ("activate", "s", 200, 0, {"source": "c"}))  # restored, the Host replicas kept
+    assert all(p.device_valid(p.committed) for p in pages[:2])
+    assert_kept(st, "REP-4")
+
+
+@pytest.mark.rule("REP-4", "fires")
+def test_rep4_fires_when_a_host_only_page_has_no_valid_replica():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, ("offload", "c", "main", [1]), ("drop_device", "c", "main", [1]))
+    page = st.checkpoints["c"].spaces["main"].pages[1]
+    page.host.coverage = 10  # the only replica no longer covers the 64 committed columns
+    touch(st, pages=[page])
+    assert_detected(st, "REP-4")
+
+
+def test_rep4_fires_on_dropping_the_last_replica():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, ("offload", "c", "main", [1]), ("drop_device", "c", "main", [1]))
+    assert_violation(st, "REP-4", "drop_host", "c", "main", [1])
+    assert_violation(st, "REP-4", "drop_device", "c", "main", [0])  # no Host replica yet
+
+
+def test_rep4_fires_on_dropping_a_device_replica_in_active_use():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, ("offload", "c", "main", [0]), ("activate", "s", 200, 0, {"source": "c"}))
+    assert_violation(st, "REP-4", "drop_device", "c", "main", [0])
