@@ -14,7 +14,7 @@ last position of a ``context``-token row whose pages are a random permutation of
 
 ``extra_bytes`` is the peak extra memory of the paged call: tracemalloc's peak on NumPy (every staging
 buffer and temporary), the staging workspace the kernel wrapper allocates on CuPy. Times are the
-minimum over repetitions (the machine is shared and noisy). Nothing here asserts a timing.
+minimum over repetitions, paged and dense interleaved (the machine may be shared and noisy). Nothing here asserts a timing.
 
 Must not know about the store model.
 """
@@ -107,14 +107,16 @@ class DenseAttentionNumpy:
         return rotate(o) if prof.rotate_v else o
 
 
-def _min_time(fn, repeats: int, sync) -> float:
-    best = float("inf")
+def _min_times(fns, repeats: int, sync) -> list[float]:
+    """Minimum wall time of each callable, the callables interleaved so load spikes hit them alike."""
+    best = [float("inf")] * len(fns)
     for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        best = min(best, time.perf_counter() - t0)
+        for i, fn in enumerate(fns):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            best[i] = min(best[i], time.perf_counter() - t0)
     return best
 
 
@@ -149,8 +151,7 @@ def run_attention_bench(contexts=(4096, 32768), profiles=PROFILE_NAMES, backend=
                     return dense_np(q_host)
             paged()
             dense()  # warm-up (kernel compilation, first-touch)
-            paged_s = _min_time(paged, repeats, be.synchronize)
-            dense_s = _min_time(dense, repeats, be.synchronize)
+            paged_s, dense_s = _min_times((paged, dense), repeats, be.synchronize)
             if be.is_device:
                 extra = last_staging_bytes()
             else:
