@@ -190,3 +190,19 @@ def test_ent4_fires_when_the_last_partial_page_is_trimmed():
     st.tables["main"].unmap(space.row, 2)
     touch(st, spaces=[space])
     assert_detected(st, "ENT-4")
+
+
+@pytest.mark.rule("ENT-4", "keeps")
+@pytest.mark.xfail(strict=True, reason="truncating into shared (forked) members drops those blocks from the "
+                   "entitlement instead of returning them to the same reservation (DESIGN §6: 'mappings of blocks "
+                   "at or beyond ceil(frontier/P) return to the same reservation'); the active request, entitled "
+                   "to 4 pages, is then refused ensure_mapped_to_tokens(256), and releasing the source checkpoint "
+                   "puts those units into global available before the request's terminal release")
+def test_ent4_truncated_shared_members_keep_the_entitlement():
+    st = small()
+    retained(st, "c", 256)
+    run(st, ("activate", "s", 256, 0, {"source": "c"}))  # 4 shared members, entitlement 4, reservation 0
+    space = st.space_of("s", "main")
+    run(st, ("truncate", "s", "main", 100))
+    assert space.entitlement == 4
+    run(st, ("map", "s", "main", 256))
