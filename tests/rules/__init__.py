@@ -1,1 +1,1 @@
-"""Per-rule tests of the store contract's catalogue: for every rule, legal behaviour keeps it and a crafted violation fires it."""
+"""Per-rule tests of the store contract's catalogue: legal behaviour keeps each rule, a crafted violation fires it."""

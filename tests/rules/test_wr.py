@@ -68,7 +68,8 @@ def test_wr2_keeps_shared_pages_immutable_cow_first():
     space = shared_tail(st)
     shared = space.pages[1]
     assert shared.refs == 2 and shared.writer is None
-    run(st, ("cow", "s", "main", 1), ("launch", "u", [("s", "main", (100, 128))]), ("complete", "u", [("s", "main", 128)]))
+    run(st, ("cow", "s", "main", 1), ("launch", "u", [("s", "main", (100, 128))]),
+        ("complete", "u", [("s", "main", 128)]))
     private = space.pages[1]
     assert private is not shared and private.writer is space and private.committed == 64
     assert shared.refs == 1 and shared.committed == 64 and shared.writer is None  # the checkpoint's copy intact
