@@ -61,11 +61,13 @@ class TraceReplay:
         self.result = TraceResult(path, coverage=self.st.cov)
         self.timeline = Timeline(self.st.pools)
         self.peaks = {n: [p.capacity, 0, 0, p.capacity] for n, p in self.st.pools.items()}
-        self._handlers = {kt.Activate: self._activate, kt.Map: self._map, kt.Grow: self._grow,
+        handlers = {kt.Activate: self._activate, kt.Map: self._map, kt.Grow: self._grow,
                           kt.Launch: self._launch, kt.Complete: self._complete, kt.Fail: self._fail,
                           kt.Truncate: self._truncate, kt.Finish: self._finish, kt.Release: self._release,
                           kt.Offload: self._offload, kt.DropDevice: self._drop_device, kt.DropHost: self._drop_host,
                           kt.Xfer: self._xfer, kt.Observe: self._observe, kt.Cow: self._cow}
+        self._handlers = handlers
+        self._dispatch = {t: (fn, t.__struct_config__.tag) for t, fn in handlers.items()}
         self._config_findings(self.checker.config())
         self.timeline.record(-1, self.st.pools, force=True)
 
@@ -85,14 +87,14 @@ class TraceReplay:
         """Apply one event; returns False when replay must stop (stop_at_first after a violation)."""
         st = self.st
         st.reset_touched()
-        op = ev.op
+        handler, op = self._dispatch[type(ev)]
         res = ev.result
         bad = None
         try:
             if res is not None and op not in kt.REQUEST_OPS and not res.ok:
                 self._refusal(index, op, "engine" + (f": {res.error}" if res.error else ""))
             else:
-                outcome = self._handlers[type(ev)](ev)
+                outcome = handler(ev)
                 if isinstance(outcome, Refusal):
                     self._refusal(index, op, outcome.reason)
                 elif self.observer is not None:

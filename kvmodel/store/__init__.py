@@ -44,10 +44,22 @@ class KVStore(_KVStore):
         return self._run(mapping.cow, seq, pool, block, page)
 
     def launch(self, unit, rows):
-        return self._run(units.launch, unit, rows)
+        self.reset_touched()
+        try:
+            return units.launch(self, unit, rows)
+        except ContractViolation as exc:
+            for f in exc.findings:
+                self.cov.violate(f.rule)
+            raise
 
     def complete(self, unit, commits):
-        return self._run(units.complete, unit, commits)
+        self.reset_touched()
+        try:
+            return units.complete(self, unit, commits)
+        except ContractViolation as exc:
+            for f in exc.findings:
+                self.cov.violate(f.rule)
+            raise
 
     def fail(self, unit):
         return self._run(units.fail, unit)

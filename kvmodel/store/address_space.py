@@ -29,7 +29,7 @@ def writer_token(*parts) -> int:
 
 class KVAddressSpace:
     __slots__ = ("uid", "pool", "owner", "pages", "committed", "protected", "active", "reservation",
-                 "row", "unit", "frozen", "token", "rewrites")
+                 "row", "unit", "unit_row", "frozen", "token", "rewrites")
 
     def __init__(self, uid: int, pool: str, owner: str):
         self.uid = uid
@@ -42,6 +42,7 @@ class KVAddressSpace:
         self.reservation = 0  # pages guaranteed and not materialized (active spaces only)
         self.row = -1  # execution row, -1 when none (inactive spaces hold none, AS-1)
         self.unit = None  # the in-flight GPU unit this space's row belongs to
+        self.unit_row = None  # this space's row of that unit (its write range)
         self.frozen = None  # (pages, committed, row, reservation) at launch: UNIT-1 compares against it
         self.token = writer_token(owner, pool, 0)  # content-key lineage of what this space writes
         self.rewrites = 0  # destructive truncations so far (a rewrite gets a new token)

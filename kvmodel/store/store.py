@@ -33,11 +33,12 @@ class UnitRow:
 
 
 class Unit:
-    __slots__ = ("uid", "rows", "by_key")
+    """An in-flight GPU unit; each row's space points back to its UnitRow while the unit runs."""
+
+    __slots__ = ("uid", "rows")
 
     def __init__(self, uid: str, rows: list[UnitRow]):
         self.uid, self.rows = uid, rows
-        self.by_key = {(r.space.owner, r.space.pool): r for r in rows}
 
 
 class Transfer:
@@ -83,10 +84,14 @@ class KVStore:
     def reset_touched(self) -> None:
         """Forget what the previous operation touched (dicts keyed by entity: ordered, no duplicates)."""
         try:
-            self.t_pages.clear()
-            self.t_spaces.clear()
-            self.t_pools.clear()
-            self.t_rows.clear()
+            if self.t_pages:
+                self.t_pages.clear()
+            if self.t_spaces:
+                self.t_spaces.clear()
+            if self.t_pools:
+                self.t_pools.clear()
+            if self.t_rows:
+                self.t_rows.clear()
         except AttributeError:
             self.t_pages, self.t_spaces, self.t_pools, self.t_rows = {}, {}, {}, {}
         self.t_host = False
@@ -132,7 +137,11 @@ class KVStore:
         """Remove one address-space reference; a page left with none drops its replicas and is reclaimed.
 
         "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas."
-        With `to_reservation`, a freed Device lease is dematerialized into `space`'s reservation.
+        With `to_reservation` (an active space unmapping a block), the entitlement unit goes back to the
+        same reservation ("解除的 Device leases 回到同一 active reservation"): a freed lease is
+        dematerialized into it; for a page others still hold, no lease is freed, so the unit is
+        reserved again from global available — when the pool has none left, the entitlement shrinks
+        (recorded in ENT-4's entry). A page left with a single active holder becomes its private page.
         """
         page.holders.remove(space)
         if page.writer is space:
@@ -143,7 +152,36 @@ class KVStore:
                 self.free_device(page, to_reservation)
                 if to_reservation:
                     space.reservation += 1
+            elif to_reservation:
+                self.rereserve(space)
             self.maybe_reclaim(page)
+            return
+        if to_reservation:
+            self.rereserve(space)
+        if len(page.holders) == 1 and page.holders[0].active:
+            self.make_private(page, page.holders[0])
+
+    def rereserve(self, space) -> None:
+        pool = self.pools[space.pool]
+        if pool.available > 0:
+            pool.reserve(1)
+            space.reservation += 1
+            self.t_pools[space.pool] = None
+            self.t_spaces[space] = None
+
+    def make_private(self, page, holder) -> None:
+        """The sole (active) holder becomes the writer; columns beyond its frontier stop being canonical."""
+        page.writer = holder
+        cols = holder.committed - page.block * self.P
+        cols = 0 if cols < 0 else self.P if cols > self.P else cols
+        if page.committed > cols:
+            page.committed = cols
+            page.epoch = self.page_stores[page.pool].new_epoch()
+            page.cut_segments(cols)
+            if page.device >= 0:
+                page.dev_epoch, page.dev_cov = page.epoch, cols
+        self.t_pages[page] = None
+        self.t_spaces[holder] = None
 
     def maybe_reclaim(self, page) -> None:
         """PAGE-4: reclaim the descriptor at zero references, replicas and pins (its generation advances)."""

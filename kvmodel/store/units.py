@@ -78,6 +78,7 @@ def launch(st, unit: str, rows: list) -> None:
     for r in planned:
         sp = r.space
         sp.unit = unit
+        sp.unit_row = r
         sp.frozen = (len(sp.pages), sp.committed, sp.row, sp.reservation)
         t[sp] = None
 
@@ -161,11 +162,13 @@ _COMMIT_RULES = ("UNIT-2",)
 def complete(st, unit: str, commits: list) -> None:
     """The unit succeeded: commits = [(seq, pool, frontier)] are published, then the rows unfreeze."""
     u = _live_unit(st, unit, "complete")
-    by_key = u.by_key
+    bundles = st.bundles
     done = set()
     plan = []
     for seq, pool, frontier in commits:
-        r = by_key.get((seq, pool))
+        bundle = bundles.get(seq)
+        sp = None if bundle is None else bundle.spaces.get(pool)
+        r = sp.unit_row if sp is not None and sp.unit == unit else None
         if r is None or (seq, pool) in done:
             st.cov.check("UNIT-2", exercised=True)
             why = "twice" if (seq, pool) in done else "although it is not a row of the unit"
@@ -225,5 +228,6 @@ def _end(st, u) -> None:
     st.ended_units.add(u.uid)
     t = st.t_spaces
     for r in u.rows:
-        r.space.unit = r.space.frozen = None
-        t[r.space] = None
+        sp = r.space
+        sp.unit = sp.frozen = sp.unit_row = None
+        t[sp] = None

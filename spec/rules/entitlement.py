@@ -12,15 +12,16 @@ from ..catalogue import state_rule, transition_rule
             'store contract: "Active entitlement在terminal release前不进入global available capacity"', scope="space",
             decisions="Entitlement = membership + reservation; default ceil(min(S, prompt+budget)/P) pages, "
                       "MTP may lead by ceil((K−1)/P), Draft Full equals Main. The pool's reserved is the sum of "
-                      "active reservations (audit recount); only finish returns a reservation.")
+                      "active reservations (recounted whenever the pool's counters moved); only finish returns a "
+                      "reservation to global available.")
 def ent_1(st, space, full):
     if not space.active:
         return f"inactive {space.owner!r} ({space.pool}) holds a reservation of {space.reservation}" \
             if space.reservation else None
     if space.reservation < 0 or space.entitlement > st.L:
         return f"{space.owner!r} ({space.pool}): reservation {space.reservation}, entitlement {space.entitlement} > L"
-    if full:
-        total = sum(s.reservation for s in st.all_spaces() if s.active and s.pool == space.pool)
+    if full or space.pool in st.t_pools:  # recount when reservations of this pool may have moved
+        total = sum(s.reservation for b in st.bundles.values() for s in b.spaces.values() if s.pool == space.pool)
         if total != st.pools[space.pool].reserved:
             return f"{space.pool}: active reservations sum to {total}, the pool counts {st.pools[space.pool].reserved} reserved"
     return True
@@ -42,8 +43,9 @@ transition_rule("ENT-3", "Launches are covered by entitlement at the round bound
 @state_rule("ENT-4", "Truncated leases return to the same reservation; the last partial page is kept",
             'store contract: "对 active address space，解除的 Device leases 回到 同一 active reservation"', scope="space",
             decisions="State form: an active space keeps at least ceil(committed/P) pages. Transition "
-                      "(kvmodel.store.settle.cut_to): private unmapped pages dematerialize into the reservation; "
-                      "an unmapped shared page returns no lease and its entitlement unit goes with it.")
+                      "(kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped page dematerializes into "
+                      "the reservation; an unmapped shared page frees no lease, so its unit is reserved again from "
+                      "global available, and only when the pool has none left does the entitlement shrink.")
 def ent_4(st, space, full):
     if len(space.pages) * PAGE_SIZE < space.committed:
         return (f"{space.owner!r} ({space.pool}) keeps {len(space.pages)} pages for frontier {space.committed} "

@@ -15,7 +15,8 @@ def unit_1(st, space, full):
     if space.unit is None:
         return None
     u = st.units.get(space.unit)
-    if u is None or u.by_key.get((space.owner, space.pool)) is None or space.frozen is None:
+    row = space.unit_row
+    if u is None or row is None or row.space is not space or space.frozen is None:
         return f"{space.owner!r} ({space.pool}) is marked in unit {space.unit!r}, which does not hold it"
     f = space.frozen
     if f[0] != len(space.pages) or f[1] != space.committed or f[2] != space.row or f[3] != space.reservation:

@@ -51,9 +51,6 @@ def test_ent1_audit_fires_when_a_reservation_returns_early():
     assert_detected(st, "ENT-1", incremental=False)
 
 
-@pytest.mark.xfail(strict=True, reason="ENT-1's incremental form checks a space's own reservation only; a pool whose "
-                   "`reserved` no longer equals the sum of its active reservations (entitlement returned to "
-                   "global available before terminal release) is caught by the audit recount alone")
 def test_ent1_incremental_sees_a_reservation_returned_early():
     st = small()
     run(st, ("activate", "a", 100, 300))
@@ -193,11 +190,6 @@ def test_ent4_fires_when_the_last_partial_page_is_trimmed():
 
 
 @pytest.mark.rule("ENT-4", "keeps")
-@pytest.mark.xfail(strict=True, reason="truncating into shared (forked) members drops those blocks from the "
-                   "entitlement instead of returning them to the same reservation (DESIGN §6: 'mappings of blocks "
-                   "at or beyond ceil(frontier/P) return to the same reservation'); the active request, entitled "
-                   "to 4 pages, is then refused ensure_mapped_to_tokens(256), and releasing the source checkpoint "
-                   "puts those units into global available before the request's terminal release")
 def test_ent4_truncated_shared_members_keep_the_entitlement():
     st = small()
     retained(st, "c", 256)

@@ -62,13 +62,10 @@ def test_page2_keeps_generations_on_release_and_reuse():
     assert pool.is_current(new) and not pool.is_current(old)
     run(st, ("observe_row", "b", "main", {"table": [new.page_id, -1]}))
     audit_clean(st)
-    assert st.cov.counts("PAGE-2")[2] == 0  # counted only on a mismatch: see the xfail below
+    assert st.cov.counts("PAGE-2")[2] == 0
 
 
 @pytest.mark.rule("PAGE-2", "keeps")
-@pytest.mark.xfail(strict=True, reason="observe_row counts PAGE-2 only when an engine table entry differs from the "
-                   "model's; a legal history that observes tables never counts PAGE-2 as checked, so coverage reports "
-                   "the rule as unchecked although every entry was compared")
 def test_page2_is_counted_when_tables_are_observed():
     st = small()
     committed(st, "b", 64)

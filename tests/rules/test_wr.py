@@ -48,11 +48,6 @@ def test_wr1_fires_when_a_page_has_a_foreign_writer():
 
 
 @pytest.mark.rule("WR-1", "keeps")
-@pytest.mark.xfail(strict=True, reason="after the only other reference to a page goes (checkpoint released), `cow` "
-                   "answers 'already private' but leaves the page without a writer and with committed columns "
-                   "beyond the space's frontier, so the space can never write past its frontier in that block: "
-                   "the launch is reported as WR-1 (DESIGN §6: the space 'must COW it into a private page before "
-                   "writing there')")
 def test_wr1_private_again_after_release_is_writable():
     st = small()
     shared_tail(st)
