@@ -497,6 +497,28 @@ def cow_after_truncate() -> Trace:
     return t
 
 
+def private_after_release() -> Trace:
+    t = Trace("private_after_release",
+              'A fork outlives its source: once the checkpoint is released the fork is the pages\' only reference, '
+              'so they are its private pages and it may cut and rewrite its tail without a copy (store contract '
+              '"Release 逐个解除 logical references", "Private tail 的唯一 writer 可以继续在未保护 suffix append")',
+              config(kv_capacity={"tokens": 8192}))  # M = 128
+    t.activate("s0", 1024, 64)
+    t.prefill("s0", 1024)  # 16 full pages 0..15
+    t.finish("s0", retain="c0")
+    t.activate("s1", 1024, 64, src="c0")  # page-aligned fork: all 16 shared; entitlement 17, reservation 1
+    t.pool(allocated=16, reserved=1, available=111)
+    t.release("c0")  # s1 is now every page's only reference: nothing is freed
+    t.pool(allocated=16, reserved=1, available=111)
+    t.truncate("s1", 1000)  # block 15 is private now: cut to 40 columns in place, no unmapping
+    t.step("s1", 1000, 1001)  # written in place, no COW
+    t.row("s1", table=range(16), frontier=1001)
+    t.pool(allocated=16, reserved=1, available=111)
+    t.finish("s1")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
 def unit_fail_commits_nothing() -> Trace:
     t = Trace("unit_fail_commits_nothing",
               'A batched decode unit fails: no frontier moves and the rows unfreeze; the retry commits (store '
@@ -591,4 +613,4 @@ def build() -> list[Trace]:
             dflash_draft_full(), dflash2_main_only(), lease_growth_bounded_completion(), host_offload_restore(),
             activation_refused_capacity(), truncate_returns_leases(), prefix_chain_four_sequences(),
             auto_capacity(), k8v4_profile(), xfer_phases(), engine_results(), cow_after_truncate(),
-            unit_fail_commits_nothing(), refusals(), batched_decode_nvfp4()]
+            private_after_release(), unit_fail_commits_nothing(), refusals(), batched_decode_nvfp4()]
