@@ -107,7 +107,9 @@ def plot_trace_svg(trace: str, timeline: dict, violation_events: Sequence[int], 
     settings = {"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
                 "axes.spines.top": False, "axes.spines.right": False}
     with matplotlib.rc_context(settings):
-        figure = Figure(figsize=(11, 0.6 + 2.3 * len(pools)), layout="constrained")
+        height = 0.6 + 2.3 * len(pools)
+        figure = Figure(figsize=(11, height))  # fixed margins: constrained layout would double the cost
+        figure.subplots_adjust(left=0.07, right=0.80, top=1 - 0.45 / height, bottom=0.5 / height, hspace=0.25)
         FigureCanvasAgg(figure)
         axes = figure.subplots(len(pools), 1, sharex=True, squeeze=False)[:, 0]
         for panel, (ax, (pool, data)) in enumerate(zip(axes, pools)):
