@@ -85,8 +85,7 @@ class TraceReplay:
 
     def step(self, index: int, line: int, ev) -> bool:
         """Apply one event; returns False when replay must stop (stop_at_first after a violation)."""
-        st = self.st
-        st.reset_touched()
+        st = self.st  # touched sets are empty here: every step ends by resetting them
         handler, op = self._dispatch[type(ev)]
         res = ev.result
         bad = None
@@ -113,6 +112,7 @@ class TraceReplay:
                 self._violation(f, index, line, op)
         if st.t_pools or bad or found:
             self._sample(index, force=bool(bad or found))
+        st.reset_touched()
         if (bad or found) and self.stop_at_first:
             self.result.stopped = True
             return False
