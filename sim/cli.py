@@ -68,13 +68,13 @@ def _remember(report: dict) -> None:
         pass  # an unwritable reports folder must not fail a replay
 
 
-def run_traces(paths, stop_at_first=False, lockstep=False, console=None):
+def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockstep_profile=None):
     """Replay traces in order; returns the results (stops after the first violating trace if asked)."""
     from .replay import replay_trace
     observer = None
     if lockstep:
         from .lockstep import lockstep_factory
-        observer = lockstep_factory
+        observer = (lambda st: lockstep_factory(st, lockstep_profile))
     results = []
     err = console if console is not None else Console(stderr=True)
     for path in paths:
@@ -96,7 +96,8 @@ def run_traces(paths, stop_at_first=False, lockstep=False, console=None):
 def cmd_replay(args) -> int:
     from .report import build_report, timelines
     from .report_console import print_report
-    results = run_traces(args.traces, args.stop_at_first, args.lockstep)
+    results = run_traces(args.traces, args.stop_at_first, args.lockstep or bool(args.lockstep_profile),
+                         lockstep_profile=args.lockstep_profile)
     report = build_report(results)
     write_reports(report, timelines(results), args.json, args.junit, args.markdown, args.html)
     _remember(report)
@@ -159,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replay", help="replay kvtrace/1 traces against the store contract")
     r.add_argument("traces", nargs="+")
     r.add_argument("--lockstep", action="store_true", help="run the physical implementation beside the model")
+    r.add_argument("--lockstep-profile", choices=("bf16", "int8", "fp8", "nvfp4", "k8v4"),
+                   help="lockstep with the Main/MTP planes under this profile (the accounting follows the header)")
     r.add_argument("--json")
     r.add_argument("--junit")
     r.add_argument("--markdown")

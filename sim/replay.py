@@ -51,13 +51,14 @@ class TraceReplay:
     """One trace's replay state: the model, its checker, and what was seen so far."""
 
     def __init__(self, path: str, header: kt.Header, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY,
-                 observer=None):
+                 observer_factory=None):
         self.path = path
         self.st = store_for(header, path)
         self.checker = Checker(self.st)
         self.stop_at_first = stop_at_first
         self.audit_every = audit_every
-        self.observer = observer  # lockstep driver: told about every applied event
+        # lockstep driver: told about every applied event, asked for its findings after each one
+        self.observer = None if observer_factory is None else observer_factory(self.st)
         self.result = TraceResult(path, coverage=self.st.cov)
         self.timeline = Timeline(self.st.pools)
         self.peaks = {n: [p.capacity, 0, 0, p.capacity] for n, p in self.st.pools.items()}
@@ -247,8 +248,7 @@ def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVE
     """Replay one trace file; raises TraceInputError for malformed input (exit code 2)."""
     path = os.fspath(path)
     with open_trace(path) as reader:
-        observer = None if observer_factory is None else observer_factory(reader.header)
-        rep = TraceReplay(path, reader.header, stop_at_first, audit_every, observer)
+        rep = TraceReplay(path, reader.header, stop_at_first, audit_every, observer_factory)
         step = rep.step
         n = 0
         for index, line, ev in reader:

@@ -34,7 +34,7 @@ class Rule:
     @property
     def checker_name(self) -> str:
         fn = self.checker
-        return f"{fn.__module__}.{fn.__qualname__}"
+        return fn if isinstance(fn, str) else f"{fn.__module__}.{fn.__qualname__}"
 
     def as_dict(self) -> dict:
         return {"id": self.id, "title": self.title, "clause": self.clause, "kind": self.kind,
@@ -57,8 +57,9 @@ def _register(r: Rule) -> Rule:
         raise InvalidRule(f"rule {r.id}: kind {r.kind!r} / scope {r.scope!r} is not one of {KINDS} / {SCOPES}")
     if not r.title or "\n" in r.title or not r.clause:
         raise InvalidRule(f"rule {r.id}: a one-line title and a seed clause are required")
-    if not callable(r.checker):
-        raise InvalidRule(f"rule {r.id}: checker is not callable")
+    if not (callable(r.checker) or (isinstance(r.checker, str) and r.kind == "transition" and "." in r.checker)):
+        raise InvalidRule(f"rule {r.id}: checker must be callable (or, for a transition rule checked by the "
+                          "simulator, a dotted name)")
     if r.kind == "state" and r.scope == "none":
         raise InvalidRule(f"rule {r.id}: a state rule needs a scope")
     _REGISTRY[r.id] = r
@@ -78,8 +79,9 @@ def state_rule(rule_id: str, title: str, clause: str, scope: str, decisions: str
     return deco
 
 
-def transition_rule(rule_id: str, title: str, clause: str, checker: Callable, decisions: str = "") -> Rule:
-    """Register a transition rule whose checker is the model (or replay/lockstep) function enforcing it."""
+def transition_rule(rule_id: str, title: str, clause: str, checker: Callable | str, decisions: str = "") -> Rule:
+    """Register a transition rule whose checker is the model function enforcing it; a rule checked by the
+    simulator (lockstep) names its checker by dotted path, so the catalogue never imports `sim`."""
     return _register(Rule(rule_id, title, clause, "transition", checker, "none", decisions))
 
 

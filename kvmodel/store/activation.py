@@ -241,7 +241,9 @@ def _apply_pool(st, seq, plan: PoolPlan, engine):
             page = store.allocate(b)
             page.committed = cols
             page.segments = [list(s) for s in old.segments if s[0] < cols]
-            st.lease_device(page, chosen)
+            pid = st.lease_device(page, chosen)
+            st.effects.append(("copy", plan.pool, old.device, pid, cols) if old.device >= 0
+                              else ("h2d", plan.pool, old.host.offset, pid))
             page.dev_epoch, page.dev_cov = page.epoch, cols
             page.holders.append(space)
             if plan.move:
@@ -249,7 +251,8 @@ def _apply_pool(st, seq, plan: PoolPlan, engine):
         else:
             page = m[1]
             if page.device < 0:  # restore from the Host replica (identity and epoch kept, PAGE-5)
-                st.lease_device(page, chosen)
+                pid = st.lease_device(page, chosen)
+                st.effects.append(("h2d", plan.pool, page.host.offset, pid))
                 page.dev_epoch, page.dev_cov = page.host.epoch, page.host.coverage
             if not plan.move:
                 page.holders.append(space)

@@ -21,6 +21,20 @@ import hashlib
 from .config import PAGE_SIZE
 
 
+MASK64 = (1 << 64) - 1
+KEY_STRIDE = 0x9E3779B97F4A7C15
+
+
+def content_key(token: int, position: int) -> int:
+    """The 64-bit content key of the column at `position` written under writer `token`.
+
+    DESIGN §4 ("content key ... derived from the sequence lineage and position"): a forked prefix shares
+    its source's keys because it shares (or copies) the source's tokens, and a rewrite after a destructive
+    truncate uses a new token, so rewritten content never carries an old key.
+    """
+    return (token ^ (position * KEY_STRIDE)) & MASK64
+
+
 def writer_token(*parts) -> int:
     """A stable 64-bit token from printable parts (seq id, pool, incarnation): content-key lineage."""
     data = "\x1f".join(str(p) for p in parts).encode()

@@ -176,6 +176,7 @@ def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):
     page.committed = cols
     page.segments = [list(s) for s in old.segments if s[0] < cols]
     pid = st.lease_device(page, engine_page)
+    st.effects.append(("copy", pool, old.device, pid, cols))
     page.dev_epoch, page.dev_cov = page.epoch, cols
     page.holders.append(space)
     page.writer = space

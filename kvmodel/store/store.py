@@ -78,11 +78,18 @@ class KVStore:
         self.activations = 0
         self._next_uid = 1
         self.cov = Coverage()
+        # Page-payload copies the last operation requires of the physical side, in order:
+        # ("copy", pool, src_page, dst_page, columns) | ("h2d", pool, host_offset, dst_page)
+        # | ("d2h", pool, src_page, host_offset) | ("free", pool, page): a lease ended, its payload is dead.
+        # A lockstep driver replays them on real planes.
+        self.effects: list = []
         self.reset_touched()
 
     # -- touched entities (for incremental checking) --------------------------------------------
     def reset_touched(self) -> None:
         """Forget what the previous operation touched (dicts keyed by entity: ordered, no duplicates)."""
+        if self.effects:
+            self.effects.clear()
         try:
             if self.t_pages:
                 self.t_pages.clear()
@@ -121,6 +128,7 @@ class KVStore:
         return pid
 
     def free_device(self, page, to_reservation=False) -> None:
+        self.effects.append(("free", page.pool, page.device))
         self.pools[page.pool].release(page.device, to_reservation)
         page.device = -1
         page.dev_epoch = page.dev_cov = 0

@@ -70,6 +70,7 @@ def offload(st, ckpt: str, pool: str, blocks) -> None:
     offset, stride = _host_plan(st, len(todo), pool, ckpt)
     st.arena.allocate(len(todo) * stride)
     for i, page in enumerate(todo):
+        st.effects.append(("d2h", pool, page.device, offset + i * stride))
         _publish_host(st, page, offset + i * stride, stride, page.epoch, page.committed)
 
 
@@ -169,9 +170,11 @@ def _reserve(st, x: Transfer) -> None:
 
 
 def _copy(st, x: Transfer) -> None:
-    for page in x.pages:
+    for page, dest in zip(x.pages, x.dest):
         page.pins += 1  # source pin while the payload is copied
         st.t_pages[page] = None
+        st.effects.append(("d2h", x.pool, page.device, dest) if x.direction == "d2h"
+                          else ("h2d", x.pool, page.host.offset, dest))
     x.pinned_source = True
     x.snap = [(page.epoch, page.committed) for page in x.pages]
 

@@ -1,21 +1,32 @@
-"""CONS-*: consumers read through paged views within the frozen valid frontier; codec and attention."""
+"""CONS-*: consumers read through paged views within the frozen valid frontier; codec and attention.
+
+The model checks the read domain of every launch (CONS-1); the physical checks run in the lockstep driver
+(`kvsim replay --lockstep`), which the catalogue names by dotted path: `spec` never imports `sim`.
+"""
 
 from __future__ import annotations
-
-from kvmodel.store import units
 
 from ..catalogue import transition_rule
 
 transition_rule("CONS-1", "Consumers read through paged views within the frozen valid frontier",
-                'store contract: "read domain 不超过该 sequence 的 frozen valid frontier"', units.launch,
-                decisions="The model checks a launch's read domain [0, b) holds no stale columns; the lockstep "
-                          "driver checks every committed column read back through the paged view.")
+                'store contract: "read domain 不超过该 sequence 的 frozen valid frontier"',
+                "sim.lockstep.Lockstep.check_row",
+                decisions="The model rejects a launch whose read domain [0, b) holds stale columns "
+                          "(kvmodel.store.units._write_findings); the lockstep checks that every active row's "
+                          "physical table equals the membership mirror over its committed blocks.")
 
 transition_rule("CONS-2", "Correctness is independent of physical id order; no whole-context gather",
                 'store contract: "Kernel correctness不依赖physical page ID连续性，也不通过gather建立request-contiguous KV"',
-                units.launch,
-                decisions="Checked by the lockstep driver on the physical implementation.")
+                "sim.lockstep.Lockstep.check_row",
+                decisions="Lockstep: the read domain maps no hole and no aliased page, whatever the (engine- or "
+                          "allocator-chosen) physical order; attention stages one tile of pages at a time "
+                          "(gpu.attention), and its output is compared with the oracle under CONS-3.")
 
 transition_rule("CONS-3", "Codec bytes are bit-exact; paged attention equals the FP64 oracle within tolerance",
-                'store contract: "Exact persistent codec 由 kv_cache_append.h 定义"', units.launch,
-                decisions="Checked by the lockstep driver on the physical implementation.")
+                'store contract: "Exact persistent codec 由 kv_cache_append.h 定义"',
+                "sim.lockstep.Lockstep.check_attention",
+                decisions="Lockstep, after every completed unit: each active sequence's committed codes and "
+                          "scales read back page by page equal the codec of its content keys' content; paged "
+                          "attention over the unit's rows equals the FP64 oracle over the decoded K/V within "
+                          "rel-L2 1e-4 (kernel error; codec error has its own budget in gpu.accuracy), inert "
+                          "columns exactly zero.")
