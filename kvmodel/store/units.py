@@ -22,9 +22,9 @@ from .mapping import active_space
 from .store import Unit, UnitRow
 
 
-_ROW_RULES = ("TRACE-2", "UNIT-1")  # evaluated per launch row
-_WRITE_RULES = ("ENT-3", "WR-1", "CONS-1", "UNIT-3")  # evaluated, premise held, per written row
-_WRITE_PREMISE_RULES = ("WR-2", "WR-3")  # evaluated per written row; premise (shared/protected) rarely holds
+# Rules a launch evaluates: per row TRACE-2, UNIT-1; per written row ENT-3, WR-1, CONS-1, UNIT-3 (their
+# premise holds) and WR-2, WR-3 (premise: a shared / protected page, rare). Counted once per launch.
+_LAUNCH_RULES = ("TRACE-2", "UNIT-1", "ENT-3", "WR-1", "CONS-1", "UNIT-3", "WR-2", "WR-3")
 
 
 def launch(st, unit: str, rows: list) -> None:
@@ -34,67 +34,66 @@ def launch(st, unit: str, rows: list) -> None:
         cov.check("TRACE-2", exercised=True)
         raise violation("TRACE-2", f"unit {unit!r} is already in flight", unit=unit)
     planned = []
-    seen = set()
     bundles = st.bundles
     written = 0
-    for seq, pool, write in rows:
-        bundle = bundles.get(seq)
-        space = None if bundle is None else bundle.spaces.get(pool)
-        if space is None:
-            active_space(st, seq, pool, "launch")  # raises the TRACE-2 / AS-5 violation
-        if space.unit is not None or space in seen:
-            cov.check("UNIT-1", exercised=True)
-            other = space.unit if space.unit is not None else unit
-            raise violation("UNIT-1", f"{seq!r} ({pool}) is already a row of in-flight unit {other!r}",
-                            seq=seq, pool=pool, unit=unit)
-        seen.add(space)
-        if write is None:
-            planned.append(UnitRow(space, None, None))
-            continue
-        a, b = write
-        written += 1
-        if not _plainly_legal(space, a, b, bundle.bounded_at):
-            findings, flags = _write_findings(st, space, a, b)
-            cov.add("WR-2", 0, flags & 1)
-            cov.add("WR-3", 0, flags >> 1)
-            if findings:
-                for f in findings:
-                    f.context.setdefault("unit", unit)
-                raise ContractViolation(findings)
-        planned.append(UnitRow(space, a, b))
+    try:
+        for seq, pool, write in rows:
+            bundle = bundles.get(seq)
+            space = None if bundle is None else bundle.spaces.get(pool)
+            if space is None:
+                active_space(st, seq, pool, "launch")  # raises the TRACE-2 / AS-5 violation
+            if space.unit is not None:
+                cov.check("UNIT-1", exercised=True)
+                raise violation("UNIT-1", f"{seq!r} ({pool}) is already a row of in-flight unit "
+                                f"{space.unit!r}", seq=seq, pool=pool, unit=unit)
+            space.unit = unit  # provisional mark (a duplicate row then meets it); undone on violation
+            if write is None:
+                planned.append(UnitRow(space, None, None))
+                continue
+            a, b = write
+            written += 1
+            # the common case inline (see _plainly_legal): at the frontier, mapped, sole writer, nothing protected
+            pages = space.pages
+            plain = a == space.committed and b <= len(pages) << 6 and not space.protected and \
+                (bundle.bounded_at is None or pool != "main")
+            if plain:
+                for blk in range(a >> 6, (b + 63) >> 6):
+                    if pages[blk].writer is not space:
+                        plain = False
+                        break
+            if not plain:
+                findings, flags = _write_findings(st, space, a, b)
+                cov.add("WR-2", 0, flags & 1)
+                cov.add("WR-3", 0, flags >> 1)
+                if findings:
+                    for f in findings:
+                        f.context.setdefault("unit", unit)
+                    raise ContractViolation(findings)
+            planned.append(UnitRow(space, a, b))
+    except ContractViolation:
+        for r in planned:
+            r.space.unit = None
+        if space is not None and (not planned or planned[-1].space is not space) and space.unit == unit:
+            space.unit = None
+        raise
     n = len(rows)
-    for c in cov.cells(_ROW_RULES):
-        c[0] += n
+    c = cov.cells(_LAUNCH_RULES)
+    c[0][0] += n
+    c[1][0] += n
     if written:
-        for c in cov.cells(_WRITE_RULES):
-            c[0] += written
-            c[1] += written
-        for c in cov.cells(_WRITE_PREMISE_RULES):
-            c[0] += written
-    u = Unit(unit, planned)
-    st.units[unit] = u
-    st.ended_units.discard(unit)
+        for cell in c[2:6]:
+            cell[0] += written
+            cell[1] += written
+        c[6][0] += written
+        c[7][0] += written
+    st.units[unit] = Unit(unit, planned)
+    st.ended_units.pop(unit, None)
     t = st.t_spaces
     for r in planned:
         sp = r.space
-        sp.unit = unit
         sp.unit_row = r
         sp.frozen = (len(sp.pages), sp.committed, sp.row, sp.reservation)
         t[sp] = None
-
-
-def _plainly_legal(space, a: int, b: int, bounded) -> bool:
-    """The common case, decided fast: a write at the committed frontier, within the mapped extent and
-    the entitlement, into pages this space alone holds and writes, with nothing protected. Anything else
-    goes through `_write_findings`, which names every rule broken."""
-    pages = space.pages
-    n = len(pages)
-    if a != space.committed or b > n << 6 or space.protected or (bounded is not None and space.pool == "main"):
-        return False
-    for blk in range(a >> 6, (b + 63) >> 6):
-        if pages[blk].writer is not space:
-            return False
-    return True
 
 
 def _write_findings(st, space, a: int, b: int) -> tuple[list[Finding], int]:
@@ -161,35 +160,42 @@ _COMMIT_RULES = ("UNIT-2",)
 
 def complete(st, unit: str, commits: list) -> None:
     """The unit succeeded: commits = [(seq, pool, frontier)] are published, then the rows unfreeze."""
-    u = _live_unit(st, unit, "complete")
+    u = st.units.get(unit)
+    if u is None:
+        u = _live_unit(st, unit, "complete")  # raises the TRACE-2 violation
     bundles = st.bundles
-    done = set()
     plan = []
-    for seq, pool, frontier in commits:
-        bundle = bundles.get(seq)
-        sp = None if bundle is None else bundle.spaces.get(pool)
-        r = sp.unit_row if sp is not None and sp.unit == unit else None
-        if r is None or (seq, pool) in done:
-            st.cov.check("UNIT-2", exercised=True)
-            why = "twice" if (seq, pool) in done else "although it is not a row of the unit"
-            raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) {why}", unit=unit, seq=seq, pool=pool)
-        done.add((seq, pool))
-        s = r.space
-        if frontier < s.committed:
-            st.cov.check("UNIT-2", exercised=True)
-            raise violation("UNIT-2", f"commit moves {seq!r} ({pool}) back from {s.committed} to {frontier}; only "
-                            "an explicit truncate shortens a frontier", unit=unit, seq=seq, pool=pool)
-        limit = s.committed if r.b is None else r.b
-        if frontier > limit:
-            st.cov.check("UNIT-2", exercised=True)
-            raise violation("UNIT-2", f"commit of {seq!r} ({pool}) to {frontier} beyond the unit's written extent "
-                            f"{limit}", unit=unit, seq=seq, pool=pool, frontier=frontier, written=limit)
-        plan.append((s, frontier))
-    for c in st.cov.cells(_COMMIT_RULES):
-        c[0] += len(commits)
-        c[1] += len(commits)
-    for s, frontier in plan:
-        commit_columns(st, s, frontier)
+    try:
+        for seq, pool, frontier in commits:
+            bundle = bundles.get(seq)
+            sp = None if bundle is None else bundle.spaces.get(pool)
+            r = sp.unit_row if sp is not None and sp.unit == unit else None
+            if r is None:
+                st.cov.check("UNIT-2", exercised=True)
+                why = "twice" if any(p[0] is sp for p in plan) else "although it is not a row of the unit"
+                raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) {why}", unit=unit, seq=seq,
+                                pool=pool)
+            sp.unit_row = None  # taken: a second commit of the same row meets None (restored below)
+            plan.append((sp, frontier, r))
+            if frontier < sp.committed:
+                st.cov.check("UNIT-2", exercised=True)
+                raise violation("UNIT-2", f"commit moves {seq!r} ({pool}) back from {sp.committed} to {frontier}; "
+                                "only an explicit truncate shortens a frontier", unit=unit, seq=seq, pool=pool)
+            limit = sp.committed if r.b is None else r.b
+            if frontier > limit:
+                st.cov.check("UNIT-2", exercised=True)
+                raise violation("UNIT-2", f"commit of {seq!r} ({pool}) to {frontier} beyond the unit's written "
+                                f"extent {limit}", unit=unit, seq=seq, pool=pool, frontier=frontier, written=limit)
+    except ContractViolation:
+        for sp, _, r in plan:
+            sp.unit_row = r
+        raise
+    c = st.cov.cells(_COMMIT_RULES)[0]
+    c[0] += len(commits)
+    c[1] += len(commits)
+    for sp, frontier, _ in plan:
+        if frontier > sp.committed:
+            commit_columns(st, sp, frontier)
     _end(st, u)
 
 
