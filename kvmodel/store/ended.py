@@ -4,13 +4,16 @@ TRACE-2 ("a reference to an unknown or ended sequence, unit, checkpoint or trans
 liveness; this record only improves the message ("has ended" versus "was never launched") and tells a
 double release (CKPT-2) from an unknown checkpoint. It keeps the most recent `limit` ids (oldest dropped
 first) so memory stays constant in trace length; an id older than that is reported as unknown.
-A dict subclass, so lookups stay C-level on the replay's hot path.
+An OrderedDict: lookups stay C-level on the replay's hot path and dropping the oldest id is O(1) (a plain
+dict that keeps deleting its first key degrades, as its table fills with deleted slots).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 
-class EndedHandles(dict):
+
+class EndedHandles(OrderedDict):
     __slots__ = ("limit",)
 
     def __init__(self, limit: int = 65536):
@@ -20,7 +23,7 @@ class EndedHandles(dict):
     def add(self, handle: str, how: str = "ended") -> None:
         self[handle] = how  # a re-ended id keeps its first position: eviction order is approximate
         if len(self) > self.limit:
-            del self[next(iter(self))]
+            self.popitem(last=False)
 
     def discard(self, handle: str) -> None:
         self.pop(handle, None)
