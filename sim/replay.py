@@ -86,7 +86,7 @@ class TraceReplay:
 
     def step(self, index: int, line: int, ev) -> bool:
         """Apply one event; returns False when replay must stop (stop_at_first after a violation)."""
-        st = self.st  # touched sets are empty here: every step ends by resetting them
+        st = self.st  # touched sets are empty here: the checks of every step consume them
         handler, op = self._dispatch[type(ev)]
         res = ev.result
         bad = None
@@ -101,7 +101,9 @@ class TraceReplay:
                     self.observer.applied(ev, outcome, index, line)
         except ContractViolation as exc:
             bad = exc.findings
-        found = self.checker.incremental(op) if (st.t_pages or st.t_spaces or st.t_pools or st.t_rows or st.t_host) else ()
+        pools_moved = bool(st.t_pools)
+        found = self.checker.incremental(op) if (st.t_pages or st.t_spaces or pools_moved or st.t_rows or st.t_host) \
+            else ()
         if self.observer is not None and bad is None:
             found = list(found) + self.observer.check(index, line)
         if index and index % self.audit_every == 0:
@@ -111,9 +113,8 @@ class TraceReplay:
                 self._violation(f, index, line, op)
             for f in found:
                 self._violation(f, index, line, op)
-        if st.t_pools or bad or found:
+        if pools_moved or bad or found:
             self._sample(index, force=bool(bad or found))
-        st.reset_touched()
         if (bad or found) and self.stop_at_first:
             self.result.stopped = True
             return False
@@ -121,7 +122,7 @@ class TraceReplay:
 
     def _sample(self, index: int, force: bool) -> None:
         self.timeline.record(index, self.st.pools, force)
-        for name in self.st.t_pools if not force else self.st.pools:
+        for name in self.st.pools:
             p = self.st.pools[name]
             pk = self.peaks[name]
             if p.allocated > pk[1]:

@@ -18,10 +18,13 @@ from .store import KVStore as _KVStore
 
 
 class KVStore(_KVStore):
-    """The model with its transactions as methods; each records what it touched for incremental checks."""
+    """The model with its transactions as methods; each records what it touched for incremental checks.
+
+    Touched entities accumulate until `spec.checking.Checker.incremental` consumes them (or
+    `reset_touched` is called): a caller that checks after every operation sees exactly that operation's.
+    """
 
     def _run(self, fn, *args, **kwargs):
-        self.reset_touched()
         try:
             return fn(self, *args, **kwargs)
         except ContractViolation as exc:
@@ -44,7 +47,6 @@ class KVStore(_KVStore):
         return self._run(mapping.cow, seq, pool, block, page)
 
     def launch(self, unit, rows):
-        self.reset_touched()
         try:
             return units.launch(self, unit, rows)
         except ContractViolation as exc:
@@ -53,7 +55,6 @@ class KVStore(_KVStore):
             raise
 
     def complete(self, unit, commits):
-        self.reset_touched()
         try:
             return units.complete(self, unit, commits)
         except ContractViolation as exc:
