@@ -50,14 +50,8 @@ def cut_to(st, space, frontier: int) -> None:
         st.drop_ref(page, space, to_reservation=space.active)
     if frontier % P and keep:
         page = space.pages[keep - 1]
-        cols = frontier % P
-        if page.refs == 1 and page.committed > cols:
-            page.committed = cols
-            page.epoch = st.page_stores[space.pool].new_epoch()
-            page.cut_segments(cols)
-            if page.device >= 0:
-                page.dev_epoch, page.dev_cov = page.epoch, cols
-            st.t_pages[page] = None
+        if page.refs == 1:  # a shared page is never cut
+            st.cut_page(page, frontier % P)
     if frontier < space.committed:
         space.new_token()
     space.committed = frontier

@@ -181,7 +181,15 @@ class KVStore:
         """The sole (active) holder becomes the writer; columns beyond its frontier stop being canonical."""
         page.writer = holder
         cols = holder.committed - page.block * self.P
-        cols = 0 if cols < 0 else self.P if cols > self.P else cols
+        self.cut_page(page, 0 if cols < 0 else self.P if cols > self.P else cols)
+        self.t_spaces[holder] = None
+
+    def cut_page(self, page, cols: int) -> None:
+        """Destructively keep the first `cols` committed columns: a new content epoch, content keys cut.
+
+        "a private page whose committed columns are cut gets a new content epoch" (DESIGN §6); its Device
+        replica is rewritten in place, so it stays current; a Host replica keeps the old epoch (stale).
+        """
         if page.committed > cols:
             page.committed = cols
             page.epoch = self.page_stores[page.pool].new_epoch()
@@ -189,7 +197,6 @@ class KVStore:
             if page.device >= 0:
                 page.dev_epoch, page.dev_cov = page.epoch, cols
         self.t_pages[page] = None
-        self.t_spaces[holder] = None
 
     def maybe_reclaim(self, page) -> None:
         """PAGE-4: reclaim the descriptor at zero references, replicas and pins (its generation advances)."""
