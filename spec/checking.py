@@ -39,25 +39,36 @@ FOCUS = {
 SCOPES = ("config", "pool", "page", "space", "row", "store")
 
 
-def _compile(rules: list):
-    """One function checking a fixed list of rules on a set of touched entities (the per-event hot path).
+def _compile(scoped: list, live_only: bool = False):
+    """One function checking an operation's rules on the entities it touched (the per-event hot path).
 
-    Equivalent to `Checker._run(rules, entities, False, out)`, generated once per operation plan with
-    each rule's checker and coverage cell bound by name, so the loop pays no per-rule dispatch.
+    `scoped` is [(touched-set attribute, [(rule, checker, coverage cell), ...]), ...]. The generated
+    function is equivalent to running `Checker._run(rules, getattr(st, attr), False, out)` per scope and
+    then `st.reset_touched()`; it is generated once per operation plan with every checker and counter
+    bound by name, so the per-event loop pays no dispatch over rules or scopes.
     """
     env = {"Finding": Finding, "CTX": _CTX}
-    head = ["def run(st, ents, out):", "    n = len(ents)"]
-    body = ["    for e in ents:"]
-    for i, (rule, fn, cnt) in enumerate(rules):
-        env[f"f{i}"], env[f"c{i}"], env[f"rule{i}"] = fn, cnt, rule
-        head.append(f"    c{i}[0] += n")
-        body += [f"        r = f{i}(st, e, False)",
-                 "        if r is not None:",
-                 f"            c{i}[1] += 1",
-                 "            if r is not True:",
-                 f"                out.append(Finding(rule{i}.id, r, CTX[rule{i}.scope](e)))",
-                 f"                c{i}[2] += 1"]
-    exec("\n".join(head + body), env)  # noqa: S102 - source built above from constants only
+    src = ["def run(st, out):"]
+    k = 0
+    for attr, rules in scoped:
+        src += [f"    ents = st.{attr}", "    if ents:"]
+        if attr == "t_spaces" and not live_only:  # finish/release may leave dead spaces touched
+            src.append("        ents = [s for s in ents if s.active or s.owner in st.checkpoints]")
+        src.append("        n = len(ents)")
+        body = ["        for e in ents:"]
+        for rule, fn, cnt in rules:
+            env[f"f{k}"], env[f"c{k}"], env[f"rule{k}"] = fn, cnt, rule
+            src.append(f"        c{k}[0] += n")
+            body += [f"            r = f{k}(st, e, False)",
+                     "            if r is not None:",
+                     f"                c{k}[1] += 1",
+                     "                if r is not True:",
+                     f"                    out.append(Finding(rule{k}.id, r, CTX[rule{k}.scope](e)))",
+                     f"                    c{k}[2] += 1"]
+            k += 1
+        src += body
+    src.append("    st.reset_touched()")
+    exec("\n".join(src), env)  # noqa: S102 - source built above from constants only
     return env["run"]
 
 
@@ -74,10 +85,11 @@ class Checker:
         self._counts = {r.id: store.cov.cell(r.id) for rules in self.by_scope.values() for r in rules}
         attrs = (("pool", "t_pools"), ("page", "t_pages"), ("space", "t_spaces"), ("row", "t_rows"))
 
-        def plan(ids):
-            return [(a, _compile([(r, r.checker, self._counts[r.id]) for r in self.by_scope[sc]
-                                  if ids is None or r.id in ids]))
-                    for sc, a in attrs if any(ids is None or r.id in ids for r in self.by_scope[sc])]
+        def plan(ids):  # focused operations (ids given) never end an address space
+            return _compile([(a, [(r, r.checker, self._counts[r.id]) for r in self.by_scope[sc]
+                                  if ids is None or r.id in ids])
+                             for sc, a in attrs if any(ids is None or r.id in ids for r in self.by_scope[sc])],
+                            live_only=ids is not None)
         self._plans = {op: plan(ids) for op, ids in FOCUS.items()}
         self._plan_all = plan(None)
 
@@ -104,16 +116,12 @@ class Checker:
         the touched sets."""
         st = self.st
         out: list[Finding] = []
-        plan = self._plans.get(op)
-        for attr, run in plan if plan is not None else self._plan_all:
-            ents = getattr(st, attr)
-            if ents:
-                if plan is None and attr == "t_spaces":  # finish/release may leave dead spaces touched
-                    ents = [s for s in ents if s.active or s.owner in st.checkpoints]
-                run(st, ents, out)
-        if st.t_host and plan is None:
-            self._run(self._scoped(self.by_scope["store"]), (None,), False, out)
-        st.reset_touched()
+        run = self._plans.get(op)
+        if run is None:
+            if st.t_host:  # Host-tier state is one arena: its rules run on the whole store
+                self._run(self._scoped(self.by_scope["store"]), (None,), False, out)
+            run = self._plan_all
+        run(st, out)
         return out
 
     def audit(self) -> list[Finding]:
