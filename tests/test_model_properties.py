@@ -83,11 +83,11 @@ def draw_op(data, store: KVStore):
             return ("fail", unit)
         commits = []
         u = store.units.get(unit)
-        for r in (u.rows if u else []):
-            end = r.space.committed if r.b is None else r.b
-            f = d(st.integers(r.space.committed, max(r.space.committed, end))) if d(st.integers(0, 9)) \
+        for space, _, b in (u.rows if u else []):
+            end = space.committed if b is None else b
+            f = d(st.integers(space.committed, max(space.committed, end))) if d(st.integers(0, 9)) \
                 else d(st.integers(0, end + 70))
-            commits.append((r.space.owner, r.space.pool, f))
+            commits.append((space.owner, space.pool, f))
         return ("complete", unit, commits)
     if kind == "truncate":
         top = space.committed if space is not None else 100

@@ -24,10 +24,10 @@ class Coverage:
         return c
 
     def cells(self, rules: tuple) -> tuple:
-        """The cells of a fixed tuple of rules (cached per tuple)."""
-        g = self._groups.get(rules)
+        """The cells of a fixed (module-level, never collected) tuple of rules, cached by its identity."""
+        g = self._groups.get(id(rules))
         if g is None:
-            g = self._groups[rules] = tuple(self.cell(r) for r in rules)
+            g = self._groups[id(rules)] = tuple(self.cell(r) for r in rules)
         return g
 
     def check(self, rule: str, exercised: bool = False) -> None:

@@ -23,21 +23,13 @@ from .pool import DevicePagePool
 from .tables import ExecutionTablePool
 
 
-class UnitRow:
-    """One row of an in-flight GPU unit: its space and write range [a, b) (None: read-only)."""
-
-    __slots__ = ("space", "a", "b")
-
-    def __init__(self, space, a, b):
-        self.space, self.a, self.b = space, a, b
-
-
 class Unit:
-    """An in-flight GPU unit; each row's space points back to its UnitRow while the unit runs."""
+    """An in-flight GPU unit: rows are (space, a, b) tuples, [a, b) the written positions (None, None for a
+    read-only row); each row's space points back to its tuple (`unit_row`) while the unit runs."""
 
     __slots__ = ("uid", "rows")
 
-    def __init__(self, uid: str, rows: list[UnitRow]):
+    def __init__(self, uid: str, rows: list[tuple]):
         self.uid, self.rows = uid, rows
 
 
@@ -72,7 +64,6 @@ class KVStore:
         self.ended_seqs = EndedHandles()
         self.ended_ckpts = EndedHandles()  # ckpt -> "released" | "moved"
         self.units: dict = {}  # unit id -> Unit (in flight)
-        self.ended_units = EndedHandles()
         self.xfers: dict = {}  # xfer id -> Transfer (open)
         self.ended_xfers = EndedHandles()
         self.activations = 0
@@ -261,8 +252,7 @@ class KVStore:
                 tuple(c.snapshot() for c in self.checkpoints.values()),
                 tuple(s.snapshot() for s in self.all_spaces()),
                 self.ended_seqs.snapshot(), self.ended_ckpts.snapshot(),
-                tuple((u.uid, tuple((r.space.uid, r.a, r.b) for r in u.rows)) for u in self.units.values()),
-                self.ended_units.snapshot(),
+                tuple((u.uid, tuple((r[0].uid, r[1], r[2]) for r in u.rows)) for u in self.units.values()),
                 tuple((x.xid, x.phase, tuple(x.dest), tuple(x.snap)) for x in self.xfers.values()),
                 self.ended_xfers.snapshot(), self.activations, self._next_uid)
 

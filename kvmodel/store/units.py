@@ -19,7 +19,7 @@ from __future__ import annotations
 from .config import ceil_div
 from .errors import ContractViolation, Finding, violation
 from .mapping import active_space
-from .store import Unit, UnitRow
+from .store import Unit
 
 
 # Rules a launch evaluates: per row TRACE-2, UNIT-1; per written row ENT-3, WR-1, CONS-1, UNIT-3 (their
@@ -48,7 +48,7 @@ def launch(st, unit: str, rows: list) -> None:
                                 f"{space.unit!r}", seq=seq, pool=pool, unit=unit)
             space.unit = unit  # provisional mark (a duplicate row then meets it); undone on violation
             if write is None:
-                planned.append(UnitRow(space, None, None))
+                planned.append((space, None, None))
                 continue
             a, b = write
             written += 1
@@ -69,11 +69,11 @@ def launch(st, unit: str, rows: list) -> None:
                     for f in findings:
                         f.context.setdefault("unit", unit)
                     raise ContractViolation(findings)
-            planned.append(UnitRow(space, a, b))
+            planned.append((space, a, b))
     except ContractViolation:
         for r in planned:
-            r.space.unit = None
-        if space is not None and (not planned or planned[-1].space is not space) and space.unit == unit:
+            r[0].unit = None
+        if space is not None and (not planned or planned[-1][0] is not space) and space.unit == unit:
             space.unit = None
         raise
     n = len(rows)
@@ -87,10 +87,9 @@ def launch(st, unit: str, rows: list) -> None:
         c[6][0] += written
         c[7][0] += written
     st.units[unit] = Unit(unit, planned)
-    st.ended_units.pop(unit, None)
     t = st.t_spaces
     for r in planned:
-        sp = r.space
+        sp = r[0]
         sp.unit_row = r
         sp.frozen = (len(sp.pages), sp.committed, sp.row, sp.reservation)
         t[sp] = None
@@ -150,8 +149,8 @@ def _live_unit(st, unit: str, op: str):
     st.cov.check("TRACE-2")
     u = st.units.get(unit)
     if u is None:
-        why = "has already ended" if unit in st.ended_units else "was never launched"
-        raise violation("TRACE-2", f"{op} of unit {unit!r}, which {why}", unit=unit)
+        raise violation("TRACE-2", f"{op} of unit {unit!r}, which is not in flight (it ended, or was never "
+                        "launched)", unit=unit)
     return u
 
 
@@ -181,7 +180,7 @@ def complete(st, unit: str, commits: list) -> None:
                 st.cov.check("UNIT-2", exercised=True)
                 raise violation("UNIT-2", f"commit moves {seq!r} ({pool}) back from {sp.committed} to {frontier}; "
                                 "only an explicit truncate shortens a frontier", unit=unit, seq=seq, pool=pool)
-            limit = sp.committed if r.b is None else r.b
+            limit = sp.committed if r[2] is None else r[2]
             if frontier > limit:
                 st.cov.check("UNIT-2", exercised=True)
                 raise violation("UNIT-2", f"commit of {seq!r} ({pool}) to {frontier} beyond the unit's written "
@@ -231,9 +230,8 @@ def fail(st, unit: str) -> None:
 
 def _end(st, u) -> None:
     del st.units[u.uid]
-    st.ended_units.add(u.uid)
     t = st.t_spaces
     for r in u.rows:
-        sp = r.space
+        sp = r[0]
         sp.unit = sp.frozen = sp.unit_row = None
         t[sp] = None

@@ -16,7 +16,7 @@ def unit_1(st, space, full):
         return None
     u = st.units.get(space.unit)
     row = space.unit_row
-    if u is None or row is None or row.space is not space or space.frozen is None:
+    if u is None or row is None or row[0] is not space or space.frozen is None:
         return f"{space.owner!r} ({space.pool}) is marked in unit {space.unit!r}, which does not hold it"
     f = space.frozen
     if f[0] != len(space.pages) or f[1] != space.committed or f[2] != space.row or f[3] != space.reservation:
