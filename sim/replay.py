@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from msgspec.structs import astuple
+
 from kvmodel.store import ContractViolation, Finding, Refusal
 from kvmodel.store.activation import plan_activation
 from kvmodel.store.coverage import Coverage
@@ -95,15 +97,14 @@ class TraceReplay:
                 self._refusal(index, op, "engine" + (f": {res.error}" if res.error else ""))
             else:
                 outcome = handler(ev)
-                if isinstance(outcome, Refusal):
+                if outcome is not None and isinstance(outcome, Refusal):
                     self._refusal(index, op, outcome.reason)
                 elif self.observer is not None:
                     self.observer.applied(ev, outcome, index, line)
         except ContractViolation as exc:
             bad = exc.findings
         pools_moved = bool(st.t_pools)
-        found = self.checker.incremental(op) if (st.t_pages or st.t_spaces or pools_moved or st.t_rows or st.t_host) \
-            else ()
+        found = self.checker.incremental(op)
         if self.observer is not None and bad is None:
             found = list(found) + self.observer.check(index, line)
         if index and index % self.audit_every == 0:
@@ -208,11 +209,11 @@ class TraceReplay:
         return self.st.cow(ev.seq, ev.pool, ev.block, page)
 
     # -- facts ------------------------------------------------------------------------------------
-    def _launch(self, ev):
-        return self.st.launch(ev.unit, [(r.seq, r.pool, r.write) for r in ev.rows])
+    def _launch(self, ev):  # rows as (seq, pool, write) tuples: LaunchRow's field order
+        return self.st.launch(ev.unit, list(map(astuple, ev.rows)))
 
-    def _complete(self, ev):
-        return self.st.complete(ev.unit, [(c.seq, c.pool, c.frontier) for c in ev.commit])
+    def _complete(self, ev):  # commits as (seq, pool, frontier) tuples: CommitRow's field order
+        return self.st.complete(ev.unit, list(map(astuple, ev.commit)))
 
     def _fail(self, ev):
         return self.st.fail(ev.unit)
