@@ -139,4 +139,4 @@ def test_bench_replay_plumbing(tmp_path):
     from sim.bench import bench_replay
     r = bench_replay(events=2000, seed=2, concurrency=4)
     assert r["events"] >= 2000 and r["violations"] == 0 and r["events_per_s"] > 0
-    assert set(r) >= {"events", "seconds", "events_per_s"}
+    assert set(r) >= {"events", "seconds", "events_per_s"} and r["decode_lanes"] == 2
