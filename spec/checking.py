@@ -28,12 +28,13 @@ _CTX = {"page": _ctx_page, "space": _ctx_space, "pool": lambda name: {"pool": na
 
 # Operations that change only a few fields: the state rules whose premises those fields enter. Every
 # other operation (activate, map, cow, truncate, finish, release, Host tier) runs every state rule on
-# what it touched. launch/fail change only a space's unit; complete also commits frontiers and page
-# columns; grow changes reservations (pool counters included).
+# what it touched. launch freezes spaces into a unit (UNIT-1); complete commits frontiers and page
+# columns and ends the unit (UNIT-1's premise, a space in flight, no longer holds); fail only ends the
+# unit; grow changes reservations (pool counters included).
 FOCUS = {
     "launch": ("UNIT-1",),
-    "fail": ("UNIT-1",),
-    "complete": ("UNIT-1", "AS-2", "ENT-4", "PAGE-3", "WR-3", "REP-4"),
+    "fail": (),
+    "complete": ("AS-2", "ENT-4", "PAGE-3", "WR-3", "REP-4"),
     "grow": ("UNIT-1", "ENT-1", "CAP-3"),
 }
 SCOPES = ("config", "pool", "page", "space", "row", "store")

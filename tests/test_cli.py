@@ -9,9 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim import kvtrace as kt
 from sim.cli import main
-from sim.trace_io import TraceWriter, encode_line
+from sim.trace_io import encode_line
 from sim.workload import default_header, generate
 
 HEADER = encode_line(default_header(max_context=1024, concurrency=4)).decode().rstrip("\n")

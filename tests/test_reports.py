@@ -22,7 +22,7 @@ from sim.report_json import (
     trace_order,
     safe_text,
 )
-from sim.report_junit import NOT_EXERCISED, junit_classname, render_junit
+from sim.report_junit import junit_classname, render_junit
 from sim.report_markdown import md_cell, render_markdown
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from .address_space import SequenceKVBundle
 from .config import ceil_div
-from .errors import Finding, Refusal, violation, ContractViolation
+from .errors import Refusal, violation
 
 
 @dataclass

@@ -16,7 +16,6 @@ columns inside the read domain, which the consumer rule forbids.
 
 from __future__ import annotations
 
-from .config import ceil_div
 from .errors import ContractViolation, Finding, violation
 from .mapping import active_space
 from .store import Unit

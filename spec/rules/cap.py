@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kvmodel.store.capacity import pool_pages, resolve_explicit, resolve_automatic, m_range
-from kvmodel.store.config import ceil_div
 from kvmodel.store.planes import PAGE_SIZE, bytes_per_token_head
 
 from ..catalogue import state_rule

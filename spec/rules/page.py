@@ -87,7 +87,7 @@ def distinct_identities(st):
     """Audit form of PAGE-5 over every space and pool."""
     for space in st.all_spaces():
         seen = set()
-        for b, page in enumerate(space.pages):
+        for page in space.pages:
             if page in seen:
                 return f"{space.owner!r} ({space.pool}) maps descriptor {page.handle} twice"
             seen.add(page)
