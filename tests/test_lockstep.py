@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import glob
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,12 +13,14 @@ from kvmodel.store.address_space import content_key
 from kvmodel.store.planes import profile_planes
 from sim.replay import replay_trace
 
-LEGAL = sorted(glob.glob("scenarios/*.jsonl"))
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+LEGAL = sorted(str(p.relative_to(SCENARIOS.parent)) for p in SCENARIOS.glob("*.jsonl"))
+assert LEGAL, "no bundled scenarios found"
 PROFILES = ("bf16", "int8", "fp8", "nvfp4", "k8v4")
 
 
 def run(path, profile=None):
-    return replay_trace(path, observer_factory=lambda st: L.lockstep_factory(st, profile))
+    return replay_trace(SCENARIOS.parent / path, observer_factory=lambda st: L.lockstep_factory(st, profile))
 
 
 @pytest.mark.parametrize("profile", PROFILES)
