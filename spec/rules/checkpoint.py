@@ -27,7 +27,11 @@ def ckpt_1(st, space, full):
 
 transition_rule("CKPT-2", "Release drops references one at a time; a double release is a violation",
                 'store contract: "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas"',
-                settle.release)
+                settle.release,
+                decisions="Pages go at their last reference (a page another checkpoint or sequence holds stays). "
+                          "A second release, or an activation from a released checkpoint (use after release), is "
+                          "CKPT-2 rather than the generic stale handle (TRACE-2); a checkpoint consumed by a Move "
+                          "and then referenced is TRACE-2.")
 
 transition_rule("CKPT-3", "Move only when no immutable reference to the source survives; otherwise Fork",
                 'store contract: "Private source 在最终 post-state 中没有 surviving immutable reference 时，可以 Move"',
