@@ -64,11 +64,11 @@ class TraceReplay:
         self.result = TraceResult(path, coverage=self.st.cov)
         self.timeline = Timeline(self.st.pools)
         self.peaks = {n: [p.capacity, 0, 0, p.capacity] for n, p in self.st.pools.items()}
-        handlers = {kt.Activate: self._activate, kt.Map: self._map, kt.Grow: self._grow,
-                          kt.Launch: self._launch, kt.Complete: self._complete, kt.Fail: self._fail,
-                          kt.Truncate: self._truncate, kt.Finish: self._finish, kt.Release: self._release,
-                          kt.Offload: self._offload, kt.DropDevice: self._drop_device, kt.DropHost: self._drop_host,
-                          kt.Xfer: self._xfer, kt.Observe: self._observe, kt.Cow: self._cow}
+        handlers = {kt.Activate: self._activate, kt.Map: self._map, kt.Grow: self._grow, kt.Cow: self._cow,
+                    kt.Launch: self._launch, kt.Complete: self._complete, kt.Fail: self._fail,
+                    kt.Truncate: self._truncate, kt.Finish: self._finish, kt.Release: self._release,
+                    kt.Offload: self._offload, kt.DropDevice: self._drop_device, kt.DropHost: self._drop_host,
+                    kt.Xfer: self._xfer, kt.Observe: self._observe}
         self._handlers = handlers
         self._dispatch = {t: (fn, t.__struct_config__.tag) for t, fn in handlers.items()}
         self._config_findings(self.checker.config())
