@@ -191,35 +191,26 @@ def complete(st, unit: str, commits: list) -> None:
     c = st.cov.cells(_COMMIT_RULES)[0]
     c[0] += len(commits)
     c[1] += len(commits)
+    tp = st.t_pages
     for sp, frontier, _ in plan:
-        if frontier > sp.committed:
-            commit_columns(st, sp, frontier)
+        lo = sp.committed
+        if frontier > lo:  # commit columns [lo, frontier): their content keys carry the writer's token
+            token, pages = sp.token, sp.pages
+            for blk in range(lo >> 6, (frontier + 63) >> 6):
+                page = pages[blk]
+                hi = frontier - (blk << 6)
+                if hi > 64:
+                    hi = 64
+                segs = page.segments
+                if not segs or segs[-1][1] != token:
+                    page.extend_segments(max(0, lo - (blk << 6)), token)
+                if hi > page.committed:
+                    page.committed = hi
+                page.dev_epoch = page.epoch
+                page.dev_cov = page.committed
+                tp[page] = None
+            sp.committed = frontier
     _end(st, u)
-
-
-def commit_columns(st, space, frontier: int) -> None:
-    """Advance the committed frontier; the columns' content keys carry this space's writer token."""
-    P = st.P
-    lo = space.committed
-    if frontier > lo:
-        tp = st.t_pages
-        token = space.token
-        pages = space.pages
-        for blk in range(lo // P, -(-frontier // P)):
-            page = pages[blk]
-            hi = frontier - blk * P
-            if hi > P:
-                hi = P
-            segs = page.segments
-            if not segs or segs[-1][1] != token:
-                page.extend_segments(max(0, lo - blk * P), token)
-            if hi > page.committed:
-                page.committed = hi
-            page.dev_epoch = page.epoch
-            page.dev_cov = page.committed
-            tp[page] = None
-        space.committed = frontier
-    st.t_spaces[space] = None
 
 
 def fail(st, unit: str) -> None:
