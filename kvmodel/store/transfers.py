@@ -202,7 +202,9 @@ def _publish(st, x: Transfer) -> None:
 
 
 def _release_source(st, x: Transfer) -> None:
-    live = [p for p in x.pages if p.alive]
+    # a page whose last reference went while it was pinned is reclaimed at publication (and its descriptor
+    # may since carry another page): only the pages still ours (same generation) have a source to release
+    live = [p for p, g in zip(x.pages, x.generations) if p.alive and p.generation == g]
     for page in live:
         if x.direction == "d2h":
             st.cov.check("REP-4", exercised=True)

@@ -1,0 +1,33 @@
+"""Regressions found by fuzzing the store model, each as the shortest history that showed it."""
+
+from __future__ import annotations
+
+from kvmodel.store import KVStore, StoreConfig
+from spec.checking import Checker
+
+PAGE_BYTES = 131072  # bf16, one layer, two KV heads
+
+
+def test_release_source_ignores_a_descriptor_reused_after_the_transfer_published():
+    """A checkpoint released while a D2H copy pins its page: the page is reclaimed at publication and its
+    descriptor may then carry another sequence's page; release_source must not drop that page's replica."""
+    st = KVStore(StoreConfig(1024, 2, host_arena_bytes=4 * PAGE_BYTES))
+    ck = Checker(st)
+    st.activate("a", 64, 0)
+    st.map("a", "main", 64)
+    st.launch("u", [("a", "main", (0, 64))])
+    st.complete("u", [("a", "main", 64)])
+    st.finish("a", "k")
+    for phase in ("reserve", "copy"):
+        st.xfer("x", "d2h", "k", "main", [0], phase)
+    st.release("k")  # the page is pinned: it stays until the transfer publishes
+    for phase in ("verify", "publish"):
+        st.xfer("x", "d2h", "k", "main", [0], phase)
+    assert ck.incremental() == []
+    st.activate("b", 64, 0)
+    st.map("b", "main", 64)  # reuses the reclaimed descriptor (lowest free index)
+    page = st.space_of("b", "main").pages[0]
+    assert page.device >= 0
+    st.xfer("x", "d2h", "k", "main", [0], "release_source")
+    assert page.device >= 0, "release_source dropped the Device replica of another sequence's page"
+    assert ck.incremental() == [] and ck.audit() == []
