@@ -21,16 +21,7 @@ from .host_arena import HostKVArena
 from .pages import LogicalPageStore
 from .pool import DevicePagePool
 from .tables import ExecutionTablePool
-
-
-class Unit:
-    """An in-flight GPU unit: rows are (space, a, b) tuples, [a, b) the written positions (None, None for a
-    read-only row); each row's space points back to its tuple (`unit_row`) while the unit runs."""
-
-    __slots__ = ("uid", "rows")
-
-    def __init__(self, uid: str, rows: list[tuple]):
-        self.uid, self.rows = uid, rows
+from .units import COMMIT_RULES, LAUNCH_RULES
 
 
 class Transfer:
@@ -76,6 +67,8 @@ class KVStore:
         # | ("d2h", pool, src_page, host_offset) | ("free", pool, page): a lease ended, its payload is dead.
         # A lockstep driver replays them on real planes.
         self.effects: list = []
+        self.launch_cells = self.cov.cells(LAUNCH_RULES)  # the hot paths' coverage cells, fetched once
+        self.commit_cells = self.cov.cells(COMMIT_RULES)
         self.reset_touched()
 
     # -- touched entities (for incremental checking) --------------------------------------------

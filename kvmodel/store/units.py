@@ -18,12 +18,22 @@ from __future__ import annotations
 
 from .errors import ContractViolation, Finding, violation
 from .mapping import active_space
-from .store import Unit
 
 
 # Rules a launch evaluates: per row TRACE-2, UNIT-1; per written row ENT-3, WR-1, CONS-1, UNIT-3 (their
 # premise holds) and WR-2, WR-3 (premise: a shared / protected page, rare). Counted once per launch.
-_LAUNCH_RULES = ("TRACE-2", "UNIT-1", "ENT-3", "WR-1", "CONS-1", "UNIT-3", "WR-2", "WR-3")
+LAUNCH_RULES = ("TRACE-2", "UNIT-1", "ENT-3", "WR-1", "CONS-1", "UNIT-3", "WR-2", "WR-3")
+COMMIT_RULES = ("UNIT-2",)
+
+
+class Unit:
+    """An in-flight GPU unit: rows are (space, a, b) tuples, [a, b) the written positions (None, None for a
+    read-only row); each row's space points back to its tuple (`unit_row`) while the unit runs."""
+
+    __slots__ = ("uid", "rows")
+
+    def __init__(self, uid: str, rows: list[tuple]):
+        self.uid, self.rows = uid, rows
 
 
 def launch(st, unit: str, rows: list) -> None:
@@ -76,7 +86,7 @@ def launch(st, unit: str, rows: list) -> None:
             space.unit = None
         raise
     n = len(rows)
-    c = cov.cells(_LAUNCH_RULES)
+    c = st.launch_cells
     c[0][0] += n
     c[1][0] += n
     if written:
@@ -153,9 +163,6 @@ def _live_unit(st, unit: str, op: str):
     return u
 
 
-_COMMIT_RULES = ("UNIT-2",)
-
-
 def complete(st, unit: str, commits: list) -> None:
     """The unit succeeded: commits = [(seq, pool, frontier)] are published, then the rows unfreeze."""
     u = st.units.get(unit)
@@ -188,7 +195,7 @@ def complete(st, unit: str, commits: list) -> None:
         for sp, _, r in plan:
             sp.unit_row = r
         raise
-    c = st.cov.cells(_COMMIT_RULES)[0]
+    c = st.commit_cells[0]
     c[0] += len(commits)
     c[1] += len(commits)
     tp = st.t_pages
@@ -210,7 +217,11 @@ def complete(st, unit: str, commits: list) -> None:
                 page.dev_cov = page.committed
                 tp[page] = None
             sp.committed = frontier
-    _end(st, u)
+    del st.units[u.uid]
+    ts = st.t_spaces
+    for sp, _, _ in u.rows:  # the rows unfreeze (as in _end, inlined on this hot path)
+        sp.unit = sp.frozen = sp.unit_row = None
+        ts[sp] = None
 
 
 def fail(st, unit: str) -> None:
