@@ -3,7 +3,7 @@
 Store contract: "ensure_mapped_to_tokens() 的参数是本阶段所需覆盖范围的下界" (returns at once when
 membership covers it, fails only when the pages needed exceed the entitlement, never advances the
 frontier, never trims, never changes the entitlement; new pages turn this space's reservation into
-allocation), "ContextOptions::kv_lease_growth" (current frontier + a bounded window + a per-lane
+allocation), "ContextCacheOptions::kv_lease_growth" (current frontier + a bounded window + a per-lane
 cushion, extended only at decode-round boundaries; when the window cannot grow the request ends with
 `length` at the covered frontier: bounded completion) and "需要写入 shared partial tail 时必须先 COW".
 
