@@ -130,7 +130,7 @@ class KVStore:
     def drop_ref(self, page, space, to_reservation=False) -> None:
         """Remove one address-space reference; a page left with none drops its replicas and is reclaimed.
 
-        "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas."
+        "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas"
         With `to_reservation` (an active space unmapping a block), the entitlement unit goes back to the
         same reservation ("解除的 Device leases 回到同一 active reservation"): a freed lease is
         dematerialized into it; for a page others still hold, no lease is freed, so the unit is

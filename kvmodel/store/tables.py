@@ -1,8 +1,8 @@
 """Execution rows and the block-table mirror of one pool.
 
-Store contract: "每个 pool 在启动时建立固定地址的 Device block-table matrix: block_tables[N_{logical},C]"
+Store contract: "每个 pool 在启动时建立固定地址的 Device block-table matrix" (block_tables[N_logical, C])
 (one row leased per active address space, I32 pool-local physical page ids), "Inactive address space
-没有 row" and "Execution Row 不拥有 logical page、reservation 或 frontier". Holes are -1 (NInfer's
+没有 row" and "Execution row 不拥有 logical page、 reservation 或 frontier". Holes are -1 (NInfer's
 negative kPagedKVPageHole). The table is an execution mirror: the membership is the authority and AS-3
 checks the mirror against it.
 This module knows nothing of logical pages or reservations.
