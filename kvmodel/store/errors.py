@@ -39,7 +39,8 @@ def violation(rule: str, message: str, **context) -> ContractViolation:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A request a correct store may refuse; `reason` is one of REFUSAL_REASONS."""
+    """A request a correct store may refuse; the model's own refusals give one of REFUSAL_REASONS (a replayed
+    engine refusal may carry the engine's own words)."""
 
     reason: str
     detail: str = ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvmodel.store import mapping, settle, units
+from kvmodel.store import mapping, units
 from kvmodel.store.config import ceil_div, PAGE_SIZE
 
 from ..catalogue import state_rule, transition_rule
@@ -52,5 +52,3 @@ def ent_4(st, space, full):
                 f"(needs {ceil_div(space.committed, PAGE_SIZE)})")
     return True if space.active else None
 
-
-_enforcers = (settle.cut_to,)
