@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu.attention import attention
-from gpu.codecs import get_profile
-from gpu.content import append_content, content_kv
-from gpu.oracle import oracle_attention, oracle_for_pool, rel_l2
-from gpu.planes import PAGE_SIZE, PagedKVPool
+from kvsim.gpu.attention import attention
+from kvsim.gpu.codecs import get_profile
+from kvsim.gpu.content import append_content, content_kv
+from kvsim.gpu.oracle import oracle_attention, oracle_for_pool, rel_l2
+from kvsim.gpu.planes import PAGE_SIZE, PagedKVPool
 
 #: Owner-suite rel-L2 bars (research: causal_cache.cpp tolerances); they apply to the KERNEL error.
 KERNEL_REL_L2_BAR = {"bf16": 2.8e-3, "int8": 2e-2, "fp8": 8e-2, "nvfp4": 1.5e-2, "k8v4": 8e-2}

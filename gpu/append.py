@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.backend import to_host
-from gpu.codecs import encode
-from gpu.planes import HEAD_MAJOR, PAGE_SHIFT, PAGE_SIZE, PagedKVBatchLayerView, PagedKVLayerView
+from kvsim.gpu.backend import to_host
+from kvsim.gpu.codecs import encode
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_SHIFT, PAGE_SIZE, PagedKVBatchLayerView, PagedKVLayerView
 
 
 def _destinations(view: PagedKVBatchLayerView, rows: np.ndarray, positions: np.ndarray):
@@ -96,7 +96,7 @@ def kv_append_batch(view: PagedKVBatchLayerView, table_rows, positions, valid_co
     if view.k_pages.__class__ is np.ndarray:
         _append_numpy(view, pages, offsets, k[live], v[live])
     else:
-        from gpu.cuda_kernels import append_device  # noqa: PLC0415 - CuPy only
+        from kvsim.gpu.cuda_kernels import append_device  # noqa: PLC0415 - CuPy only
 
         append_device(view, pages, offsets, k[live], v[live])
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.backend import to_host
-from gpu.codecs import get_profile
-from gpu.decode_tile import TileStager
-from gpu.hadamard import rotate
-from gpu.planes import PAGE_SHIFT, PAGE_SIZE, PagedKVBatchLayerView, PagedKVLayerView
+from kvsim.gpu.backend import to_host
+from kvsim.gpu.codecs import get_profile
+from kvsim.gpu.decode_tile import TileStager
+from kvsim.gpu.hadamard import rotate
+from kvsim.gpu.planes import PAGE_SHIFT, PAGE_SIZE, PagedKVBatchLayerView, PagedKVLayerView
 
 DEFAULT_TILE_PAGES = 16
 
@@ -76,7 +76,7 @@ def paged_attention(view: PagedKVBatchLayerView, q, table_rows, positions, valid
     rows, pos, valid, table = check_batch_inputs(view, q, table_rows, positions, valid_columns)
     prof = get_profile(view.storage)
     if not isinstance(view.k_pages, np.ndarray):
-        from gpu.cuda_kernels import attention_device  # noqa: PLC0415 - CuPy only
+        from kvsim.gpu.cuda_kernels import attention_device  # noqa: PLC0415 - CuPy only
 
         return attention_device(view, q, rows, pos, valid, prof)
     if tile_pages < 1:

@@ -27,15 +27,15 @@ import tracemalloc
 
 import numpy as np
 
-from gpu.append import kv_append
-from gpu.attention import DEFAULT_TILE_PAGES, paged_attention
-from gpu.backend import resolve
-from gpu.codecs import PROFILE_NAMES, get_profile
-from gpu.decode_tile import decode_into, scales_to_f32
-from gpu.hadamard import rotate
-from gpu.planes import PAGE_SIZE, PagedKVPool
-from gpu.readback import read_stored
-from gpu.transfer import pack_pages, unpack_pages
+from kvsim.gpu.append import kv_append
+from kvsim.gpu.attention import DEFAULT_TILE_PAGES, paged_attention
+from kvsim.gpu.backend import resolve
+from kvsim.gpu.codecs import PROFILE_NAMES, get_profile
+from kvsim.gpu.decode_tile import decode_into, scales_to_f32
+from kvsim.gpu.hadamard import rotate
+from kvsim.gpu.planes import PAGE_SIZE, PagedKVPool
+from kvsim.gpu.readback import read_stored
+from kvsim.gpu.transfer import pack_pages, unpack_pages
 
 HQ, HKV, HEAD_DIM = 24, 4, 256
 APPEND_CHUNK = 4096
@@ -138,7 +138,7 @@ def run_attention_bench(contexts=(4096, 32768), profiles=PROFILE_NAMES, backend=
                 return paged_attention(view, q, [0], pos, [1], tile_pages=tile_pages)
 
             if be.is_device:
-                from gpu.cuda_kernels import last_staging_bytes  # noqa: PLC0415 - CuPy only
+                from kvsim.gpu.cuda_kernels import last_staging_bytes  # noqa: PLC0415 - CuPy only
 
                 dense_view = _identity_pool(pool, context).batch_view(0)
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu import formats as F
-from gpu.hadamard import rotate
+from kvsim.gpu import formats as F
+from kvsim.gpu.hadamard import rotate
 
 PARTS = ("k", "v")
 ROTATED_DIM = 256

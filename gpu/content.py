@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.append import append_tokens
-from gpu.codecs import PARTS, encode
-from gpu.formats import round_to_bf16
-from gpu.readback import read_stored
+from kvsim.gpu.append import append_tokens
+from kvsim.gpu.codecs import PARTS, encode
+from kvsim.gpu.formats import round_to_bf16
+from kvsim.gpu.readback import read_stored
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -19,11 +19,11 @@ import functools
 import cupy
 import numpy as np
 
-from gpu.codecs import get_profile
-from gpu.cuda_source import CODEC_IDS, kernel_source
-from gpu.hadamard import rotate
-from gpu.planes import HEAD_MAJOR
-from gpu.splitkv import THREADS, columns, geometry, reduce_splits
+from kvsim.gpu.codecs import get_profile
+from kvsim.gpu.cuda_source import CODEC_IDS, kernel_source
+from kvsim.gpu.hadamard import rotate
+from kvsim.gpu.planes import HEAD_MAJOR
+from kvsim.gpu.splitkv import THREADS, columns, geometry, reduce_splits
 
 APPEND_THREADS = 128
 _last_staging = [0]

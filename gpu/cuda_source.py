@@ -9,7 +9,7 @@ never gathering a contiguous context; its split partials are merged by :mod:`gpu
 Must not know about the store model, and holds no Python logic beyond the source text.
 """
 
-from gpu.cuda_codec_source import CODEC_IDS, CODEC_SOURCE
+from kvsim.gpu.cuda_codec_source import CODEC_IDS, CODEC_SOURCE
 
 __all__ = ["CODEC_IDS", "CODEC_SOURCE", "KERNEL_SOURCE", "kernel_source"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu import formats as F
-from gpu.planes import HEAD_MAJOR, PAGE_SIZE
+from kvsim.gpu import formats as F
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_SIZE
 
 
 def _split(a: np.ndarray, shape) -> np.ndarray:

@@ -24,17 +24,17 @@ import sys
 
 import numpy as np
 
-from gpu.accuracy import CODEC_REL_L2_BUDGET, FP32_KERNEL_REL_L2, KERNEL_REL_L2_BAR, measure_errors
-from gpu.append import kv_append
-from gpu.attention import attention
-from gpu.backend import cupy_unusable_reason, cupy_usable, get_backend
-from gpu.bench import run_attention_bench
-from gpu.codecs import PROFILE_NAMES, bytes_per_token_per_head, get_profile
-from gpu.content import append_content
-from gpu.formats import round_to_bf16
-from gpu.oracle import oracle_for_pool, rel_l2
-from gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
-from gpu.transfer import copy_pages, pack_pages
+from kvsim.gpu.accuracy import CODEC_REL_L2_BUDGET, FP32_KERNEL_REL_L2, KERNEL_REL_L2_BAR, measure_errors
+from kvsim.gpu.append import kv_append
+from kvsim.gpu.attention import attention
+from kvsim.gpu.backend import cupy_unusable_reason, cupy_usable, get_backend
+from kvsim.gpu.bench import run_attention_bench
+from kvsim.gpu.codecs import PROFILE_NAMES, bytes_per_token_per_head, get_profile
+from kvsim.gpu.content import append_content
+from kvsim.gpu.formats import round_to_bf16
+from kvsim.gpu.oracle import oracle_for_pool, rel_l2
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
+from kvsim.gpu.transfer import copy_pages, pack_pages
 
 
 class Table:
@@ -144,7 +144,7 @@ def _copy_bandwidth(cupy) -> float:
 def check_bandwidth(table: Table, context: int, batch: int) -> None:
     import cupy  # noqa: PLC0415 - device only
 
-    from gpu.cuda_kernels import prepare_attention  # noqa: PLC0415 - device only
+    from kvsim.gpu.cuda_kernels import prepare_attention  # noqa: PLC0415 - device only
 
     copy_bw = _copy_bandwidth(cupy)
     table.add("bandwidth", "-", "device-to-device copy (r+w)", f"{copy_bw / 1e9:.0f} GB/s", None)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.codecs import get_profile
-from gpu.hadamard import hadamard_matrix
-from gpu.readback import read_decoded
+from kvsim.gpu.codecs import get_profile
+from kvsim.gpu.hadamard import hadamard_matrix
+from kvsim.gpu.readback import read_decoded
 
 
 def oracle_attention(q, k, v, positions, *, rotate_q: bool = False, rotate_out: bool = False) -> np.ndarray:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu.backend import Backend, resolve
-from gpu.codecs import PlaneSpec, check_head_dim, get_profile, plane_schema
+from kvsim.gpu.backend import Backend, resolve
+from kvsim.gpu.codecs import PlaneSpec, check_head_dim, get_profile, plane_schema
 
 PAGE_SIZE = 64
 PAGE_SHIFT = 6

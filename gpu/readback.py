@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.backend import to_host
-from gpu.codecs import decode, plane_schema
-from gpu.planes import HEAD_MAJOR, PAGE_SHIFT, PAGE_SIZE, PagedKVLayerView
+from kvsim.gpu.backend import to_host
+from kvsim.gpu.codecs import decode, plane_schema
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_SHIFT, PAGE_SIZE, PagedKVLayerView
 
 
 def read_view(view: PagedKVLayerView, frontier: int) -> dict[str, np.ndarray]:

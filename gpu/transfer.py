@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpu.planes import HEAD_MAJOR, PAGE_SIZE
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_SIZE
 
 
 @dataclass(frozen=True)

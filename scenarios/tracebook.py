@@ -1,6 +1,6 @@
 """A small vocabulary for writing kvtrace/1 scenarios by hand: one method per op, unit ids numbered in order.
 
-`Trace` collects events (each validated by `sim.trace_io.event_from_builtins` as it is added) and writes
+`Trace` collects events (each validated by `sim.trace.stream.event_from_builtins` as it is added) and writes
 the file with `TraceWriter`, so every scenario is a valid kvtrace/1 file. An event built with
 ``expect=RULE`` (or a tuple of rules) is one the replay must report: its (rule, event index, file line)
 triples go into the header's ``meta.expect``. With one header line and no blank lines, the file line of
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.trace_io import TraceWriter, event_from_builtins, header_from_builtins
+from kvsim.sim.trace.stream import TraceWriter, event_from_builtins, header_from_builtins
 
 HEADER_LINES = 1
 

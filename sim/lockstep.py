@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.accuracy import FP32_KERNEL_REL_L2
-from gpu.attention import attention
-from gpu.content import append_content, stored_mismatches
-from gpu.oracle import oracle_for_pool, rel_l2
-from gpu.planes import PagedKVPool
-from gpu.transfer import copy_pages, pack_pages, unpack_pages
-from kvmodel.store.address_space import KEY_STRIDE, MASK64
-from kvmodel.store.errors import Finding
+from kvsim.gpu.accuracy import FP32_KERNEL_REL_L2
+from kvsim.gpu.attention import attention
+from kvsim.gpu.content import append_content, stored_mismatches
+from kvsim.gpu.oracle import oracle_for_pool, rel_l2
+from kvsim.gpu.planes import PagedKVPool
+from kvsim.gpu.transfer import copy_pages, pack_pages, unpack_pages
+from kvsim.kvmodel.store.address_space import KEY_STRIDE, MASK64
+from kvsim.kvmodel.store.errors import Finding
 
 GQA_GROUP = 2  # query heads per KV head in the lockstep's attention checks
 ATTENTION_COLUMNS = 8  # at most this many committed columns per row are attended per unit

@@ -9,7 +9,7 @@ result are the engine's choice: the model adopts them after checking they were f
 After every applied event the state rules run on what it touched; a full audit runs every
 `audit_every` events and at the end, and must agree. A fact whose result says ok:false did not take
 effect: it is recorded as a refusal with reason "engine".
-This module knows nothing of report formats; `sim.report` turns results into kvreport/1.
+This module knows nothing of report formats; `sim.report.build` turns results into kvreport/1.
 """
 
 from __future__ import annotations
@@ -19,19 +19,31 @@ from dataclasses import dataclass, field
 
 from msgspec.structs import astuple
 
-from kvmodel.store import ContractViolation, Finding, Refusal
-from kvmodel.store.activation import plan_activation
-from kvmodel.store.coverage import Coverage
-from kvmodel.store.errors import violation
-from kvmodel.store.mapping import plan_grow, would_map
-from spec.checking import Checker
+from kvsim.kvmodel.store import ContractViolation, Finding, Refusal
+from kvsim.kvmodel.store.activation import plan_activation
+from kvsim.kvmodel.store.coverage import Coverage
+from kvsim.kvmodel.store.errors import violation
+from kvsim.kvmodel.store.mapping import plan_grow, would_map
+from kvsim.spec.checking import Checker
 
-from . import kvtrace as kt
-from .config_io import store_for
-from .timeline import Timeline
-from .trace_io import TraceInputError, open_trace
+from kvsim.sim.trace import records as kt
+from kvsim.sim.trace.config import store_for
+from kvsim.sim.timeline import Timeline
+from kvsim.sim.trace.stream import TraceInputError, open_trace
 
 AUDIT_EVERY = 50_000
+
+
+class InternalError(Exception):
+    """A bug inside kvsim (not in the trace): the model or a checker crashed at this event (exit code 3).
+
+    Carries the trace, event index, line and op where it happened; the original exception is chained.
+    """
+
+    def __init__(self, path: str, index: int, line: int, op: str, exc: BaseException):
+        self.path, self.index, self.line, self.op = path, index, line, op
+        super().__init__(f"{path}:{line}: internal error while applying event {index} ({op}): "
+                         f"{type(exc).__name__}: {exc}")
 
 
 @dataclass
@@ -69,7 +81,6 @@ class TraceReplay:
                     kt.Truncate: self._truncate, kt.Finish: self._finish, kt.Release: self._release,
                     kt.Offload: self._offload, kt.DropDevice: self._drop_device, kt.DropHost: self._drop_host,
                     kt.Xfer: self._xfer, kt.Observe: self._observe}
-        self._handlers = handlers
         self._dispatch = {t: (fn, t.__struct_config__.tag) for t, fn in handlers.items()}
         self._config_findings(self.checker.config())
         self.timeline.record(-1, self.st.pools, force=True)
@@ -255,7 +266,13 @@ def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVE
         n = 0
         for index, line, ev in reader:
             n = index + 1
-            if not step(index, line, ev):
+            try:
+                go_on = step(index, line, ev)
+            except (TraceInputError, InternalError):
+                raise
+            except Exception as exc:  # a crash inside the model or a checker: classified, never "violations"
+                raise InternalError(path, index, line, type(ev).__struct_config__.tag, exc) from exc
+            if not go_on:
                 break
             if progress is not None and not n & 4095:
                 progress(4096)
@@ -264,4 +281,4 @@ def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVE
     return rep.finish(events, sha)
 
 
-__all__ = ["TraceResult", "TraceReplay", "replay_trace", "TraceInputError"]
+__all__ = ["InternalError", "TraceResult", "TraceReplay", "replay_trace", "TraceInputError"]

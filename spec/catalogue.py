@@ -95,7 +95,7 @@ def _order(r: Rule):
 
 def all_rules() -> list[Rule]:
     """Every registered rule in catalogue order (family order of DESIGN §7, then number)."""
-    from . import rules  # noqa: F401  (importing registers every family)
+    from kvsim.spec import rules  # noqa: F401  (importing registers every family)
     return sorted(_REGISTRY.values(), key=_order)
 
 

@@ -9,9 +9,9 @@ Checkers only read the model; findings carry the rule id, a message and the enti
 
 from __future__ import annotations
 
-from kvmodel.store.errors import Finding
+from kvsim.kvmodel.store.errors import Finding
 
-from .catalogue import all_rules
+from kvsim.spec.catalogue import all_rules
 
 
 def _ctx_page(page):
@@ -144,7 +144,7 @@ class Checker:
             if msg:
                 out.append(Finding(rule.id, msg, {}))
                 st.cov.violate(rule.id)
-        from .rules.page import page_1_pool
+        from kvsim.spec.rules.page import page_1_pool
         for name in st.pools:
             msg = page_1_pool(st, name)
             if msg:

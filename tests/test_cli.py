@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.cli import main
-from sim.trace_io import encode_line
-from sim.workload import default_header, generate
+from kvsim.sim.cli import main
+from kvsim.sim.trace.stream import encode_line
+from kvsim.sim.trace.generate import default_header, generate
 
 HEADER = encode_line(default_header(max_context=1024, concurrency=4)).decode().rstrip("\n")
 
@@ -135,7 +135,7 @@ def test_capacity_json_matches_the_seed_tables(capsys):
 
 
 def test_bench_replay_plumbing(tmp_path):
-    from sim.bench import bench_replay
+    from kvsim.sim.cli.bench import bench_replay
     r = bench_replay(events=2000, seed=2, concurrency=4)
     assert r["events"] >= 2000 and r["violations"] == 0 and r["events_per_s"] > 0
     assert set(r) >= {"events", "seconds", "events_per_s"} and r["decode_lanes"] == 2

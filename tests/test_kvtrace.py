@@ -9,8 +9,8 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim import kvtrace as kt
-from sim.trace_io import (TraceInputError, TraceWriter, decode_event, decode_header, encode_line,
+from kvsim.sim.trace import records as kt
+from kvsim.sim.trace.stream import (TraceInputError, TraceWriter, decode_event, decode_header, encode_line,
                           event_from_builtins, header_from_builtins, open_trace, to_builtins)
 
 # The header example of DESIGN §6, verbatim.
@@ -270,7 +270,7 @@ def test_writer_sorts_dict_keys():
 
 def test_committed_schema_is_current():
     assert kt.SCHEMA_PATH.read_text(encoding="utf-8") == kt.schema_text(), \
-        "spec/kvtrace.schema.json is stale: run `python -m sim.kvtrace --write-schema`"
+        "spec/kvtrace.schema.json is stale: run `python -m sim.trace.records --write-schema`"
 
 
 def test_schema_shape():

@@ -11,9 +11,9 @@ import tracemalloc
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from sim import kvtrace as kt
-from sim import trace_io
-from sim.trace_io import TraceInputError, TraceWriter, encode_line, open_trace
+from kvsim.sim.trace import records as kt
+from kvsim.sim.trace import stream as trace_io
+from kvsim.sim.trace.stream import TraceInputError, TraceWriter, encode_line, open_trace
 
 from test_kvtrace import DESIGN_HEADER, EVENTS, EXAMPLES
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import sim.lockstep as L
-from gpu.codecs import PLANE_SCHEMA
-from kvmodel.store.address_space import content_key
-from kvmodel.store.planes import profile_planes
-from sim.replay import replay_trace
+import kvsim.sim.lockstep as L
+from kvsim.gpu.codecs import PLANE_SCHEMA
+from kvsim.kvmodel.store.address_space import content_key
+from kvsim.kvmodel.store.planes import profile_planes
+from kvsim.sim.replay import replay_trace
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 LEGAL = sorted(str(p.relative_to(SCENARIOS.parent)) for p in SCENARIOS.glob("*.jsonl"))
@@ -95,7 +95,7 @@ def test_cons1_fires_when_the_physical_table_is_permuted(monkeypatch):
 
 @pytest.mark.parametrize("entry", [-1, 0])
 def test_cons2_fires_on_a_hole_or_an_alias_in_the_read_domain(entry):
-    from kvmodel.store import KVStore, StoreConfig
+    from kvsim.kvmodel.store import KVStore, StoreConfig
     st = KVStore(StoreConfig(1024, 2))
     lk = L.Lockstep(st)
     st.activate("s", 200, 0)

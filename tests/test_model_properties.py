@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvmodel.store import (BackendConfig, CapacityPolicy, ContractViolation, GrowthConfig, KVStore, Refusal,
+from kvsim.kvmodel.store import (BackendConfig, CapacityPolicy, ContractViolation, GrowthConfig, KVStore, Refusal,
                            StoreConfig)
-from spec.checking import Checker
+from kvsim.spec.checking import Checker
 
 SEQS = ("a", "b", "c", "d")
 CKPTS = ("k0", "k1", "k2")

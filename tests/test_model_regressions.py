@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvmodel.store import KVStore, StoreConfig
-from spec.checking import Checker
+from kvsim.kvmodel.store import KVStore, StoreConfig
+from kvsim.spec.checking import Checker
 
 PAGE_BYTES = 131072  # bf16, one layer, two KV heads
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from report_samples import FORK, LONG, RULES, UNCHECKED, VIOLATIONS, sample_report
-from sim.report_json import (
+from kvsim.sim.report.kvreport import (
     ReportFormatError,
     dumps_report,
     format_context,
@@ -22,8 +22,8 @@ from sim.report_json import (
     trace_order,
     safe_text,
 )
-from sim.report_junit import junit_classname, render_junit
-from sim.report_markdown import md_cell, render_markdown
+from kvsim.sim.report.junit import junit_classname, render_junit
+from kvsim.sim.report.markdown import md_cell, render_markdown
 
 
 # --- JSON ------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from report_samples import RULES, sample_report
-from sim.report_console import print_report, print_rules
+from kvsim.sim.report.console import print_report, print_rules
 
 
 @pytest.fixture(autouse=True)

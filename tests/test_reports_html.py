@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from report_samples import FORK, LONG, RULES, sample_report, sample_timelines
-from sim.report_html import downsample_indices, render_html
+from kvsim.sim.report.html_page import downsample_indices, render_html
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.check import expected, got
-from sim.cli import main as kvsim
-from sim.replay import replay_trace
+from kvsim.sim.cli.check import expected, got
+from kvsim.sim.cli import main as kvsim
+from kvsim.sim.replay import replay_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"

@@ -7,14 +7,14 @@ the state exactly as it was) and then apply. This package knows nothing of trace
 
 from __future__ import annotations
 
-from . import activation, mapping, observe, settle, transfers, units
-from .capacity import (CapacityResolution, SequenceCapacityCurve, build_layout, capacity_curve, pool_pages,
+from kvsim.kvmodel.store import activation, mapping, observe, settle, transfers, units
+from kvsim.kvmodel.store.capacity import (CapacityResolution, SequenceCapacityCurve, build_layout, capacity_curve, pool_pages,
                        resolve_automatic, resolve_capacity, resolve_explicit)
-from .config import (PAGE_SIZE, PROFILES, BackendConfig, CapacityPolicy, GrowthConfig, ModelGeometry,
+from kvsim.kvmodel.store.config import (PAGE_SIZE, PROFILES, BackendConfig, CapacityPolicy, GrowthConfig, ModelGeometry,
                      StoreConfig)
-from .errors import ConfigError, ContractViolation, Finding, Refusal
-from .planes import bytes_per_token_head, profile_planes
-from .store import KVStore as _KVStore
+from kvsim.kvmodel.store.errors import ConfigError, ContractViolation, Finding, Refusal
+from kvsim.kvmodel.store.planes import bytes_per_token_head, profile_planes
+from kvsim.kvmodel.store.store import KVStore as _KVStore
 
 
 class KVStore(_KVStore):

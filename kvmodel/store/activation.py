@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .address_space import SequenceKVBundle
-from .config import ceil_div
-from .errors import Refusal, violation
+from kvsim.kvmodel.store.address_space import SequenceKVBundle
+from kvsim.kvmodel.store.config import ceil_div
+from kvsim.kvmodel.store.errors import Refusal, violation
 
 
 @dataclass

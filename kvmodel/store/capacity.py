@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import StoreConfig, ceil_div
-from .errors import ConfigError
-from .planes import PoolGeometry, block_table_bytes, pool_geometry
+from kvsim.kvmodel.store.config import StoreConfig, ceil_div
+from kvsim.kvmodel.store.errors import ConfigError
+from kvsim.kvmodel.store.planes import PoolGeometry, block_table_bytes, pool_geometry
 
 
 @dataclass(frozen=True, slots=True)

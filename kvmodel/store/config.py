@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from kvsim.kvmodel.store.errors import ConfigError
 
 PAGE_SIZE = 64  # "每个 growing pool 为 P=64"; any other value is an architecture change
 PROFILES = ("bf16", "int8", "fp8", "nvfp4", "k8v4")

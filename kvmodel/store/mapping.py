@@ -16,9 +16,9 @@ global available (the shared member was billed once, to its owner, never to this
 
 from __future__ import annotations
 
-from .activation import backend_entitlements
-from .config import ceil_div
-from .errors import Refusal, violation
+from kvsim.kvmodel.store.activation import backend_entitlements
+from kvsim.kvmodel.store.config import ceil_div
+from kvsim.kvmodel.store.errors import Refusal, violation
 
 
 def active_space(st, seq: str, pool: str, op: str):

@@ -10,9 +10,9 @@ token exactness (AS-2, "Valid frontier精确到token"); any other difference is 
 
 from __future__ import annotations
 
-from .errors import violation
-from .mapping import active_space
-from .tables import HOLE
+from kvsim.kvmodel.store.errors import violation
+from kvsim.kvmodel.store.mapping import active_space
+from kvsim.kvmodel.store.tables import HOLE
 
 
 def observe_pool(st, pool: str, allocated=None, reserved=None, available=None) -> None:

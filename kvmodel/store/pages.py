@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 
-from .config import PAGE_SIZE
+from kvsim.kvmodel.store.config import PAGE_SIZE
 
 
 class HostReplica:

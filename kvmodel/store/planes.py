@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import PAGE_SIZE, StoreConfig
+from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
 
 PAGE_MAJOR = "page_major"  # [X, P, H, N]
 HEAD_MAJOR = "head_major"  # [X, P, N, H]

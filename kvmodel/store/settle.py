@@ -18,10 +18,10 @@ frontier and drops uncommitted tail pages.
 
 from __future__ import annotations
 
-from .address_space import Checkpoint
-from .config import ceil_div
-from .errors import violation
-from .mapping import active_space, frozen_check
+from kvsim.kvmodel.store.address_space import Checkpoint
+from kvsim.kvmodel.store.config import ceil_div
+from kvsim.kvmodel.store.errors import violation
+from kvsim.kvmodel.store.mapping import active_space, frozen_check
 
 
 def truncate(st, seq: str, pool: str, frontier: int) -> None:

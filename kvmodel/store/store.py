@@ -11,17 +11,17 @@ This module knows nothing of traces, reports or the rule catalogue's text.
 
 from __future__ import annotations
 
-from .address_space import KVAddressSpace, writer_token
-from .capacity import resolve_capacity
-from .config import PAGE_SIZE, StoreConfig
-from .coverage import Coverage
-from .ended import EndedHandles
-from .errors import ContractViolation
-from .host_arena import HostKVArena
-from .pages import LogicalPageStore
-from .pool import DevicePagePool
-from .tables import ExecutionTablePool
-from .units import COMMIT_RULES, LAUNCH_RULES
+from kvsim.kvmodel.store.address_space import KVAddressSpace, writer_token
+from kvsim.kvmodel.store.capacity import resolve_capacity
+from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
+from kvsim.kvmodel.store.coverage import Coverage
+from kvsim.kvmodel.store.ended import EndedHandles
+from kvsim.kvmodel.store.errors import ContractViolation
+from kvsim.kvmodel.store.host_arena import HostKVArena
+from kvsim.kvmodel.store.pages import LogicalPageStore
+from kvsim.kvmodel.store.pool import DevicePagePool
+from kvsim.kvmodel.store.tables import ExecutionTablePool
+from kvsim.kvmodel.store.units import COMMIT_RULES, LAUNCH_RULES
 
 
 class Transfer:
@@ -197,7 +197,7 @@ class KVStore:
 
     def resolve_blocks(self, ckpt_id: str, pool: str, blocks) -> list:
         """Pages of a retained checkpoint's blocks, or a TRACE-2 violation for a stale reference."""
-        from .errors import violation
+        from kvsim.kvmodel.store.errors import violation
         self.cov.check("TRACE-2")
         ck = self.checkpoints.get(ckpt_id)
         if ck is None:

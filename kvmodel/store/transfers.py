@@ -16,9 +16,9 @@ released while a transfer pins its pages, and such pages are reclaimed when the 
 
 from __future__ import annotations
 
-from .errors import violation
-from .pages import HostReplica
-from .store import Transfer
+from kvsim.kvmodel.store.errors import violation
+from kvsim.kvmodel.store.pages import HostReplica
+from kvsim.kvmodel.store.store import Transfer
 
 PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 

@@ -16,8 +16,8 @@ columns inside the read domain, which the consumer rule forbids.
 
 from __future__ import annotations
 
-from .errors import ContractViolation, Finding, violation
-from .mapping import active_space
+from kvsim.kvmodel.store.errors import ContractViolation, Finding, violation
+from kvsim.kvmodel.store.mapping import active_space
 
 
 # Rules a launch evaluates: per row TRACE-2, UNIT-1; per written row ENT-3, WR-1, CONS-1, UNIT-3 (their

@@ -1,3 +1,3 @@
 """The rule families of DESIGN §7; importing this package registers every rule."""
 
-from . import cap, page, space, writer, entitlement, unit, replica, checkpoint, consumer, trace  # noqa: F401
+from kvsim.spec.rules import cap, page, space, writer, entitlement, unit, replica, checkpoint, consumer, trace  # noqa: F401

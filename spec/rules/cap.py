@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvmodel.store.capacity import pool_pages, resolve_explicit, resolve_automatic, m_range
-from kvmodel.store.planes import PAGE_SIZE, bytes_per_token_head
+from kvsim.kvmodel.store.capacity import pool_pages, resolve_explicit, resolve_automatic, m_range
+from kvsim.kvmodel.store.planes import PAGE_SIZE, bytes_per_token_head
 
-from ..catalogue import state_rule
+from kvsim.spec.catalogue import state_rule
 
 SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 402}
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvmodel.store import activation, settle
+from kvsim.kvmodel.store import activation, settle
 
-from ..catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import state_rule, transition_rule
 
 
 @state_rule("CKPT-1", "A checkpoint is retained (and hit) only as a complete continuation: Main + backend + StateImage",

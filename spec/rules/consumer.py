@@ -6,25 +6,25 @@ The model checks the read domain of every launch (CONS-1); the physical checks r
 
 from __future__ import annotations
 
-from ..catalogue import transition_rule
+from kvsim.spec.catalogue import transition_rule
 
 transition_rule("CONS-1", "Consumers read through paged views within the frozen valid frontier",
                 'store contract: "read domain 不超过该 sequence 的 frozen valid frontier"',
-                "sim.lockstep.Lockstep.check_row",
+                "kvsim.sim.lockstep.Lockstep.check_row",
                 decisions="The model rejects a launch whose read domain [0, b) holds stale columns "
                           "(kvmodel.store.units._write_findings); the lockstep checks that every active row's "
                           "physical table equals the membership mirror over its committed blocks.")
 
 transition_rule("CONS-2", "Correctness is independent of physical id order; no whole-context gather",
                 'store contract: "Kernel correctness不依赖physical page ID连续性，也不通过gather建立request-contiguous KV"',
-                "sim.lockstep.Lockstep.check_row",
+                "kvsim.sim.lockstep.Lockstep.check_row",
                 decisions="Lockstep: the read domain maps no hole and no aliased page, whatever the (engine- or "
                           "allocator-chosen) physical order; attention stages one tile of pages at a time "
                           "(gpu.attention), and its output is compared with the oracle under CONS-3.")
 
 transition_rule("CONS-3", "Codec bytes are bit-exact; paged attention equals the FP64 oracle within tolerance",
                 'store contract: "Exact persistent codec 由 kv_cache_append.h 定义"',
-                "sim.lockstep.Lockstep.check_attention",
+                "kvsim.sim.lockstep.Lockstep.check_attention",
                 decisions="Lockstep, after every completed unit: each active sequence's committed codes and "
                           "scales read back page by page equal the codec of its content keys' content; paged "
                           "attention over the unit's rows equals the FP64 oracle over the decoded K/V within "

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvmodel.store import mapping, units
-from kvmodel.store.config import ceil_div, PAGE_SIZE
+from kvsim.kvmodel.store import mapping, units
+from kvsim.kvmodel.store.config import ceil_div, PAGE_SIZE
 
-from ..catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import state_rule, transition_rule
 
 
 @state_rule("ENT-1", "Active entitlement is not returned to global available before terminal release",

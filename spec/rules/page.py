@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kvmodel.store import observe
-from kvmodel.store.config import PAGE_SIZE
+from kvsim.kvmodel.store import observe
+from kvsim.kvmodel.store.config import PAGE_SIZE
 
-from ..catalogue import state_rule, transition_rule
-from ..leaks import leaked
+from kvsim.spec.catalogue import state_rule, transition_rule
+from kvsim.spec.leaks import leaked
 
 
 def _pending_dest(st, pool, pid) -> bool:

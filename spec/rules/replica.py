@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvmodel.store import transfers
+from kvsim.kvmodel.store import transfers
 
-from ..catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import state_rule, transition_rule
 
 transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, verify, publish, release source",
                 'store contract: "reserve destination -> copy page payload -> verify epoch and committed coverage"',

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvmodel.store.config import PAGE_SIZE
-from kvmodel.store.tables import HOLE
+from kvsim.kvmodel.store.config import PAGE_SIZE
+from kvsim.kvmodel.store.tables import HOLE
 
-from ..catalogue import state_rule
+from kvsim.spec.catalogue import state_rule
 
 
 @state_rule("AS-1", "Inactive spaces hold no row; one active space per row; rows own no pages",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvmodel.store import mapping, observe
+from kvsim.kvmodel.store import mapping, observe
 
-from ..catalogue import transition_rule
+from kvsim.spec.catalogue import transition_rule
 
 transition_rule("TRACE-1", "The engine's result agrees with what the contract requires",
                 'store contract: "ensure_mapped_to_tokens()…只有所需页数超过 entitlement 才失败" (results are facts)',

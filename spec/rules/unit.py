@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvmodel.store import settle, units
+from kvsim.kvmodel.store import settle, units
 
-from ..catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import state_rule, transition_rule
 
 
 @state_rule("UNIT-1", "Tables, memberships, frontiers, replicas and rows are frozen during a unit",

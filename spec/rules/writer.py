@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kvmodel.store import activation
+from kvsim.kvmodel.store import activation
 
-from ..catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import state_rule, transition_rule
 
 
 @state_rule("WR-1", "At most one writer per logical page, and only its sole active holder",

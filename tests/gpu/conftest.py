@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu.backend import cupy_unusable_reason, cupy_usable
+from kvsim.gpu.backend import cupy_unusable_reason, cupy_usable
 
 
 @pytest.fixture(params=["numpy", "cupy"])

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu.append import kv_append, kv_append_batch
-from gpu.codecs import PROFILE_NAMES, encode
-from gpu.content import append_content, content_kv, stored_mismatches
-from gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
-from gpu.readback import read_stored
-from gpu.transfer import copy_pages, host_page_layout, pack_pages, unpack_pages
+from kvsim.gpu.append import kv_append, kv_append_batch
+from kvsim.gpu.codecs import PROFILE_NAMES, encode
+from kvsim.gpu.content import append_content, content_kv, stored_mismatches
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
+from kvsim.gpu.readback import read_stored
+from kvsim.gpu.transfer import copy_pages, host_page_layout, pack_pages, unpack_pages
 
 
 def _pool(profile, backend, order=PAGE_MAJOR, pages=8, rows=3, logical=6, layers=2, heads=2):

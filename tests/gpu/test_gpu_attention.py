@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu.accuracy import CODEC_REL_L2_BUDGET, FP32_KERNEL_REL_L2, KERNEL_REL_L2_BAR, measure_errors
-from gpu.attention import attention, paged_attention_row
-from gpu.codecs import PROFILE_NAMES
-from gpu.content import append_content
-from gpu.oracle import oracle_for_pool, rel_l2
-from gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
+from kvsim.gpu.accuracy import CODEC_REL_L2_BUDGET, FP32_KERNEL_REL_L2, KERNEL_REL_L2_BAR, measure_errors
+from kvsim.gpu.attention import attention, paged_attention_row
+from kvsim.gpu.codecs import PROFILE_NAMES
+from kvsim.gpu.content import append_content
+from kvsim.gpu.oracle import oracle_for_pool, rel_l2
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
 
 
 @st.composite

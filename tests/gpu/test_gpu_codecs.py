@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpu_scalar_ref as ref
-from gpu import codecs as C
-from gpu import formats as F
-from gpu.hadamard import hadamard_matrix, rotate
+from kvsim.gpu import codecs as C
+from kvsim.gpu import formats as F
+from kvsim.gpu.hadamard import hadamard_matrix, rotate
 
 SETTINGS = settings(max_examples=30, deadline=None)
 BF16_MAX = float(np.float32(F.to_bf16(np.float32(3.3895e38)).astype(np.float32)))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.content import append_content, content_kv, expected_stored, splitmix64, stored_mismatches
-from gpu.formats import round_to_bf16
-from gpu.planes import PagedKVPool
-from gpu.readback import read_view
+from kvsim.gpu.content import append_content, content_kv, expected_stored, splitmix64, stored_mismatches
+from kvsim.gpu.formats import round_to_bf16
+from kvsim.gpu.planes import PagedKVPool
+from kvsim.gpu.readback import read_view
 
 
 def test_content_is_deterministic_bf16_and_keyed():

@@ -19,14 +19,14 @@ import subprocess
 import numpy as np
 import pytest
 
-from gpu.attention import attention
-from gpu.codecs import get_profile
-from gpu.content import append_content, content_kv
-from gpu.cuda_source import CODEC_IDS, kernel_source
-from gpu.hadamard import rotate
-from gpu.oracle import oracle_for_pool, rel_l2
-from gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
-from gpu.splitkv import THREADS, SplitGeometry, columns, geometry, reduce_splits
+from kvsim.gpu.attention import attention
+from kvsim.gpu.codecs import get_profile
+from kvsim.gpu.content import append_content, content_kv
+from kvsim.gpu.cuda_source import CODEC_IDS, kernel_source
+from kvsim.gpu.hadamard import rotate
+from kvsim.gpu.oracle import oracle_for_pool, rel_l2
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
+from kvsim.gpu.splitkv import THREADS, SplitGeometry, columns, geometry, reduce_splits
 
 CXX = shutil.which("g++") or shutil.which("clang++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")

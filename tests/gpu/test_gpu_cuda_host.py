@@ -19,10 +19,10 @@ import subprocess
 import numpy as np
 import pytest
 
-from gpu import formats as F
-from gpu.codecs import PARTS, PROFILE_NAMES, encode, get_profile, plane_schema
-from gpu.cuda_source import CODEC_IDS, CODEC_SOURCE, kernel_source
-from gpu.hadamard import rotate
+from kvsim.gpu import formats as F
+from kvsim.gpu.codecs import PARTS, PROFILE_NAMES, encode, get_profile, plane_schema
+from kvsim.gpu.cuda_source import CODEC_IDS, CODEC_SOURCE, kernel_source
+from kvsim.gpu.hadamard import rotate
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) not installed")

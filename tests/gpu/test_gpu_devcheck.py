@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu import devcheck
-from gpu.backend import cupy_usable
+from kvsim.gpu import devcheck
+from kvsim.gpu.backend import cupy_usable
 
 
 def test_devcheck_without_device_runs_numpy_checks(capsys, monkeypatch):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu import backend as B
-from gpu.codecs import BYTES_PER_TOKEN_PER_HEAD, PROFILE_NAMES
-from gpu.content import append_content
-from gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVBatchLayerView, PagedKVLayerView, PagedKVPool
-from gpu.readback import read_stored
+from kvsim.gpu import backend as B
+from kvsim.gpu.codecs import BYTES_PER_TOKEN_PER_HEAD, PROFILE_NAMES
+from kvsim.gpu.content import append_content
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVBatchLayerView, PagedKVLayerView, PagedKVPool
+from kvsim.gpu.readback import read_stored
 
 
 @pytest.mark.parametrize("profile", PROFILE_NAMES)

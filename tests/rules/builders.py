@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvmodel.store import (BackendConfig, CapacityPolicy, ContractViolation, GrowthConfig, KVStore, Refusal,
+from kvsim.kvmodel.store import (BackendConfig, CapacityPolicy, ContractViolation, GrowthConfig, KVStore, Refusal,
                            StoreConfig)
-from spec.checking import Checker
+from kvsim.spec.checking import Checker
 
 P = 64
 PAGE_BYTES_BF16 = 1024 * 2 * P  # one Main page group: 1 layer, 2 KV heads, D = 256, BF16

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spec.catalogue import all_rules
+from kvsim.spec.catalogue import all_rules
 
 KINDS = ("keeps", "fires")
 ELSEWHERE = frozenset({"CONS-2", "CONS-3"})  # physical implementation: codec bytes, id order, no gather

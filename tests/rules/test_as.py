@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvmodel.store.tables import HOLE
+from kvsim.kvmodel.store.tables import HOLE
 
-from .builders import (assert_detected, assert_kept, assert_refused, assert_violation, committed, retained, run,
+from tests.rules.builders import (assert_detected, assert_kept, assert_refused, assert_violation, committed, retained, run,
                        small, touch)
 
 # -- AS-1 -----------------------------------------------------------------------------------------

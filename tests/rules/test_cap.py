@@ -11,13 +11,13 @@ import dataclasses
 
 import pytest
 
-from kvmodel.store import (ConfigError, KVStore, SequenceCapacityCurve, bytes_per_token_head, resolve_automatic,
+from kvsim.kvmodel.store import (ConfigError, KVStore, SequenceCapacityCurve, bytes_per_token_head, resolve_automatic,
                            resolve_explicit)
-from kvmodel.store.config import CapacityPolicy
-from kvmodel.store.pool import DevicePagePool
-from spec.checking import Checker
+from kvsim.kvmodel.store.config import CapacityPolicy
+from kvsim.kvmodel.store.pool import DevicePagePool
+from kvsim.spec.checking import Checker
 
-from .builders import (P, assert_config_detected, assert_detected, assert_kept, assert_violation, committed,
+from tests.rules.builders import (P, assert_config_detected, assert_detected, assert_kept, assert_violation, committed,
                        config, new_store, retained, rules_of, run, touch)
 
 # -- CAP-1 ----------------------------------------------------------------------------------------

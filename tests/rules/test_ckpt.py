@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .builders import assert_detected, assert_kept, assert_violation, committed, retained, run, small, touch
+from tests.rules.builders import assert_detected, assert_kept, assert_violation, committed, retained, run, small, touch
 
 
 # -- CKPT-1 ---------------------------------------------------------------------------------------

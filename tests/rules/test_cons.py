@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from .builders import assert_kept, assert_violation, committed, run, small
+from tests.rules.builders import assert_kept, assert_violation, committed, run, small
 
 
 @pytest.mark.rule("CONS-1", "keeps")

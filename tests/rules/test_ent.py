@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvmodel.store import GrowthConfig, Refusal
+from kvsim.kvmodel.store import GrowthConfig, Refusal
 
-from .builders import (assert_detected, assert_kept, assert_refused, assert_violation, committed, new_store,
+from tests.rules.builders import (assert_detected, assert_kept, assert_refused, assert_violation, committed, new_store,
                        retained, run, small, touch)
 
 

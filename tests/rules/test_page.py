@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from spec.checking import Checker
+from kvsim.spec.checking import Checker
 
-from .builders import (assert_detected, assert_kept, assert_violation, audit_clean, committed, retained, rules_of,
+from tests.rules.builders import (assert_detected, assert_kept, assert_violation, audit_clean, committed, retained, rules_of,
                        run, small, touch)
 
 

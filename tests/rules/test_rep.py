@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .builders import (PAGE_BYTES_BF16, assert_detected, assert_kept, assert_refused, assert_violation, retained,
+from tests.rules.builders import (PAGE_BYTES_BF16, assert_detected, assert_kept, assert_refused, assert_violation, retained,
                        run, small, touch)
 
 PHASES = ("reserve", "copy", "verify", "publish", "release_source")

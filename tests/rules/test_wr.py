@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from .builders import (assert_detected, assert_kept, assert_violation, committed, new_store, retained, run, small,
+from tests.rules.builders import (assert_detected, assert_kept, assert_violation, committed, new_store, retained, run, small,
                        touch)
 
 

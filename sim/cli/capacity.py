@@ -9,17 +9,39 @@ from __future__ import annotations
 import json
 import sys
 
+from rich.console import Console
 from rich.table import Table
 
-from kvmodel.store import (PROFILES, BackendConfig, CapacityPolicy, ConfigError, KVStore, ModelGeometry,
+from kvsim.kvmodel.store import (PROFILES, BackendConfig, CapacityPolicy, ConfigError, KVStore, ModelGeometry,
                            StoreConfig, bytes_per_token_head)
 
-from .config_io import store_for
-from .trace_io import open_trace
+from kvsim.sim.cli.common import InputError
+from kvsim.sim.trace.config import store_for
+from kvsim.sim.trace.stream import open_trace
+
+
+def add_parser(sub) -> None:
+    cap = sub.add_parser("capacity", help="capacity and byte tables for a configuration")
+    cap.add_argument("trace", nargs="?", help="take the configuration from this trace's header")
+    cap.add_argument("--max-context", type=int, default=4096)
+    cap.add_argument("--concurrency", type=int, default=4)
+    cap.add_argument("--profile", default="bf16")
+    cap.add_argument("--backend", default="off", help="off | mtp:K | dflash:FULL_LAYERS | dflash2")
+    cap.add_argument("--layers", type=int, default=1, help="full-attention layers")
+    cap.add_argument("--kv-heads", type=int, default=2)
+    cap.add_argument("--kv-tokens", type=int, help="explicit kv_capacity in tokens")
+    cap.add_argument("--free-bytes", type=int, help="automatic kv_capacity: free Device bytes")
+    cap.add_argument("--headroom-bytes", type=int, default=0)
+    cap.add_argument("--reserved-bytes", type=int, default=0)
+    cap.add_argument("--json", action="store_true")
+    cap.set_defaults(fn=run)
+
+
+def run(args) -> int:
+    return capacity_command(args, Console())
 
 
 def config_from_args(args) -> StoreConfig:
-    from .cli import InputError
     kind, _, n = args.backend.partition(":")
     try:
         if kind == "mtp":
@@ -62,7 +84,6 @@ def capacity_facts(st: KVStore) -> dict:
 
 
 def capacity_command(args, console) -> int:
-    from .cli import InputError
     if args.trace:
         with open_trace(args.trace) as r:
             st = store_for(r.header, args.trace)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import random
 
-from . import kvtrace as kt
-from .trace_io import TraceWriter
+from kvsim.sim.trace import records as kt
+from kvsim.sim.trace.stream import TraceWriter
 
 P = 64
 

@@ -7,8 +7,8 @@ report_html / report_console) take what this module builds.
 
 from __future__ import annotations
 
-from kvmodel.store.coverage import Coverage
-from spec.catalogue import all_rules
+from kvsim.kvmodel.store.coverage import Coverage
+from kvsim.spec.catalogue import all_rules
 
 
 def build_report(results: list) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from sim.report_json import (
+from kvsim.sim.report.kvreport import (
     format_context,
     headline,
     refusal_summary,

@@ -1,17 +1,17 @@
 """From a kvtrace/1 header to the store model's configuration.
 
-The header types what a line may hold (sim.kvtrace); this module maps it onto `kvmodel.store.StoreConfig`
+The header types what a line may hold (sim.trace.records); this module maps it onto `kvmodel.store.StoreConfig`
 and turns an unsupported configuration (P != 64, capacity outside [M_min, M_max], ...) into an input
 error at line 1, as DESIGN §6 requires ("unsupported config ... stop the replay with exit code 2").
 """
 
 from __future__ import annotations
 
-from kvmodel.store import (BackendConfig, CapacityPolicy, ConfigError, GrowthConfig, KVStore, ModelGeometry,
+from kvsim.kvmodel.store import (BackendConfig, CapacityPolicy, ConfigError, GrowthConfig, KVStore, ModelGeometry,
                            StoreConfig)
 
-from . import kvtrace as kt
-from .trace_io import TraceInputError
+from kvsim.sim.trace import records as kt
+from kvsim.sim.trace.stream import TraceInputError
 
 
 def store_config(cfg: kt.Config) -> StoreConfig:

@@ -11,8 +11,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .report import build_report, timelines
-from .trace_io import open_trace
+from rich.console import Console
+
+from kvsim.sim.cli.common import remember, reports_dir, run_traces, scenarios_dir, write_reports
+from kvsim.sim.report.build import build_report, timelines
+from kvsim.sim.trace.stream import open_trace
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("check", help="replay every bundled scenario and write all reports (the main job)")
+    c.add_argument("--scenarios", default=None, help="scenario folder (default: the bundled scenarios)")
+    c.add_argument("--out", default=None, help="report folder (default: reports/)")
+    c.add_argument("--lockstep", action="store_true")
+    c.set_defaults(fn=run)
+
+
+def run(args) -> int:
+    return run_check(args.scenarios or scenarios_dir(), args.out, args.lockstep, Console())
+
 
 REPORT_FILES = {"json": "kvreport.json", "junit": "junit.xml", "markdown": "summary.md", "html": "report.html"}
 
@@ -43,7 +58,6 @@ def display_path(p: Path) -> str:
 
 
 def run_check(scenarios, out, lockstep, console) -> int:
-    from .cli import _remember, reports_dir, run_traces, write_reports
     legal, bad = scenario_files(scenarios)
     paths = [display_path(p) for p in legal + bad]
     results = run_traces(paths, lockstep=lockstep)
@@ -60,7 +74,7 @@ def run_check(scenarios, out, lockstep, console) -> int:
                                 "mismatches": mismatches}
     outdir = Path(out) if out else reports_dir()
     write_reports(report, timelines(results), *(outdir / f for f in REPORT_FILES.values()))
-    _remember(report)
+    remember(report)
     for m in mismatches:
         console.print(f"[red]MISMATCH[/] {m['trace']}: expected {m['expected']}, reported {m['reported']}")
     fired = report["stats"]["check"]["rules_fired"]

@@ -6,7 +6,7 @@ Every malformed input -- bad bytes, bad JSON, a wrong type, an unknown op, a mis
 ``TraceInputError`` whose text is one line ``"<path>:<line>: <reason>"``; nothing else escapes
 (DESIGN: "Malformed input never produces a traceback").
 
-This module knows the kvtrace/1 line shapes (from ``sim.kvtrace``) and nothing of what events mean: it never
+This module knows the kvtrace/1 line shapes (from ``sim.trace.records``) and nothing of what events mean: it never
 checks store rules, ids, or ordering between events.
 """
 
@@ -20,7 +20,7 @@ from typing import IO, Any, BinaryIO, Iterator, Union
 
 import msgspec
 
-from sim.kvtrace import FORMAT, Event, EVENT_TYPES, Header
+from kvsim.sim.trace.records import FORMAT, Event, EVENT_TYPES, Header
 
 __all__ = [
     "TraceInputError", "TraceReader", "TraceWriter", "open_trace", "decode_event", "decode_header",
@@ -337,7 +337,7 @@ class TraceWriter:
     def __init__(self, target: Union[str, os.PathLike, IO[bytes], IO[str]], header: Header, *,
                  validate: bool = True) -> None:
         if not isinstance(header, Header):
-            raise TypeError(f"header must be a sim.kvtrace.Header, not {type(header).__name__}")
+            raise TypeError(f"header must be a sim.trace.records.Header, not {type(header).__name__}")
         self._owned = isinstance(target, (str, os.PathLike))
         self._stream: Any = open(target, "wb") if self._owned else target
         self._text = isinstance(self._stream, io.TextIOBase)

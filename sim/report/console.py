@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from sim.report_json import (
+from kvsim.sim.report.kvreport import (
     format_context,
     headline,
     refusal_summary,

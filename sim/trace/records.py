@@ -364,7 +364,7 @@ REQUEST_OPS = frozenset({"activate", "map", "grow", "cow"})
 
 # ----------------------------------------------------------------------------------------- schema
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "spec" / "kvtrace.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "spec" / "kvtrace.schema.json"  # the kvsim.spec package
 
 
 def _present(name: str, kind: str) -> dict:
@@ -416,8 +416,8 @@ def schema_text() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sim.kvtrace --write-schema [PATH]``: regenerate the committed schema."""
-    parser = argparse.ArgumentParser(prog="python -m sim.kvtrace", description=__doc__.splitlines()[0])
+    """``python -m sim.trace.records --write-schema [PATH]``: regenerate the committed schema."""
+    parser = argparse.ArgumentParser(prog="python -m sim.trace.records", description=__doc__.splitlines()[0])
     parser.add_argument("--write-schema", nargs="?", const=str(SCHEMA_PATH), metavar="PATH",
                         help=f"write the JSON Schema (default {SCHEMA_PATH.parent.name}/{SCHEMA_PATH.name})")
     args = parser.parse_args(argv)

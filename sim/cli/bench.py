@@ -1,6 +1,6 @@
 """`kvsim bench replay`: events per second of replay with every rule checked, measured in one run.
 
-Generates a legal trace (sim.workload) of at least the requested number of events into a temporary
+Generates a legal trace (sim.trace.generate) of at least the requested number of events into a temporary
 folder, then times a full replay of it (decode, model transactions with their transition checks,
 incremental state checks after every event, periodic full audits). The workload decodes
 `concurrency - 2` lanes per unit (the other rows' capacity holds retained prefixes): the cost of an
@@ -9,12 +9,39 @@ event grows with the rows it carries. The figure is machine-dependent: it is pri
 
 from __future__ import annotations
 
+import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .replay import replay_trace
-from .workload import generate
+from kvsim.sim.cli.common import EXIT_OK, write
+from kvsim.sim.replay import replay_trace
+from kvsim.sim.trace.generate import generate
+
+
+def add_parser(sub) -> None:
+    b = sub.add_parser("bench", help="benchmarks (they print measured figures)")
+    b.add_argument("what", choices=("replay", "attention"))
+    b.add_argument("--json", help="also write the result here")
+    b.add_argument("--events", type=int, default=1_000_000)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--concurrency", type=int, default=4)
+    b.add_argument("--contexts", type=int, nargs="+", default=[4096, 32768])
+    b.set_defaults(fn=run)
+
+
+def run(args) -> int:
+    if args.what == "replay":
+        result = bench_replay(args.events, args.seed, args.concurrency)
+    else:
+        from kvsim.gpu.bench import run_attention_bench
+        result = run_attention_bench(contexts=tuple(args.contexts))
+    text = json.dumps(result, indent=2) + "\n"
+    if args.json:
+        write(args.json, text)
+    sys.stdout.write(text)
+    return EXIT_OK
 
 
 def bench_replay(events: int = 1_000_000, seed: int = 0, concurrency: int = 4) -> dict:

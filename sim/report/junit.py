@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from sim.report_json import (
+from kvsim.sim.report.kvreport import (
     format_context,
     rule_order,
     trace_order,

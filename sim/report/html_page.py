@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.report_json import (
+from kvsim.sim.report.kvreport import (
     format_context,
     headline,
     refusal_summary,

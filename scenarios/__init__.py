@@ -1,0 +1,1 @@
+"""The bundled kvtrace/1 scenarios (package data) and the builder that writes them."""

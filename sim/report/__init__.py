@@ -1,0 +1,1 @@
+"""kvreport/1: the report record and one module per output format (JSON, JUnit, Markdown, HTML, console)."""

@@ -1,0 +1,1 @@
+"""kvtrace/1: typed records, JSON Schema, streaming reader/writer, header config, generated workloads."""
