@@ -1,7 +1,7 @@
 """Lockstep: the physical implementation (gpu/) driven beside the store model, checked after every unit.
 
 `kvsim replay --lockstep` gives the replay an observer that, for every event the model applied:
-- replays the page-payload copies the model's transaction required (`KVStore.effects`: COW tails and
+- replays the page-payload copies the model's transaction required (`KVStore.take_effects()`: COW tails and
   `cow` copies of committed columns, Host restores, D2H copies into a packed Host buffer) and scribbles
   over every page whose lease ended, so a missing copy or restore cannot pass by reading stale bytes;
 - publishes the model's block-table mirror rows that the event touched into the physical table matrix;
@@ -29,6 +29,7 @@ from kvsim.gpu.oracle import oracle_for_pool, rel_l2
 from kvsim.gpu.planes import PagedKVPool
 from kvsim.gpu.transfer import copy_pages, pack_pages, unpack_pages
 from kvsim.kvmodel.store.address_space import KEY_STRIDE, MASK64
+from kvsim.kvmodel.store.effects import CopyColumns, DeviceToHost, HostToDevice
 from kvsim.kvmodel.store.errors import Finding
 
 GQA_GROUP = 2  # query heads per KV head in the lockstep's attention checks
@@ -74,6 +75,7 @@ class Lockstep:
 
     def __init__(self, store, profile: str | None = None):
         self.st = store
+        store.record_effects()
         cfg = store.config
         self.pools = {}
         for name in store.pool_names:
@@ -92,16 +94,16 @@ class Lockstep:
     # -- following the model --------------------------------------------------------------------------
     def applied(self, ev, outcome, index: int, line: int) -> None:
         st = self.st
-        for eff in st.effects:
-            kind, pool = eff[0], self.pools[eff[1]]
-            if kind == "copy":
-                copy_pages(pool, [eff[2]], [eff[3]], columns=eff[4])
-            elif kind == "h2d":
-                unpack_pages(pool, self.host[eff[2]], [eff[3]])
-            elif kind == "d2h":
-                self.host[eff[3]] = np.array(pack_pages(pool, [eff[2]]), copy=True)
-            else:  # a released lease: scribble over its payload so a missing copy or restore cannot pass
-                unpack_pages(pool, self._poison(pool), [eff[2]])
+        for eff in st.take_effects():
+            pool = self.pools[eff.pool]
+            if isinstance(eff, CopyColumns):
+                copy_pages(pool, [eff.src], [eff.dst], columns=eff.columns)
+            elif isinstance(eff, HostToDevice):
+                unpack_pages(pool, self.host[eff.host_offset], [eff.dst])
+            elif isinstance(eff, DeviceToHost):
+                self.host[eff.host_offset] = np.array(pack_pages(pool, [eff.src]), copy=True)
+            else:  # FreeLease: scribble over its payload so a missing copy or restore cannot pass
+                unpack_pages(pool, self._poison(pool), [eff.page])
         for space in st.t_spaces:
             if space.active:
                 st.t_rows[(space.pool, space.row)] = None

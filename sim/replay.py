@@ -17,8 +17,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from msgspec.structs import astuple
-
 from kvsim.kvmodel.store import ContractViolation, Finding, Refusal
 from kvsim.kvmodel.store.activation import plan_activation
 from kvsim.kvmodel.store.coverage import Coverage
@@ -220,11 +218,11 @@ class TraceReplay:
         return self.st.cow(ev.seq, ev.pool, ev.block, page)
 
     # -- facts ------------------------------------------------------------------------------------
-    def _launch(self, ev):  # rows as (seq, pool, write) tuples: LaunchRow's field order
-        return self.st.launch(ev.unit, list(map(astuple, ev.rows)))
+    def _launch(self, ev):  # the trace's LaunchRow records have the model's LaunchRow fields (seq, pool, write)
+        return self.st.launch(ev.unit, ev.rows)
 
-    def _complete(self, ev):  # commits as (seq, pool, frontier) tuples: CommitRow's field order
-        return self.st.complete(ev.unit, list(map(astuple, ev.commit)))
+    def _complete(self, ev):  # the trace's CommitRow records have the model's CommitRow fields (seq, pool, frontier)
+        return self.st.complete(ev.unit, ev.commit)
 
     def _fail(self, ev):
         return self.st.fail(ev.unit)

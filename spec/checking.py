@@ -59,13 +59,13 @@ def _compile(scoped: list, live_only: bool = False):
         body = ["        for e in ents:"]
         for rule, fn, cnt in rules:
             env[f"f{k}"], env[f"c{k}"], env[f"rule{k}"] = fn, cnt, rule
-            src.append(f"        c{k}[0] += n")
+            src.append(f"        c{k}.checked += n")
             body += [f"            r = f{k}(st, e, False)",
                      "            if r is not None:",
-                     f"                c{k}[1] += 1",
+                     f"                c{k}.exercised += 1",
                      "                if r is not True:",
                      f"                    out.append(Finding(rule{k}.id, r, CTX[rule{k}.scope](e)))",
-                     f"                    c{k}[2] += 1"]
+                     f"                    c{k}.violated += 1"]
             k += 1
         src += body
     src.append("    st.reset_touched()")
@@ -105,9 +105,9 @@ class Checker:
                     ex += 1
                     if r is not True:
                         out.append(Finding(rule.id, r, _CTX[rule.scope](e)))
-                        cnt[2] += 1
-            cnt[0] += n
-            cnt[1] += ex
+                        cnt.violated += 1
+            cnt.checked += n
+            cnt.exercised += ex
 
     def _scoped(self, rules) -> list:
         return [(r, r.checker, self._counts[r.id]) for r in rules]

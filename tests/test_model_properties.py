@@ -83,8 +83,9 @@ def draw_op(data, store: KVStore):
             return ("fail", unit)
         commits = []
         u = store.units.get(unit)
-        for space, _, b in (u.rows if u else []):
-            end = space.committed if b is None else b
+        for row in (u.rows if u else ()):
+            space = row.space
+            end = space.committed if row.b is None else row.b
             f = d(st.integers(space.committed, max(space.committed, end))) if d(st.integers(0, 9)) \
                 else d(st.integers(0, end + 70))
             commits.append((space.owner, space.pool, f))

@@ -46,20 +46,31 @@ class KVStore(_KVStore):
     def cow(self, seq, pool, block, page=None):
         return self._run(mapping.cow, seq, pool, block, page)
 
+    def _count_planned(self, exc: ContractViolation) -> None:
+        """A planner counts nothing: the rules of its violation count as checked, exercised and violated."""
+        cov = self.cov
+        for f in exc.findings:
+            cov.check(f.rule, exercised=True)
+            cov.violate(f.rule)
+
     def launch(self, unit, rows):
+        """rows: LaunchRow-shaped records (seq, pool, write); plain (seq, pool, write) tuples are accepted."""
+        if rows and type(rows[0]) is tuple:
+            rows = [units.LaunchRow(*r) for r in rows]
         try:
             return units.launch(self, unit, rows)
         except ContractViolation as exc:
-            for f in exc.findings:
-                self.cov.violate(f.rule)
+            self._count_planned(exc)
             raise
 
     def complete(self, unit, commits):
+        """commits: CommitRow-shaped records (seq, pool, frontier); plain tuples are accepted."""
+        if commits and type(commits[0]) is tuple:
+            commits = [units.CommitRow(*c) for c in commits]
         try:
             return units.complete(self, unit, commits)
         except ContractViolation as exc:
-            for f in exc.findings:
-                self.cov.violate(f.rule)
+            self._count_planned(exc)
             raise
 
     def fail(self, unit):

@@ -8,8 +8,9 @@ the Move/Fork rules ("Private source 在最终 post-state 中没有 surviving im
 Move"; "Shared source或仍需保留的 private source使用 Fork") and the worked example "checkpoint
 frontier (F=1000)": 15 shared full pages and a private tail with 40 copied columns, frontier 1000.
 
-Plan, then execute: `plan_activation` is pure and returns a refusal or per-pool plans; `activate`
-applies a plan completely. A follower passes the engine's rows and page ids, which are adopted after
+Plan, then execute: `plan_activation` is pure (it reads the state and counts nothing; the rules it
+evaluated go into the caller's `checks` list) and returns a refusal or an `ActivationPlan`; `activate`
+counts those checks and applies a plan completely. A follower passes the engine's rows and page ids, which are adopted after
 checking they were free (AS-1, PAGE-1) and that shared/moved pages kept their identity (CKPT-3, WR-4).
 Semantic decisions the seed leaves open (recorded in CKPT-3 / ENT-1 entries): `keep_source=False`
 consumes the checkpoint (Move); pages another checkpoint still references stay shared and immutable,
@@ -20,28 +21,48 @@ lead by ceil((K-1)/P) pages, Draft Full equals Main; COW tails and restores come
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kvsim.kvmodel.store.address_space import SequenceKVBundle
 from kvsim.kvmodel.store.config import ceil_div
+from kvsim.kvmodel.store.effects import CopyColumns, HostToDevice
 from kvsim.kvmodel.store.errors import Refusal, violation
 
 
-@dataclass
-class PoolPlan:
+class Keep(NamedTuple):
+    """A member page kept as is: moved or shared (restored first when it has no Device replica)."""
+
+    page: object
+
+
+class CopyTail(NamedTuple):
+    """A partial tail copied into a private page: its first `columns` committed columns (COW)."""
+
+    page: object
+    columns: int
+
+
+class PoolPlan(NamedTuple):
+    """One pool's part of an activation; page counts are in pages, `row` is the execution row to lease."""
+
     pool: str
     source: object  # source KVAddressSpace or None
     move: bool
-    members: list = field(default_factory=list)  # per block: ("keep", page) | ("cow", page, cols)
-    restores: int = 0
-    cows: int = 0
-    reservation: int = 0
+    members: tuple  # per block: Keep | CopyTail
+    restores: int  # kept pages without a Device replica
+    cows: int  # CopyTail members
+    reservation: int  # pages reserved beyond the members
     row: int = -1
 
     @property
     def need(self) -> int:
         """Units taken from global available: restores + COW destinations + the reservation."""
         return self.restores + self.cows + self.reservation
+
+
+class ActivationPlan(NamedTuple):
+    ceiling: int  # the request's token ceiling min(S, prompt + budget)
+    pools: list  # PoolPlan, in the config's pool order
 
 
 def entitlements(st, prompt: int, ceiling: int) -> dict[str, int]:
@@ -67,7 +88,8 @@ def backend_entitlements(st, main: int) -> dict[str, int]:
 
 def plan_pool(st, pool: str, source, move: bool, entitlement: int, engine_pages) -> PoolPlan:
     """Decide per block: keep (Move/share), copy the partial tail (COW), restore missing Device replicas."""
-    plan = PoolPlan(pool, source, move)
+    members = []
+    restores = cows = 0
     if source is not None:
         F, P = source.committed, st.P
         tail_cols = F % P
@@ -78,19 +100,22 @@ def plan_pool(st, pool: str, source, move: bool, entitlement: int, engine_pages)
             engine_new = (engine_pages is not None and b < len(engine_pages) and page.device >= 0
                           and engine_pages[b] != page.device)
             if is_tail and (refs_after > 1 or (move and engine_new)):
-                plan.members.append(("cow", page, tail_cols))
-                plan.cows += 1
+                members.append(CopyTail(page, tail_cols))
+                cows += 1
             else:
-                plan.members.append(("keep", page))
+                members.append(Keep(page))
                 if page.device < 0:
-                    plan.restores += 1
-    plan.reservation = max(0, entitlement - len(plan.members))
-    return plan
+                    restores += 1
+    return PoolPlan(pool, source, move, tuple(members), restores, cows, max(0, entitlement - len(members)))
 
 
-def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages):
-    """Pure: a Refusal, or (ceiling, plans); raises ContractViolation for stale handles / bad engine picks."""
-    cov, cfg = st.cov, st.config
+def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages, checks: list | None = None):
+    """Pure: a Refusal or an ActivationPlan; raises ContractViolation for stale handles / bad engine picks.
+
+    Every rule evaluated is appended to `checks` as (rule, exercised), for the caller to count.
+    """
+    cfg = st.config
+    cov = _Checks([] if checks is None else checks)
     cov.check("TRACE-2", exercised=source is not None)
     if seq in st.bundles:
         raise violation("TRACE-2", f"sequence {seq!r} is already active", seq=seq)
@@ -113,19 +138,24 @@ def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages):
             return Refusal("frontier", f"checkpoint frontier {ckpt.frontier} is beyond the prompt {prompt}")
         if any(p.pins for s in ckpt.spaces.values() for p in s.pages):
             return Refusal("busy", f"checkpoint {source!r} has pages pinned by an in-flight transfer")
-    _check_engine_pools(st, seq, rows, pages)
+    _check_engine_pools(st, seq, rows, pages, cov)
     ent = entitlements(st, prompt, ceiling)
     move = ckpt is not None and not keep_source
     plans = []
     for pool in st.pool_names:
         src = ckpt.spaces[pool] if ckpt is not None else None
         plans.append(plan_pool(st, pool, src, move, ent[pool], None if pages is None else pages.get(pool)))
+    return _plan_rows_and_pages(st, seq, ceiling, plans, rows, pages, keep_source, cov)
+
+
+def _plan_rows_and_pages(st, seq, ceiling, plans, rows, pages, keep_source, cov):
+    """Capacity, then one execution row per pool, then the engine's page ids (when it chose them)."""
     for plan in plans:
         pool = st.pools[plan.pool]
         cov.check("CAP-3", exercised=True)
         if plan.need > pool.available:
             return Refusal("capacity", f"{plan.pool}: needs {plan.need} pages, {pool.available} available")
-    for plan in plans:
+    for i, plan in enumerate(plans):
         table = st.tables[plan.pool]
         cov.check("AS-1", exercised=rows is not None)
         if rows is not None:
@@ -134,23 +164,35 @@ def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages):
                 holder = table.owner[r].owner if 0 <= r < table.rows else None
                 raise violation("AS-1", f"{plan.pool} row {r} is " + (f"leased to active sequence {holder!r}"
                                 if holder else f"outside the table's {table.rows} rows"), seq=seq, pool=plan.pool, row=r)
-            plan.row = r
         else:
-            plan.row = table.free_row()
-            if plan.row < 0:
+            r = table.free_row()
+            if r < 0:
                 return Refusal("rows", f"{plan.pool}: every execution row is leased")
+        plans[i] = plan._replace(row=r)
     if pages is not None:
         for plan in plans:
-            _check_engine_pages(st, seq, plan, pages[plan.pool], keep_source)
-    return ceiling, plans
+            _check_engine_pages(st, seq, plan, pages[plan.pool], keep_source, cov)
+    return ActivationPlan(ceiling, plans)
 
 
-def _check_engine_pools(st, seq, rows, pages) -> None:
+class _Checks:
+    """What a planner evaluated: (rule, exercised) pairs appended to the caller's list (never the Coverage)."""
+
+    __slots__ = ("out",)
+
+    def __init__(self, out: list):
+        self.out = out
+
+    def check(self, rule: str, exercised: bool = False) -> None:
+        self.out.append((rule, exercised))
+
+
+def _check_engine_pools(st, seq, rows, pages, cov: _Checks) -> None:
     """AS-4: the engine's activation result must cover every enabled pool (no partial bundle)."""
     for what, d in (("rows", rows), ("pages", pages)):
         if d is None:
             continue
-        st.cov.check("AS-4", exercised=True)
+        cov.check("AS-4", exercised=True)
         missing = [p for p in st.pool_names if p not in d]
         extra = [p for p in d if p not in st.pool_names]
         if missing or extra:
@@ -158,9 +200,9 @@ def _check_engine_pools(st, seq, rows, pages) -> None:
                             f"{list(st.pool_names)}", seq=seq, missing=missing, extra=extra)
 
 
-def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool) -> None:
+def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool, cov: _Checks) -> None:
     """Adopt the engine's page ids only where the plan creates a page; elsewhere identity must hold."""
-    cov, P = st.cov, st.P
+    P = st.P
     n = len(plan.members)
     src = plan.source
     cov.check("WR-4", exercised=src is not None and src.committed % P != 0)
@@ -174,8 +216,9 @@ def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool
     pool = st.pools[plan.pool]
     seen = set()
     for b, (m, pid) in enumerate(zip(plan.members, engine)):
-        page = m[1]
-        fresh = m[0] == "cow" or page.device < 0
+        page = m.page
+        copied = isinstance(m, CopyTail)
+        fresh = copied or page.device < 0
         if not fresh:
             if pid != page.device:
                 raise violation("TRACE-1", f"block {b}: the engine maps page {pid}, but the {plan.pool} member "
@@ -183,7 +226,7 @@ def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool
                                 seq=seq, pool=plan.pool, block=b)
             continue
         cov.check("PAGE-1", exercised=True)
-        if m[0] == "cow" and src is not None and pid == page.device:
+        if copied and src is not None and pid == page.device:
             cov.check("CKPT-3", exercised=True)
             raise violation("CKPT-3", f"block {b}: the partial tail (page {pid}) was moved, not copied, "
                             "although the source survives with an immutable reference", seq=seq, pool=plan.pool,
@@ -199,7 +242,11 @@ def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool
 def activate(st, seq: str, prompt: int, budget: int, source: str | None = None, keep_source: bool = True,
              rows: dict | None = None, pages: dict | None = None):
     """Activate `seq`; returns {"rows": {pool: row}, "pages": {pool: [ids]}, "mode": {...}} or a Refusal."""
-    planned = plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages)
+    checks: list = []
+    try:
+        planned = plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages, checks)
+    finally:
+        st.cov.count(checks)
     if isinstance(planned, Refusal):
         return planned
     ceiling, plans = planned
@@ -236,23 +283,23 @@ def _apply_pool(st, seq, plan: PoolPlan, engine):
     members = []
     for b, m in enumerate(plan.members):
         chosen = None if engine is None else engine[b]
-        if m[0] == "cow":
-            old, cols = m[1], m[2]
+        if isinstance(m, CopyTail):
+            old, cols = m.page, m.columns
             page = store.allocate(b)
             page.committed = cols
             page.segments = [list(s) for s in old.segments if s[0] < cols]
             pid = st.lease_device(page, chosen)
-            st.effects.append(("copy", plan.pool, old.device, pid, cols) if old.device >= 0
-                              else ("h2d", plan.pool, old.host.offset, pid))
+            st.emit(CopyColumns(plan.pool, old.device, pid, cols) if old.device >= 0
+                    else HostToDevice(plan.pool, old.host.offset, pid))
             page.dev_epoch, page.dev_cov = page.epoch, cols
             page.holders.append(space)
             if plan.move:
                 st.drop_ref(old, space)
         else:
-            page = m[1]
+            page = m.page
             if page.device < 0:  # restore from the Host replica (identity and epoch kept, PAGE-5)
                 pid = st.lease_device(page, chosen)
-                st.effects.append(("h2d", plan.pool, page.host.offset, pid))
+                st.emit(HostToDevice(plan.pool, page.host.offset, pid))
                 page.dev_epoch, page.dev_cov = page.host.epoch, page.host.coverage
             if not plan.move:
                 page.holders.append(space)

@@ -43,7 +43,7 @@ def writer_token(*parts) -> int:
 
 class KVAddressSpace:
     __slots__ = ("uid", "pool", "owner", "pages", "committed", "protected", "active", "reservation",
-                 "row", "unit", "unit_row", "frozen", "token", "rewrites")
+                 "row", "in_flight", "token", "rewrites")
 
     def __init__(self, uid: int, pool: str, owner: str):
         self.uid = uid
@@ -55,11 +55,17 @@ class KVAddressSpace:
         self.active = False
         self.reservation = 0  # pages guaranteed and not materialized (active spaces only)
         self.row = -1  # execution row, -1 when none (inactive spaces hold none, AS-1)
-        self.unit = None  # the in-flight GPU unit this space's row belongs to
-        self.unit_row = None  # this space's row of that unit (its write range)
-        self.frozen = None  # (pages, committed, row, reservation) at launch: UNIT-1 compares against it
+        # A cache of KVStore.units: the UnitRow of the in-flight unit holding this space (its write range and
+        # what launch froze), or None. Only kvmodel.store.units writes it; UNIT-1 checks it against the truth.
+        self.in_flight = None
         self.token = writer_token(owner, pool, 0)  # content-key lineage of what this space writes
         self.rewrites = 0  # destructive truncations so far (a rewrite gets a new token)
+
+    @property
+    def unit(self) -> str | None:
+        """The id of the in-flight unit this space is a row of, or None."""
+        r = self.in_flight
+        return None if r is None else r.unit
 
     @property
     def entitlement(self) -> int:

@@ -18,18 +18,17 @@ from __future__ import annotations
 
 from kvsim.kvmodel.store.activation import backend_entitlements
 from kvsim.kvmodel.store.config import ceil_div
-from kvsim.kvmodel.store.errors import Refusal, violation
+from kvsim.kvmodel.store.effects import CopyColumns
+from kvsim.kvmodel.store.errors import ContractViolation, Refusal, violation
 
 
-def active_space(st, seq: str, pool: str, op: str):
-    """The active space of (seq, pool) or a TRACE-2 / AS-5 violation."""
-    st.cov.check("TRACE-2")
+def lookup_active(st, seq: str, pool: str, op: str):
+    """The active (bundle, space) of (seq, pool), or the TRACE-2 / AS-5 violation; reads only, counts nothing."""
     bundle = st.bundles.get(seq)
     if bundle is None:
         ended = seq in st.ended_seqs
         raise violation("TRACE-2", f"{op} on sequence {seq!r}, which " + ("has finished" if ended else "is not active"),
                         seq=seq, pool=pool)
-    st.cov.check("AS-5", exercised=pool != "main")
     space = bundle.spaces.get(pool)
     if space is None:
         raise violation("AS-5", f"{op} names pool {pool!r}, which sequence {seq!r}'s bundle does not hold "
@@ -37,9 +36,17 @@ def active_space(st, seq: str, pool: str, op: str):
     return bundle, space
 
 
+def active_space(st, seq: str, pool: str, op: str):
+    """`lookup_active` for a transaction: counts TRACE-2 and AS-5 as checked."""
+    st.cov.check("TRACE-2")
+    st.cov.check("AS-5", exercised=pool != "main")
+    return lookup_active(st, seq, pool, op)
+
+
 def frozen_check(st, space, op: str, rule: str = "UNIT-1") -> None:
-    st.cov.check(rule, exercised=space.unit is not None)
-    if space.unit is not None:
+    """`op` may not change a space that is a row of an in-flight unit (its tables, membership, frontier)."""
+    st.cov.check(rule, exercised=space.in_flight is not None)
+    if space.in_flight is not None:
         raise violation(rule, f"{op} on {space.owner!r} ({space.pool}) while unit {space.unit!r} is in flight: "
                         "tables, memberships and frontiers are frozen until the unit completes",
                         seq=space.owner, pool=space.pool, unit=space.unit)
@@ -91,8 +98,10 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
 
 
 def plan_grow(st, seq: str):
-    """Pure: {pool: new entitlement} for the first rung that fits every pool, or a Refusal(bounded_at)."""
-    st.cov.check("TRACE-2")
+    """Pure: {pool: new entitlement} for the first rung that fits every pool, or a Refusal(bounded_at).
+
+    Reads only and counts nothing: `grow` counts TRACE-2 and ENT-3 when it applies the plan.
+    """
     bundle = st.bundles.get(seq)
     if bundle is None:
         raise violation("TRACE-2", f"grow on sequence {seq!r}, which " +
@@ -100,8 +109,7 @@ def plan_grow(st, seq: str):
     cfg = st.config
     if cfg.growth is None:
         return Refusal("growth-disabled", "kv_lease_growth is off in this configuration")
-    busy = [s for s in bundle.spaces.values() if s.unit is not None]
-    st.cov.check("ENT-3", exercised=True)
+    busy = [s for s in bundle.spaces.values() if s.in_flight is not None]
     if busy:
         raise violation("ENT-3", f"grow for {seq!r} while unit {busy[0].unit!r} is in flight: the window grows "
                         "only at decode-round boundaries", seq=seq, unit=busy[0].unit)
@@ -123,7 +131,13 @@ def plan_grow(st, seq: str):
 
 def grow(st, seq: str, engine_bounded_at: int | None = None):
     """kv_lease_growth at a round boundary: new entitlements {pool: pages} or Refusal with bounded_at."""
-    plan = plan_grow(st, seq)
+    st.cov.check("TRACE-2")
+    try:
+        plan = plan_grow(st, seq)
+    except ContractViolation as exc:  # the planner counts nothing: its violation is an exercised check
+        st.cov.count((f.rule, True) for f in exc.findings)
+        raise
+    st.cov.check("ENT-3", exercised=not (isinstance(plan, Refusal) and plan.reason == "growth-disabled"))
     bundle = st.bundles[seq]
     if isinstance(plan, Refusal):
         if plan.bounded_at is not None:
@@ -143,8 +157,8 @@ def grow(st, seq: str, engine_bounded_at: int | None = None):
 
 
 def would_map(st, seq: str, pool: str, tokens: int):
-    """Pure: the Refusal ensure_mapped_to_tokens would give, or None when it would succeed."""
-    _, space = active_space(st, seq, pool, "map")
+    """Pure: the Refusal ensure_mapped_to_tokens would give, or None when it would succeed (counts nothing)."""
+    _, space = lookup_active(st, seq, pool, "map")
     needed = ceil_div(tokens, st.P)
     if needed > len(space.pages) and needed > space.entitlement:
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
@@ -176,7 +190,7 @@ def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):
     page.committed = cols
     page.segments = [list(s) for s in old.segments if s[0] < cols]
     pid = st.lease_device(page, engine_page)
-    st.effects.append(("copy", pool, old.device, pid, cols))
+    st.emit(CopyColumns(pool, old.device, pid, cols))
     page.dev_epoch, page.dev_cov = page.epoch, cols
     page.holders.append(space)
     page.writer = space

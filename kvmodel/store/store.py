@@ -15,6 +15,7 @@ from kvsim.kvmodel.store.address_space import KVAddressSpace, writer_token
 from kvsim.kvmodel.store.capacity import resolve_capacity
 from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
 from kvsim.kvmodel.store.coverage import Coverage
+from kvsim.kvmodel.store.effects import FreeLease
 from kvsim.kvmodel.store.ended import EndedHandles
 from kvsim.kvmodel.store.errors import ContractViolation
 from kvsim.kvmodel.store.host_arena import HostKVArena
@@ -62,11 +63,9 @@ class KVStore:
         self.activations = 0
         self._next_uid = 1
         self.cov = Coverage()
-        # Page-payload copies the last operation requires of the physical side, in order:
-        # ("copy", pool, src_page, dst_page, columns) | ("h2d", pool, host_offset, dst_page)
-        # | ("d2h", pool, src_page, host_offset) | ("free", pool, page): a lease ended, its payload is dead.
-        # A lockstep driver replays them on real planes.
-        self.effects: list = []
+        # Page-payload effects (kvmodel.store.effects) not yet taken, in order; None until a consumer asks
+        # for them (record_effects). Writers: the transactions, through `emit`; reader: `take_effects`.
+        self.effects: list | None = None
         self.launch_cells = self.cov.cells(LAUNCH_RULES)  # the hot paths' coverage cells, fetched once
         self.commit_cells = self.cov.cells(COMMIT_RULES)
         self.reset_touched()
@@ -74,8 +73,6 @@ class KVStore:
     # -- touched entities (for incremental checking) --------------------------------------------
     def reset_touched(self) -> None:
         """Forget what the previous operation touched (dicts keyed by entity: ordered, no duplicates)."""
-        if self.effects:
-            self.effects.clear()
         try:
             if self.t_pages:
                 self.t_pages.clear()
@@ -88,6 +85,24 @@ class KVStore:
         except AttributeError:
             self.t_pages, self.t_spaces, self.t_pools, self.t_rows = {}, {}, {}, {}
         self.t_host = False
+
+    # -- effects (for a physical implementation following the model) ------------------------------------
+    def record_effects(self) -> None:
+        """From now on keep the effects transactions emit, until `take_effects` drains them."""
+        if self.effects is None:
+            self.effects = []
+
+    def emit(self, effect) -> None:
+        if self.effects is not None:
+            self.effects.append(effect)
+
+    def take_effects(self) -> list:
+        """The effects emitted since the last call, in order (empty unless `record_effects` was called)."""
+        out = self.effects
+        if not out:
+            return []
+        self.effects = []
+        return out
 
     def touch_space(self, s) -> None:
         self.t_spaces[s] = None
@@ -114,7 +129,7 @@ class KVStore:
         return pid
 
     def free_device(self, page, to_reservation=False) -> None:
-        self.effects.append(("free", page.pool, page.device))
+        self.emit(FreeLease(page.pool, page.device))
         self.pools[page.pool].release(page.device, to_reservation)
         page.device = -1
         page.dev_epoch = page.dev_cov = 0
@@ -247,7 +262,7 @@ class KVStore:
                 tuple(c.snapshot() for c in self.checkpoints.values()),
                 tuple(s.snapshot() for s in self.all_spaces()),
                 self.ended_seqs.snapshot(), self.ended_ckpts.snapshot(),
-                tuple((u.uid, tuple((r[0].uid, r[1], r[2]) for r in u.rows)) for u in self.units.values()),
+                tuple((u.uid, tuple((r.space.uid, r.a, r.b) for r in u.rows)) for u in self.units.values()),
                 tuple((x.xid, x.phase, tuple(x.dest), tuple(x.snap)) for x in self.xfers.values()),
                 self.ended_xfers.snapshot(), self.activations, self._next_uid)
 

@@ -16,6 +16,7 @@ released while a transfer pins its pages, and such pages are reclaimed when the 
 
 from __future__ import annotations
 
+from kvsim.kvmodel.store.effects import DeviceToHost, HostToDevice
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.pages import HostReplica
 from kvsim.kvmodel.store.store import Transfer
@@ -70,7 +71,7 @@ def offload(st, ckpt: str, pool: str, blocks) -> None:
     offset, stride = _host_plan(st, len(todo), pool, ckpt)
     st.arena.allocate(len(todo) * stride)
     for i, page in enumerate(todo):
-        st.effects.append(("d2h", pool, page.device, offset + i * stride))
+        st.emit(DeviceToHost(pool, page.device, offset + i * stride))
         _publish_host(st, page, offset + i * stride, stride, page.epoch, page.committed)
 
 
@@ -173,8 +174,8 @@ def _copy(st, x: Transfer) -> None:
     for page, dest in zip(x.pages, x.dest):
         page.pins += 1  # source pin while the payload is copied
         st.t_pages[page] = None
-        st.effects.append(("d2h", x.pool, page.device, dest) if x.direction == "d2h"
-                          else ("h2d", x.pool, page.host.offset, dest))
+        st.emit(DeviceToHost(x.pool, page.device, dest) if x.direction == "d2h"
+                else HostToDevice(x.pool, page.host.offset, dest))
     x.pinned_source = True
     x.snap = [(page.epoch, page.committed) for page in x.pages]
 

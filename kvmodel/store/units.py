@@ -12,121 +12,189 @@ A launch row writes positions [a, b) and reads [0, b) (a read-only row reads [0,
 (UNIT-1 / CONS-1 entries): an address space belongs to at most one in-flight unit (a second unit would
 see the first one's commit mid-flight); a write starting beyond the committed frontier leaves stale
 columns inside the read domain, which the consumer rule forbids.
+
+Plan, then execute: `plan_launch` / `plan_complete` only read the state and return an immutable plan (or
+raise the violation); `launch` / `complete` apply a plan completely and count its coverage. Nothing is
+marked before every row has been validated, so a violation leaves nothing to roll back.
+
+"In flight" has one source of truth, `KVStore.units` (unit id -> `Unit`). `KVAddressSpace.in_flight` is a
+cache of it (the `UnitRow` holding that space, or None) so that a row is found in O(1); its only writers
+are `_apply_launch` and `_end` below, and UNIT-1 checks the cache against `KVStore.units`.
+Records are frozen `msgspec.Struct`s (named fields, slots, built in C: this is the replay's hot path).
+This module knows nothing of traces: rows are any records with the fields of `LaunchRow` / `CommitRow`.
 """
 
 from __future__ import annotations
 
-from kvsim.kvmodel.store.errors import ContractViolation, Finding, violation
-from kvsim.kvmodel.store.mapping import active_space
+import msgspec
 
+from kvsim.kvmodel.store.config import PAGE_SIZE
+from kvsim.kvmodel.store.errors import ContractViolation, Finding, violation
+from kvsim.kvmodel.store.mapping import lookup_active
+
+P = PAGE_SIZE
 
 # Rules a launch evaluates: per row TRACE-2, UNIT-1; per written row ENT-3, WR-1, CONS-1, UNIT-3 (their
-# premise holds) and WR-2, WR-3 (premise: a shared / protected page, rare). Counted once per launch.
+# premise holds) and WR-2, WR-3 (premise: a shared / protected page, rare). Counted once per applied launch.
 LAUNCH_RULES = ("TRACE-2", "UNIT-1", "ENT-3", "WR-1", "CONS-1", "UNIT-3", "WR-2", "WR-3")
-COMMIT_RULES = ("UNIT-2",)
+COMMIT_RULES = ("TRACE-2", "UNIT-2")
 
 
-class Unit:
-    """An in-flight GPU unit: rows are (space, a, b) tuples, [a, b) the written positions (None, None for a
-    read-only row); each row's space points back to its tuple (`unit_row`) while the unit runs."""
+class LaunchRow(msgspec.Struct, frozen=True, gc=False):
+    """One row of a launch: `write` is the written positions (a, b), or None for a read-only row."""
 
-    __slots__ = ("uid", "rows")
-
-    def __init__(self, uid: str, rows: list[tuple]):
-        self.uid, self.rows = uid, rows
+    seq: str
+    pool: str
+    write: tuple[int, int] | None
 
 
-def launch(st, unit: str, rows: list) -> None:
-    """A unit starts: rows = [(seq, pool, (a, b) or None)]."""
-    cov = st.cov
+class CommitRow(msgspec.Struct, frozen=True, gc=False):
+    """One row of a completion: the committed frontier (tokens) the unit publishes for (seq, pool)."""
+
+    seq: str
+    pool: str
+    frontier: int
+
+
+class UnitRow(msgspec.Struct, frozen=True):
+    """One row of an in-flight unit and what launch froze of its space (UNIT-1 compares against it)."""
+
+    unit: str  # the unit's id
+    space: object  # the KVAddressSpace
+    a: int | None  # written positions [a, b); None, None for a read-only row
+    b: int | None
+    num_pages: int  # frozen at launch: membership length, committed frontier, execution row, reservation
+    committed: int
+    row: int
+    reservation: int
+
+
+class Unit(msgspec.Struct, frozen=True):
+    """An in-flight GPU unit (the value of `KVStore.units[uid]`)."""
+
+    uid: str
+    rows: tuple  # UnitRow, in the launch's order
+
+
+class LaunchPlan(msgspec.Struct, frozen=True):
+    """A validated launch: its rows and the coverage the apply step counts (rows, not rules, as units)."""
+
+    uid: str
+    rows: tuple  # UnitRow
+    num_written: int  # rows with a write range
+    num_shared: int  # written rows meeting a shared page (WR-2's premise)
+    num_protected: int  # written rows meeting checkpoint-protected columns (WR-3's premise)
+
+
+class Commit(msgspec.Struct, frozen=True):
+    row: UnitRow
+    frontier: int  # tokens
+
+
+class CompletePlan(msgspec.Struct, frozen=True):
+    unit: Unit
+    commits: tuple  # Commit, in the event's order
+
+
+# -- launch ---------------------------------------------------------------------------------------------
+def launch(st, unit: str, rows) -> None:
+    """A unit starts: rows are LaunchRow-shaped records (seq, pool, write)."""
+    _apply_launch(st, plan_launch(st, unit, rows))
+
+
+def plan_launch(st, unit: str, rows) -> LaunchPlan:
+    """Validate every row (TRACE-2, UNIT-1, ENT-3, UNIT-3, WR-1/2/3, CONS-1); reads the state only."""
     if unit in st.units:
-        cov.check("TRACE-2", exercised=True)
         raise violation("TRACE-2", f"unit {unit!r} is already in flight", unit=unit)
     planned = []
     bundles = st.bundles
-    written = 0
-    try:
-        for seq, pool, write in rows:
-            bundle = bundles.get(seq)
-            space = None if bundle is None else bundle.spaces.get(pool)
-            if space is None:
-                active_space(st, seq, pool, "launch")  # raises the TRACE-2 / AS-5 violation
-            if space.unit is not None:
-                cov.check("UNIT-1", exercised=True)
-                raise violation("UNIT-1", f"{seq!r} ({pool}) is already a row of in-flight unit "
-                                f"{space.unit!r}", seq=seq, pool=pool, unit=unit)
-            space.unit = unit  # provisional mark (a duplicate row then meets it); undone on violation
-            if write is None:
-                planned.append((space, None, None))
-                continue
-            a, b = write
-            written += 1
-            # the common case inline (see _plainly_legal): at the frontier, mapped, sole writer, nothing protected
-            pages = space.pages
-            plain = a == space.committed and b <= len(pages) << 6 and not space.protected and \
-                (bundle.bounded_at is None or pool != "main")
-            if plain:
-                for blk in range(a >> 6, (b + 63) >> 6):
-                    if pages[blk].writer is not space:
-                        plain = False
-                        break
-            if not plain:
-                findings, flags = _write_findings(st, space, a, b)
-                cov.add("WR-2", 0, flags & 1)
-                cov.add("WR-3", 0, flags >> 1)
-                if findings:
-                    for f in findings:
-                        f.context.setdefault("unit", unit)
-                    raise ContractViolation(findings)
-            planned.append((space, a, b))
-    except ContractViolation:
-        for r in planned:
-            r[0].unit = None
-        if space is not None and (not planned or planned[-1][0] is not space) and space.unit == unit:
-            space.unit = None
-        raise
-    n = len(rows)
-    c = st.launch_cells
-    c[0][0] += n
-    c[1][0] += n
+    written = shared = protected = 0
+    for r in rows:
+        seq, pool, write = r.seq, r.pool, r.write
+        bundle = bundles.get(seq)
+        space = None if bundle is None else bundle.spaces.get(pool)
+        if space is None:
+            lookup_active(st, seq, pool, "launch")  # raises the TRACE-2 / AS-5 violation
+        held = space.in_flight
+        if held is not None:
+            raise violation("UNIT-1", f"{seq!r} ({pool}) is already a row of in-flight unit {held.unit!r}",
+                            seq=seq, pool=pool, unit=unit)
+        for p in planned:
+            if p.space is space:
+                raise violation("UNIT-1", f"{seq!r} ({pool}) is listed twice in unit {unit!r}", seq=seq, pool=pool,
+                                unit=unit)
+        pages = space.pages
+        if write is None:
+            planned.append(UnitRow(unit, space, None, None, len(pages), space.committed, space.row,
+                                   space.reservation))
+            continue
+        a, b = write
+        written += 1
+        # the common case inline (see _write_findings): at the frontier, mapped, sole writer, nothing protected
+        plain = a == space.committed and b <= len(pages) * P and not space.protected and \
+            (bundle.bounded_at is None or pool != "main")
+        if plain:
+            for blk in range(a // P, -(-b // P)):
+                if pages[blk].writer is not space:
+                    plain = False
+                    break
+        if not plain:
+            findings, flags = _write_findings(st, space, a, b)
+            if findings:
+                for f in findings:
+                    f.context.setdefault("unit", unit)
+                raise ContractViolation(findings)
+            shared += flags & 1
+            protected += flags >> 1
+        planned.append(UnitRow(unit, space, a, b, len(pages), space.committed, space.row, space.reservation))
+    return LaunchPlan(unit, tuple(planned), written, shared, protected)
+
+
+def _apply_launch(st, plan: LaunchPlan) -> None:
+    n, written = len(plan.rows), plan.num_written
+    trace_2, unit_1, ent_3, wr_1, cons_1, unit_3, wr_2, wr_3 = st.launch_cells
+    trace_2.checked += n
+    trace_2.exercised += n
+    unit_1.checked += n
+    unit_1.exercised += n
     if written:
-        for cell in c[2:6]:
-            cell[0] += written
-            cell[1] += written
-        c[6][0] += written
-        c[7][0] += written
-    st.units[unit] = Unit(unit, planned)
+        for cell in (ent_3, wr_1, cons_1, unit_3):
+            cell.checked += written
+            cell.exercised += written
+        wr_2.checked += written
+        wr_2.exercised += plan.num_shared
+        wr_3.checked += written
+        wr_3.exercised += plan.num_protected
+    st.units[plan.uid] = Unit(plan.uid, plan.rows)
     t = st.t_spaces
-    for r in planned:
-        sp = r[0]
-        sp.unit_row = r
-        sp.frozen = (len(sp.pages), sp.committed, sp.row, sp.reservation)
+    for r in plan.rows:
+        sp = r.space
+        sp.in_flight = r  # the cache of st.units (this module is its only writer)
         t[sp] = None
 
 
 def _write_findings(st, space, a: int, b: int) -> tuple[list[Finding], int]:
     """ENT-3, UNIT-3, WR-1/2/3 and CONS-1 for one written row [a, b): (findings, flags 1=shared 2=protected)."""
-    P = st.P
     need = -(-b // P)
+    ctx = {"seq": space.owner, "pool": space.pool, "write": [a, b]}
     if need > len(space.pages) + space.reservation:
         return [Finding("ENT-3", f"write up to position {b} needs {need} pages, beyond the entitlement of "
-                        f"{space.entitlement} pages at this round boundary",
-                        {"seq": space.owner, "pool": space.pool, "write": [a, b]})], 0
+                        f"{space.entitlement} pages at this round boundary", ctx)], 0
     if space.pool == "main":
         bounded = st.bundles[space.owner].bounded_at
         if bounded is not None and b > bounded:
             return [Finding("ENT-3", f"write up to position {b} after bounded completion at frontier "
-                            f"{bounded}", {"seq": space.owner, "pool": space.pool, "write": [a, b]})], 0
+                            f"{bounded}", ctx)], 0
     pages = space.pages
     if b > len(pages) * P:
         return [Finding("UNIT-3", f"write [{a}, {b}) reaches beyond the mapped extent {space.mapped_tokens}",
-                        {"seq": space.owner, "pool": space.pool, "write": [a, b]})], 0
+                        ctx)], 0
     findings = []
     committed = space.committed
     flags = 0
     if a < committed:
         findings.append(Finding("UNIT-3", f"write [{a}, {b}) starts below the committed frontier {committed}",
-                                {"seq": space.owner, "pool": space.pool, "write": [a, b]}))
+                                dict(ctx)))
     for blk in range(a // P, need):
         page = pages[blk]
         holders = page.holders
@@ -150,12 +218,12 @@ def _write_findings(st, space, a: int, b: int) -> tuple[list[Finding], int]:
     if a > committed:
         findings.append(Finding("CONS-1", f"the unit reads [0, {b}) but positions [{committed}, {a}) hold no "
                                 "valid content (the write starts beyond the committed frontier)",
-                                {"seq": space.owner, "pool": space.pool, "write": [a, b], "frontier": committed}))
+                                dict(ctx, frontier=committed)))
     return findings, flags
 
 
-def _live_unit(st, unit: str, op: str):
-    st.cov.check("TRACE-2")
+# -- complete / fail ------------------------------------------------------------------------------------
+def _live_unit(st, unit: str, op: str) -> Unit:
     u = st.units.get(unit)
     if u is None:
         raise violation("TRACE-2", f"{op} of unit {unit!r}, which is not in flight (it ended, or was never "
@@ -163,76 +231,80 @@ def _live_unit(st, unit: str, op: str):
     return u
 
 
-def complete(st, unit: str, commits: list) -> None:
-    """The unit succeeded: commits = [(seq, pool, frontier)] are published, then the rows unfreeze."""
-    u = st.units.get(unit)
-    if u is None:
-        u = _live_unit(st, unit, "complete")  # raises the TRACE-2 violation
+def complete(st, unit: str, commits) -> None:
+    """The unit succeeded: commits (CommitRow-shaped records) are published, then the rows unfreeze."""
+    _apply_complete(st, plan_complete(st, unit, commits))
+
+
+def plan_complete(st, unit: str, commits) -> CompletePlan:
+    """Validate every commit against the unit's rows (TRACE-2, UNIT-2); reads the state only."""
+    u = _live_unit(st, unit, "complete")
     bundles = st.bundles
-    plan = []
-    try:
-        for seq, pool, frontier in commits:
-            bundle = bundles.get(seq)
-            sp = None if bundle is None else bundle.spaces.get(pool)
-            r = sp.unit_row if sp is not None and sp.unit == unit else None
-            if r is None:
-                st.cov.check("UNIT-2", exercised=True)
-                why = "twice" if any(p[0] is sp for p in plan) else "although it is not a row of the unit"
-                raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) {why}", unit=unit, seq=seq,
+    planned = []
+    for c in commits:
+        seq, pool, frontier = c.seq, c.pool, c.frontier
+        bundle = bundles.get(seq)
+        sp = None if bundle is None else bundle.spaces.get(pool)
+        r = None if sp is None else sp.in_flight
+        if r is None or r.unit != unit:
+            raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) although it is not a row of the "
+                            "unit", unit=unit, seq=seq, pool=pool)
+        for p in planned:
+            if p.row is r:
+                raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) twice", unit=unit, seq=seq,
                                 pool=pool)
-            sp.unit_row = None  # taken: a second commit of the same row meets None (restored below)
-            plan.append((sp, frontier, r))
-            if frontier < sp.committed:
-                st.cov.check("UNIT-2", exercised=True)
-                raise violation("UNIT-2", f"commit moves {seq!r} ({pool}) back from {sp.committed} to {frontier}; "
-                                "only an explicit truncate shortens a frontier", unit=unit, seq=seq, pool=pool)
-            limit = sp.committed if r[2] is None else r[2]
-            if frontier > limit:
-                st.cov.check("UNIT-2", exercised=True)
-                raise violation("UNIT-2", f"commit of {seq!r} ({pool}) to {frontier} beyond the unit's written "
-                                f"extent {limit}", unit=unit, seq=seq, pool=pool, frontier=frontier, written=limit)
-    except ContractViolation:
-        for sp, _, r in plan:
-            sp.unit_row = r
-        raise
-    c = st.commit_cells[0]
-    c[0] += len(commits)
-    c[1] += len(commits)
+        if frontier < sp.committed:
+            raise violation("UNIT-2", f"commit moves {seq!r} ({pool}) back from {sp.committed} to {frontier}; "
+                            "only an explicit truncate shortens a frontier", unit=unit, seq=seq, pool=pool)
+        limit = sp.committed if r.b is None else r.b
+        if frontier > limit:
+            raise violation("UNIT-2", f"commit of {seq!r} ({pool}) to {frontier} beyond the unit's written "
+                            f"extent {limit}", unit=unit, seq=seq, pool=pool, frontier=frontier, written=limit)
+        planned.append(Commit(r, frontier))
+    return CompletePlan(u, tuple(planned))
+
+
+def _apply_complete(st, plan: CompletePlan) -> None:
+    n = len(plan.commits)
+    trace_2, unit_2 = st.commit_cells
+    trace_2.checked += 1
+    unit_2.checked += n
+    unit_2.exercised += n
     tp = st.t_pages
-    for sp, frontier, _ in plan:
+    for c in plan.commits:
+        sp, frontier = c.row.space, c.frontier
         lo = sp.committed
         if frontier > lo:  # commit columns [lo, frontier): their content keys carry the writer's token
             token, pages = sp.token, sp.pages
-            for blk in range(lo >> 6, (frontier + 63) >> 6):
+            for blk in range(lo // P, -(-frontier // P)):
                 page = pages[blk]
-                hi = frontier - (blk << 6)
-                if hi > 64:
-                    hi = 64
+                base = blk * P
+                hi = frontier - base
+                if hi > P:
+                    hi = P
                 segs = page.segments
                 if not segs or segs[-1][1] != token:
-                    page.extend_segments(max(0, lo - (blk << 6)), token)
+                    page.extend_segments(max(0, lo - base), token)
                 if hi > page.committed:
                     page.committed = hi
                 page.dev_epoch = page.epoch
                 page.dev_cov = page.committed
                 tp[page] = None
             sp.committed = frontier
-    del st.units[u.uid]
-    ts = st.t_spaces
-    for sp, _, _ in u.rows:  # the rows unfreeze (as in _end, inlined on this hot path)
-        sp.unit = sp.frozen = sp.unit_row = None
-        ts[sp] = None
+    _end(st, plan.unit)
 
 
 def fail(st, unit: str) -> None:
     """The unit formed no legal commit: nothing becomes visible, rows unfreeze."""
+    st.cov.check("TRACE-2")
     _end(st, _live_unit(st, unit, "fail"))
 
 
-def _end(st, u) -> None:
+def _end(st, u: Unit) -> None:
+    """The unit leaves `KVStore.units`; its rows' `in_flight` caches are cleared with it."""
     del st.units[u.uid]
     t = st.t_spaces
     for r in u.rows:
-        sp = r[0]
-        sp.unit = sp.frozen = sp.unit_row = None
+        sp = r.space
+        sp.in_flight = None
         t[sp] = None

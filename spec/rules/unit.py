@@ -7,21 +7,33 @@ from kvsim.kvmodel.store import settle, units
 from kvsim.spec.catalogue import state_rule, transition_rule
 
 
+def _units_hold_their_rows(st):
+    """Audit form: every row of every in-flight unit is cached on its space (the other direction of unit_1)."""
+    for u in st.units.values():
+        for r in u.rows:
+            if r.space.in_flight is not r:
+                return f"unit {u.uid!r} holds {r.space.owner!r} ({r.space.pool}), whose in-flight mark disagrees"
+    return None
+
+
 @state_rule("UNIT-1", "Tables, memberships, frontiers, replicas and rows are frozen during a unit",
             'store contract: "从 block-table publication 到 GPU unit 完成"', scope="space",
             decisions="A space belongs to at most one in-flight unit; map/grow/cow/finish on it are violations "
-                      "until the unit completes or fails (kvmodel.store.mapping.frozen_check).")
+                      "until the unit completes or fails (kvmodel.store.mapping.frozen_check).",
+            full=_units_hold_their_rows)
 def unit_1(st, space, full):
-    if space.unit is None:
+    r = space.in_flight
+    if r is None:
         return None
-    u = st.units.get(space.unit)
-    row = space.unit_row
-    if u is None or row is None or row[0] is not space or space.frozen is None:
-        return f"{space.owner!r} ({space.pool}) is marked in unit {space.unit!r}, which does not hold it"
-    f = space.frozen
-    if f[0] != len(space.pages) or f[1] != space.committed or f[2] != space.row or f[3] != space.reservation:
+    u = st.units.get(r.unit)
+    if u is None or r not in u.rows or r.space is not space:  # the cache disagrees with KVStore.units
+        return f"{space.owner!r} ({space.pool}) is marked in unit {r.unit!r}, which does not hold it"
+    if r.num_pages != len(space.pages) or r.committed != space.committed or r.row != space.row \
+            or r.reservation != space.reservation:
+        was = (r.num_pages, r.committed, r.row, r.reservation)
         now = (len(space.pages), space.committed, space.row, space.reservation)
-        return f"{space.owner!r} ({space.pool}) changed during unit {space.unit!r}: {f} -> {now}"
+        return (f"{space.owner!r} ({space.pool}) changed during unit {r.unit!r}: (pages, committed, row, "
+                f"reservation) {was} -> {now}")
     return True
 
 
