@@ -2,12 +2,17 @@
 
 Incremental checking costs O(entities the last operation touched): the model records touched pools,
 pages, address spaces and rows, and each state rule's predicate runs on those of its scope. The full
-audit runs every predicate on every entity in its global form (recounts, whole rows, reachability with
-networkx) and must agree with the incremental checks (tests/test_checking_agreement.py).
+audit runs every predicate on every entity in its global form (recounts, whole rows) and then each rule's
+audit-only `full=` form (reachability with networkx, pool-wide recounts); it must agree with the
+incremental checks (tests/test_model_properties.py checks both after every fuzzed step).
+Both go through one loop, `_check`, over rules bound once to their coverage cells.
 Checkers only read the model; findings carry the rule id, a message and the entities involved.
+This module knows nothing of traces or reports.
 """
 
 from __future__ import annotations
+
+from operator import attrgetter
 
 from kvsim.kvmodel.store.errors import Finding
 
@@ -30,7 +35,8 @@ _CTX = {"page": _ctx_page, "space": _ctx_space, "pool": lambda name: {"pool": na
 # other operation (activate, map, cow, truncate, finish, release, Host tier) runs every state rule on
 # what it touched. launch freezes spaces into a unit (UNIT-1); complete commits frontiers and page
 # columns and ends the unit (UNIT-1's premise, a space in flight, no longer holds); fail only ends the
-# unit; grow changes reservations (pool counters included).
+# unit; grow changes reservations (pool counters included). tests/rules/test_focus.py corrupts what each
+# focused operation can change and shows its focus still reports it.
 FOCUS = {
     "launch": ("UNIT-1",),
     "fail": (),
@@ -40,37 +46,46 @@ FOCUS = {
 SCOPES = ("config", "pool", "page", "space", "row", "store")
 
 
-def _compile(scoped: list, live_only: bool = False):
-    """One function checking an operation's rules on the entities it touched (the per-event hot path).
+def _live_touched_spaces(st) -> list:
+    """finish/release may leave ended spaces touched: only live ones are checked."""
+    return [s for s in st.t_spaces if s.active or s.owner in st.checkpoints]
 
-    `scoped` is [(touched-set attribute, [(rule, checker, coverage cell), ...]), ...]. The generated
-    function is equivalent to running `Checker._run(rules, getattr(st, attr), False, out)` per scope and
-    then `st.reset_touched()`; it is generated once per operation plan with every checker and counter
-    bound by name, so the per-event loop pays no dispatch over rules or scopes.
+
+def _one(st) -> tuple:
+    return (None,)
+
+
+TOUCHED = {"pool": attrgetter("t_pools"), "page": attrgetter("t_pages"), "space": _live_touched_spaces,
+           "row": attrgetter("t_rows")}
+FOCUSED_TOUCHED = dict(TOUCHED, space=attrgetter("t_spaces"))  # focused operations never end a space
+EVERY = {"config": _one, "pool": lambda st: list(st.pools),
+         "page": lambda st: [p for s in st.page_stores.values() for p in s.pages],
+         "space": lambda st: list(st.all_spaces()),
+         "row": lambda st: [(name, r) for name, t in st.tables.items() for r in range(t.rows)], "store": _one}
+
+
+def _check(st, plan: tuple, full: bool, out: list) -> None:
+    """The one checking loop, for incremental checks and the audit alike.
+
+    `plan` is ((entities_of, bound), ...): `entities_of(st)` gives the entities of one scope (what the last
+    operation touched, or every entity), `bound` that scope's rules as (rule id, predicate, cell, context).
     """
-    env = {"Finding": Finding, "CTX": _CTX}
-    src = ["def run(st, out):"]
-    k = 0
-    for attr, rules in scoped:
-        src += [f"    ents = st.{attr}", "    if ents:"]
-        if attr == "t_spaces" and not live_only:  # finish/release may leave dead spaces touched
-            src.append("        ents = [s for s in ents if s.active or s.owner in st.checkpoints]")
-        src.append("        n = len(ents)")
-        body = ["        for e in ents:"]
-        for rule, fn, cnt in rules:
-            env[f"f{k}"], env[f"c{k}"], env[f"rule{k}"] = fn, cnt, rule
-            src.append(f"        c{k}.checked += n")
-            body += [f"            r = f{k}(st, e, False)",
-                     "            if r is not None:",
-                     f"                c{k}.exercised += 1",
-                     "                if r is not True:",
-                     f"                    out.append(Finding(rule{k}.id, r, CTX[rule{k}.scope](e)))",
-                     f"                    c{k}.violated += 1"]
-            k += 1
-        src += body
-    src.append("    st.reset_touched()")
-    exec("\n".join(src), env)  # noqa: S102 - source built above from constants only
-    return env["run"]
+    for entities_of, bound in plan:
+        entities = entities_of(st)
+        if not entities:
+            continue
+        n = len(entities)
+        for rule_id, fn, cell, ctx in bound:
+            ex = 0
+            for e in entities:
+                r = fn(st, e, full)
+                if r is not None:
+                    ex += 1
+                    if r is not True:
+                        out.append(Finding(rule_id, r, ctx(e)))
+                        cell.violated += 1
+            cell.checked += n
+            cell.exercised += ex
 
 
 class Checker:
@@ -82,77 +97,54 @@ class Checker:
         for rule in all_rules():
             if rule.kind == "state":
                 self.by_scope[rule.scope].append(rule)
-        # the Coverage cells of every state rule, fetched once: the hot path adds to them directly
-        self._counts = {r.id: store.cov.cell(r.id) for rules in self.by_scope.values() for r in rules}
-        attrs = (("pool", "t_pools"), ("page", "t_pages"), ("space", "t_spaces"), ("row", "t_rows"))
+        # every state rule bound once to its Coverage cell and context builder: the loop reads no dicts
+        self._bound = {sc: tuple((r.id, r.checker, store.cov.cell(r.id), _CTX[sc]) for r in rules)
+                       for sc, rules in self.by_scope.items()}
+        self._full_forms = tuple(r for rules in self.by_scope.values() for r in rules if r.full_checker is not None)
+        self._focused = {op: self._plan(FOCUSED_TOUCHED, ids) for op, ids in FOCUS.items()}
+        self._touched = self._plan(TOUCHED)
+        self._host = ((_one, self._bound["store"]),)
+        self._audit = tuple((EVERY[sc], self._bound[sc]) for sc in SCOPES if self._bound[sc])
+        self._config = ((_one, self._bound["config"]),)
 
-        def plan(ids):  # focused operations (ids given) never end an address space
-            return _compile([(a, [(r, r.checker, self._counts[r.id]) for r in self.by_scope[sc]
-                                  if ids is None or r.id in ids])
-                             for sc, a in attrs if any(ids is None or r.id in ids for r in self.by_scope[sc])],
-                            live_only=ids is not None)
-        self._plans = {op: plan(ids) for op, ids in FOCUS.items()}
-        self._plan_all = plan(None)
-
-    def _run(self, rules, entities, full: bool, out: list) -> None:
-        st = self.st
-        n = len(entities)
-        for rule, fn, cnt in rules:
-            ex = 0
-            for e in entities:
-                r = fn(st, e, full)
-                if r is not None:
-                    ex += 1
-                    if r is not True:
-                        out.append(Finding(rule.id, r, _CTX[rule.scope](e)))
-                        cnt.violated += 1
-            cnt.checked += n
-            cnt.exercised += ex
-
-    def _scoped(self, rules) -> list:
-        return [(r, r.checker, self._counts[r.id]) for r in rules]
+    def _plan(self, entities_of: dict, ids=None) -> tuple:
+        """(entities_of, bound rules) per scope of `entities_of` with rules to run (only `ids`, if given)."""
+        plan = []
+        for sc, get in entities_of.items():
+            bound = tuple(b for b in self._bound[sc] if ids is None or b[0] in ids)
+            if bound:
+                plan.append((get, bound))
+        return tuple(plan)
 
     def incremental(self, op: str | None = None) -> list[Finding]:
         """State rules on the entities touched since the last check (by operation `op`, if known); consumes
         the touched sets."""
         st = self.st
         out: list[Finding] = []
-        run = self._plans.get(op)
-        if run is None:
+        plan = self._focused.get(op)
+        if plan is None:
             if st.t_host:  # Host-tier state is one arena: its rules run on the whole store
-                self._run(self._scoped(self.by_scope["store"]), (None,), False, out)
-            run = self._plan_all
-        run(st, out)
+                _check(st, self._host, False, out)
+            plan = self._touched
+        _check(st, plan, False, out)
+        st.reset_touched()
         return out
 
     def audit(self) -> list[Finding]:
-        """Every state rule on every entity, in its global form."""
+        """Every state rule on every entity in its global form, then every rule's audit-only full form."""
         st = self.st
         out: list[Finding] = []
-        by = {sc: self._scoped(rules) for sc, rules in self.by_scope.items()}
-        self._run(by["config"], (None,), True, out)
-        self._run(by["pool"], list(st.pools), True, out)
-        pages = [p for s in st.page_stores.values() for p in s.pages]
-        self._run(by["page"], pages, True, out)
-        self._run(by["space"], list(st.all_spaces()), True, out)
-        rows = [(name, r) for name, t in st.tables.items() for r in range(t.rows)]
-        self._run(by["row"], rows, True, out)
-        self._run(by["store"], (None,), True, out)
-        for rule in (r for rules in self.by_scope.values() for r in rules if r.full_checker is not None):
+        _check(st, self._audit, True, out)
+        for rule in self._full_forms:
             msg = rule.full_checker(st)
             st.cov.check(rule.id, exercised=True)
             if msg:
                 out.append(Finding(rule.id, msg, {}))
                 st.cov.violate(rule.id)
-        from kvsim.spec.rules.page import page_1_pool
-        for name in st.pools:
-            msg = page_1_pool(st, name)
-            if msg:
-                out.append(Finding("PAGE-1", msg, {"pool": name}))
-                st.cov.violate("PAGE-1")
         return out
 
     def config(self) -> list[Finding]:
+        """The config-scope rules (startup facts), once."""
         out: list[Finding] = []
-        self._run(self._scoped(self.by_scope["config"]), (None,), True, out)
+        _check(self.st, self._config, True, out)
         return out

@@ -58,7 +58,7 @@ class KVStore(_KVStore):
         if rows and type(rows[0]) is tuple:
             rows = [units.LaunchRow(*r) for r in rows]
         try:
-            return units.launch(self, unit, rows)
+            units.apply_launch(self, units.plan_launch(self, unit, rows))
         except ContractViolation as exc:
             self._count_planned(exc)
             raise
@@ -68,7 +68,7 @@ class KVStore(_KVStore):
         if commits and type(commits[0]) is tuple:
             commits = [units.CommitRow(*c) for c in commits]
         try:
-            return units.complete(self, unit, commits)
+            units.apply_complete(self, units.plan_complete(self, unit, commits))
         except ContractViolation as exc:
             self._count_planned(exc)
             raise

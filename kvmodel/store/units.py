@@ -19,7 +19,7 @@ marked before every row has been validated, so a violation leaves nothing to rol
 
 "In flight" has one source of truth, `KVStore.units` (unit id -> `Unit`). `KVAddressSpace.in_flight` is a
 cache of it (the `UnitRow` holding that space, or None) so that a row is found in O(1); its only writers
-are `_apply_launch` and `_end` below, and UNIT-1 checks the cache against `KVStore.units`.
+are `apply_launch` and `_end` below, and UNIT-1 checks the cache against `KVStore.units`.
 Records are frozen `msgspec.Struct`s (named fields, slots, built in C: this is the replay's hot path).
 This module knows nothing of traces: rows are any records with the fields of `LaunchRow` / `CommitRow`.
 """
@@ -99,7 +99,7 @@ class CompletePlan(msgspec.Struct, frozen=True):
 # -- launch ---------------------------------------------------------------------------------------------
 def launch(st, unit: str, rows) -> None:
     """A unit starts: rows are LaunchRow-shaped records (seq, pool, write)."""
-    _apply_launch(st, plan_launch(st, unit, rows))
+    apply_launch(st, plan_launch(st, unit, rows))
 
 
 def plan_launch(st, unit: str, rows) -> LaunchPlan:
@@ -150,7 +150,7 @@ def plan_launch(st, unit: str, rows) -> LaunchPlan:
     return LaunchPlan(unit, tuple(planned), written, shared, protected)
 
 
-def _apply_launch(st, plan: LaunchPlan) -> None:
+def apply_launch(st, plan: LaunchPlan) -> None:
     n, written = len(plan.rows), plan.num_written
     trace_2, unit_1, ent_3, wr_1, cons_1, unit_3, wr_2, wr_3 = st.launch_cells
     trace_2.checked += n
@@ -233,12 +233,14 @@ def _live_unit(st, unit: str, op: str) -> Unit:
 
 def complete(st, unit: str, commits) -> None:
     """The unit succeeded: commits (CommitRow-shaped records) are published, then the rows unfreeze."""
-    _apply_complete(st, plan_complete(st, unit, commits))
+    apply_complete(st, plan_complete(st, unit, commits))
 
 
 def plan_complete(st, unit: str, commits) -> CompletePlan:
     """Validate every commit against the unit's rows (TRACE-2, UNIT-2); reads the state only."""
-    u = _live_unit(st, unit, "complete")
+    u = st.units.get(unit)
+    if u is None:
+        u = _live_unit(st, unit, "complete")  # raises the TRACE-2 violation
     bundles = st.bundles
     planned = []
     for c in commits:
@@ -264,7 +266,7 @@ def plan_complete(st, unit: str, commits) -> CompletePlan:
     return CompletePlan(u, tuple(planned))
 
 
-def _apply_complete(st, plan: CompletePlan) -> None:
+def apply_complete(st, plan: CompletePlan) -> None:
     n = len(plan.commits)
     trace_2, unit_2 = st.commit_cells
     trace_2.checked += 1

@@ -14,9 +14,20 @@ def _pending_dest(st, pool, pid) -> bool:
                for x in st.xfers.values())
 
 
+def leases_carry_their_pages(st):
+    """Audit form of PAGE-1 over every pool: each leased id's holder is a live page on that id (or the
+    destination of an h2d transfer not yet published)."""
+    for name, p in st.pools.items():
+        for pid in p.leased_ids():
+            h = p.holder[pid]
+            if h is None or not h.alive or (h.device != pid and not _pending_dest(st, name, pid)):
+                return f"{name} page {pid} is leased to {getattr(h, 'handle', None)}, which does not carry it"
+    return None
+
+
 @state_rule("PAGE-1", "A Device page-group lease carries at most one logical page replica",
             'store contract: "每个 Device page-group lease 在所属 pool 中至多承载一个 logical page replica"',
-            scope="page",
+            scope="page", full=leases_carry_their_pages,
             decisions="A lease reserved by an in-flight h2d transfer carries its page before publication.")
 def page_1(st, page, full):
     if not page.alive or page.device < 0:
@@ -25,16 +36,6 @@ def page_1(st, page, full):
     if holder is not page:
         return f"{page.pool} page {page.device} is claimed by descriptor {page.handle} but carries {getattr(holder, 'handle', None)}"
     return True
-
-
-def page_1_pool(st, name):
-    """Audit form: every leased id's holder is a live page on that id (or an h2d destination)."""
-    p = st.pools[name]
-    for pid in p.leased_ids():
-        h = p.holder[pid]
-        if h is None or not h.alive or (h.device != pid and not _pending_dest(st, name, pid)):
-            return f"{name} page {pid} is leased to {getattr(h, 'handle', None)}, which does not carry it"
-    return None
 
 
 transition_rule("PAGE-2", "A stale lease or page handle (older generation) is refused",
