@@ -11,6 +11,8 @@ decorator of its checker or in the `transition_rule(...)` call naming it.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -60,10 +62,44 @@ def _register(r: Rule) -> Rule:
     if not (callable(r.checker) or (isinstance(r.checker, str) and r.kind == "transition" and "." in r.checker)):
         raise InvalidRule(f"rule {r.id}: checker must be callable (or, for a transition rule checked by the "
                           "simulator, a dotted name)")
+    if isinstance(r.checker, str) and not resolves(r.checker):
+        raise InvalidRule(f"rule {r.id}: checker {r.checker!r} names no function (fix the dotted name)")
     if r.kind == "state" and r.scope == "none":
         raise InvalidRule(f"rule {r.id}: a state rule needs a scope")
     _REGISTRY[r.id] = r
     return r
+
+
+def resolves(dotted: str) -> bool:
+    """Whether a dotted name (module path, then classes/functions inside) names a definition in the source.
+
+    Read from the module's source (its syntax tree), never imported: the catalogue must not import `sim`.
+    """
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            spec = importlib.util.find_spec(".".join(parts[:cut]))
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        with open(spec.origin, encoding="utf-8") as f:
+            body = ast.parse(f.read()).body
+        for name in parts[cut:]:
+            node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name), None)
+            if node is None:
+                return False
+            body = node.body if isinstance(node, ast.ClassDef) else []
+        return True
+    return False
+
+
+def require(ids, where: str) -> None:
+    """Every id in `ids` is a registered rule, or InvalidRule naming `where` (a model tuple, a focus entry)."""
+    all_rules()
+    missing = [i for i in ids if i not in _REGISTRY]
+    if missing:
+        raise InvalidRule(f"{where} names {', '.join(missing)}, which the catalogue does not define")
 
 
 def state_rule(rule_id: str, title: str, clause: str, scope: str, decisions: str = "",

@@ -16,7 +16,7 @@ from operator import attrgetter
 
 from kvsim.kvmodel.store.errors import Finding
 
-from kvsim.spec.catalogue import all_rules
+from kvsim.spec.catalogue import InvalidRule, all_rules, require
 
 
 def _ctx_page(page):
@@ -34,16 +34,28 @@ _CTX = {"page": _ctx_page, "space": _ctx_space, "pool": lambda name: {"pool": na
 # Operations that change only a few fields: the state rules whose premises those fields enter. Every
 # other operation (activate, map, cow, truncate, finish, release, Host tier) runs every state rule on
 # what it touched. launch freezes spaces into a unit (UNIT-1); complete commits frontiers and page
-# columns and ends the unit (UNIT-1's premise, a space in flight, no longer holds); fail only ends the
-# unit; grow changes reservations (pool counters included). tests/rules/test_focus.py corrupts what each
-# focused operation can change and shows its focus still reports it.
+# columns and ends the unit (UNIT-1: the rows' in-flight marks are gone); fail only ends the unit; grow
+# changes reservations (pool counters included). tests/rules/test_focus.py corrupts what each focused
+# operation writes and shows that its focus reports whatever every rule on the touched entities would.
 FOCUS = {
     "launch": ("UNIT-1",),
-    "fail": (),
-    "complete": ("AS-2", "ENT-4", "PAGE-3", "WR-3", "REP-4"),
+    "fail": ("UNIT-1",),
+    "complete": ("UNIT-1", "AS-2", "ENT-4", "PAGE-3", "WR-3", "REP-4"),
     "grow": ("UNIT-1", "ENT-1", "CAP-3"),
 }
 SCOPES = ("config", "pool", "page", "space", "row", "store")
+
+
+def _validate_focus() -> None:
+    """At import: every FOCUS entry names state rules of the catalogue (a typo would silently skip a rule)."""
+    state = {r.id for r in all_rules() if r.kind == "state"}
+    for op, ids in FOCUS.items():
+        require(ids, f"FOCUS[{op!r}]")
+        if not set(ids) <= state:
+            raise InvalidRule(f"FOCUS[{op!r}] names {sorted(set(ids) - state)}, which are not state rules")
+
+
+_validate_focus()
 
 
 def _live_touched_spaces(st) -> list:

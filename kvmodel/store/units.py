@@ -69,29 +69,27 @@ class UnitRow(msgspec.Struct, frozen=True):
     reservation: int
 
 
-class Unit(msgspec.Struct, frozen=True):
-    """An in-flight GPU unit (the value of `KVStore.units[uid]`)."""
+class Unit(msgspec.Struct, frozen=True, gc=False):
+    """A validated launch (`plan_launch`); once applied, the in-flight unit (the value of `KVStore.units[uid]`).
+
+    Nothing refers back to a Unit, so it can stay out of the cycle collector (gc=False).
+    """
 
     uid: str
     rows: tuple  # UnitRow, in the launch's order
-
-
-class LaunchPlan(msgspec.Struct, frozen=True):
-    """A validated launch: its rows and the coverage the apply step counts (rows, not rules, as units)."""
-
-    uid: str
-    rows: tuple  # UnitRow
-    num_written: int  # rows with a write range
+    num_written: int  # rows with a write range (the coverage apply_launch counts, in rows)
     num_shared: int  # written rows meeting a shared page (WR-2's premise)
     num_protected: int  # written rows meeting checkpoint-protected columns (WR-3's premise)
 
 
-class Commit(msgspec.Struct, frozen=True):
+class Commit(msgspec.Struct, frozen=True, gc=False):
     row: UnitRow
     frontier: int  # tokens
 
 
-class CompletePlan(msgspec.Struct, frozen=True):
+class CompletePlan(msgspec.Struct, frozen=True, gc=False):
+    """A validated completion (transient: nothing refers back to it)."""
+
     unit: Unit
     commits: tuple  # Commit, in the event's order
 
@@ -102,7 +100,7 @@ def launch(st, unit: str, rows) -> None:
     apply_launch(st, plan_launch(st, unit, rows))
 
 
-def plan_launch(st, unit: str, rows) -> LaunchPlan:
+def plan_launch(st, unit: str, rows) -> Unit:
     """Validate every row (TRACE-2, UNIT-1, ENT-3, UNIT-3, WR-1/2/3, CONS-1); reads the state only."""
     if unit in st.units:
         raise violation("TRACE-2", f"unit {unit!r} is already in flight", unit=unit)
@@ -147,10 +145,10 @@ def plan_launch(st, unit: str, rows) -> LaunchPlan:
             shared += flags & 1
             protected += flags >> 1
         planned.append(UnitRow(unit, space, a, b, len(pages), space.committed, space.row, space.reservation))
-    return LaunchPlan(unit, tuple(planned), written, shared, protected)
+    return Unit(unit, tuple(planned), written, shared, protected)
 
 
-def apply_launch(st, plan: LaunchPlan) -> None:
+def apply_launch(st, plan: Unit) -> None:
     n, written = len(plan.rows), plan.num_written
     trace_2, unit_1, ent_3, wr_1, cons_1, unit_3, wr_2, wr_3 = st.launch_cells
     trace_2.checked += n
@@ -165,7 +163,7 @@ def apply_launch(st, plan: LaunchPlan) -> None:
         wr_2.exercised += plan.num_shared
         wr_3.checked += written
         wr_3.exercised += plan.num_protected
-    st.units[plan.uid] = Unit(plan.uid, plan.rows)
+    st.units[plan.uid] = plan
     t = st.t_spaces
     for r in plan.rows:
         sp = r.space
