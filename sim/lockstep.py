@@ -30,7 +30,7 @@ from kvsim.gpu.planes import PagedKVPool
 from kvsim.gpu.transfer import copy_pages, pack_pages, unpack_pages
 from kvsim.kvmodel.store.address_space import KEY_STRIDE, MASK64
 from kvsim.kvmodel.store.effects import CopyColumns, DeviceToHost, HostToDevice
-from kvsim.kvmodel.store.errors import Finding
+from kvsim.kvmodel.store.errors import Finding, InvariantError
 
 GQA_GROUP = 2  # query heads per KV head in the lockstep's attention checks
 ATTENTION_COLUMNS = 8  # at most this many committed columns per row are attended per unit
@@ -84,7 +84,8 @@ class Lockstep:
             pool = PagedKVPool("bf16" if name == "draft_full" else chosen, g.layers, g.kv_heads, g.head_dim,
                                g.pages, order=g.order, rows=cfg.max_concurrency, logical_pages=store.L)
             if profile is None and pool.page_bytes != g.page_bytes:
-                raise AssertionError(f"{name}: physical PageBytes {pool.page_bytes} != model {g.page_bytes}")
+                raise InvariantError("physical PageBytes equal the model's",
+                                     f"{name}: physical {pool.page_bytes} != model {g.page_bytes}")
             self.pools[name] = pool
         self.host: dict[int, np.ndarray] = {}  # Host arena slices by offset (packed HostKVPageLayout)
         self.completed = None  # rows of the unit completed by the last event

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.kvmodel.store.errors import ConfigError
+from kvsim.kvmodel.store.errors import ConfigError, InvariantError
 
 PAGE_SIZE = 64  # "每个 growing pool 为 P=64"; any other value is an architecture change
 PROFILES = ("bf16", "int8", "fp8", "nvfp4", "k8v4")
@@ -105,7 +105,8 @@ class StoreConfig:
     @property
     def growth_window(self) -> int:
         """The bounded window in tokens: max(prefill_chunk, configured window)."""
-        assert self.growth is not None
+        if self.growth is None:
+            raise InvariantError("growth_window needs kv_lease_growth", "asked with growth off")
         return max(self.prefill_chunk, self.growth.window)
 
     def validate(self) -> "StoreConfig":

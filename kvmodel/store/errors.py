@@ -2,7 +2,8 @@
 
 A *refusal* is an answer a correct store may give to a request (capacity, entitlement, rows); a
 *violation* is a fact the store contract forbids, tagged with the rule id of DESIGN §7. Either way the
-model state is exactly as it was before the call. `ConfigError` is an unsupported configuration.
+model state is exactly as it was before the call. `ConfigError` is an unsupported configuration;
+`InvariantError` is a bug inside the model (an internal invariant broke).
 This module knows nothing of traces or reports.
 """
 
@@ -49,6 +50,18 @@ class Refusal:
 
 REFUSAL_REASONS = ("capacity", "rows", "entitlement", "context", "frontier", "busy", "growth-disabled",
                    "engine")
+
+
+class InvariantError(RuntimeError):
+    """An internal invariant of the model broke: a bug in kvsim (or its caller), never in the trace.
+
+    The message names the invariant and the likely culprit; the command line reports it as an internal
+    error (exit 3). Raised instead of `assert`, so that it also holds under `python -O`.
+    """
+
+    def __init__(self, invariant: str, detail: str):
+        self.invariant = invariant
+        super().__init__(f"invariant {invariant!r} broken: {detail}")
 
 
 class ConfigError(ValueError):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import bisect
 
+from kvsim.kvmodel.store.errors import InvariantError
+
 
 class HostKVArena:
     __slots__ = ("capacity", "_free")
@@ -55,13 +57,16 @@ class HostKVArena:
 
     def allocate(self, size: int) -> int:
         i = self._first_fit(self._free, size)
-        assert i >= 0, f"host arena: no extent of {size} B"
+        if i < 0:
+            raise InvariantError("host allocation fits", f"host arena: no extent of {size} B (plan it first)")
         off = self._free[i][0]
         _take(self._free, i, size)
         return off
 
     def release(self, offset: int, size: int) -> None:
-        assert 0 <= offset and offset + size <= self.capacity
+        if offset < 0 or offset + size > self.capacity:
+            raise InvariantError("host extents in bounds", f"host arena: release [{offset}, {offset + size}) "
+                                 f"outside [0, {self.capacity})")
         _insert(self._free, offset, size)
 
     def snapshot(self) -> tuple:
@@ -78,8 +83,9 @@ def _take(free: list[list[int]], i: int, size: int) -> None:
 
 def _insert(free: list[list[int]], offset: int, size: int) -> None:
     i = bisect.bisect_left(free, [offset, 0])
-    assert i == len(free) or offset + size <= free[i][0], "host arena: release overlaps a free extent"
-    assert i == 0 or free[i - 1][0] + free[i - 1][1] <= offset, "host arena: release overlaps a free extent"
+    if (i < len(free) and offset + size > free[i][0]) or (i > 0 and free[i - 1][0] + free[i - 1][1] > offset):
+        raise InvariantError("host extents disjoint", f"host arena: release of [{offset}, {offset + size}) "
+                             "overlaps a free extent (a double release)")
     free.insert(i, [offset, size])
     if i + 1 < len(free) and offset + size == free[i + 1][0]:
         free[i][1] += free[i + 1][1]

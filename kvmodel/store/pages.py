@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 
 from kvsim.kvmodel.store.config import PAGE_SIZE
+from kvsim.kvmodel.store.errors import InvariantError
 
 
 class HostReplica:
@@ -151,7 +152,9 @@ class LogicalPageStore:
 
     def reclaim(self, page: LogicalKVPage) -> None:
         """Reclaim a descriptor with no references, replicas or pins; its generation advances (PAGE-4)."""
-        assert page.alive and not page.holders and page.device < 0 and page.host is None and page.pins == 0
+        if not page.alive or page.holders or page.device >= 0 or page.host is not None or page.pins:
+            raise InvariantError("reclaim at zero references, replicas and pins",
+                                 f"{self.pool}: descriptor {page.handle} is still held (the caller is maybe_reclaim)")
         page.alive = False
         page.generation += 1
         heapq.heappush(self._free, page.index)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from kvsim.kvmodel.store.errors import InvariantError
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceKVPageLease:
@@ -53,11 +55,14 @@ class DevicePagePool:
     # -- reservations (no page ids) -------------------------------------------------------------
     def reserve(self, n: int) -> None:
         """Move n units from global available into reservations; caller checked `available`."""
-        assert 0 <= n <= self.available, f"{self.name}: reserve {n} > available {self.available}"
+        if not 0 <= n <= self.available:
+            raise InvariantError("reserve <= available", f"{self.name}: reserve {n} with {self.available} "
+                                 "available (the caller must check available first)")
         self.reserved += n
 
     def unreserve(self, n: int) -> None:
-        assert 0 <= n <= self.reserved
+        if not 0 <= n <= self.reserved:
+            raise InvariantError("unreserve <= reserved", f"{self.name}: unreserve {n} with {self.reserved} reserved")
         self.reserved -= n
 
     # -- leases ---------------------------------------------------------------------------------
@@ -72,7 +77,9 @@ class DevicePagePool:
         """Lease one id (lowest free, or the adopted `page_id`) to `holder`; from a reservation or available."""
         if page_id is None:
             page_id = self.next_free()
-        assert page_id >= 0 and self._is_free[page_id], f"{self.name}: page {page_id} is not free"
+        if page_id < 0 or not self._is_free[page_id]:
+            raise InvariantError("a lease takes a free page", f"{self.name}: page {page_id} is not free (the caller "
+                                 "must check an adopted id with is_free)")
         self._is_free[page_id] = 0
         self.holder[page_id] = holder
         self.allocated += 1
@@ -82,7 +89,8 @@ class DevicePagePool:
 
     def release(self, page_id: int, to_reservation: bool = False) -> None:
         """End a lease: back to global available, or dematerialized into the same reservation."""
-        assert not self._is_free[page_id], f"{self.name}: double release of page {page_id}"
+        if self._is_free[page_id]:
+            raise InvariantError("a page is released once", f"{self.name}: double release of page {page_id}")
         self._is_free[page_id] = 1
         self.holder[page_id] = None
         self.generation[page_id] += 1

@@ -10,6 +10,8 @@ This module knows nothing of logical pages or reservations.
 
 from __future__ import annotations
 
+from kvsim.kvmodel.store.errors import InvariantError
+
 HOLE = -1
 
 
@@ -34,7 +36,9 @@ class ExecutionTablePool:
         return 0 <= row < self.rows and self.owner[row] is None
 
     def lease(self, space, row: int) -> None:
-        assert self.owner[row] is None
+        if self.owner[row] is not None:
+            raise InvariantError("one active space per row", f"{self.pool} row {row} is leased already "
+                                 "(the caller must check is_free)")
         self.owner[row] = space
 
     def release(self, row: int) -> None:
