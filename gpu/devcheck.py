@@ -33,7 +33,7 @@ from kvsim.gpu.codecs import PROFILE_NAMES, bytes_per_token_per_head, get_profil
 from kvsim.gpu.content import append_content
 from kvsim.gpu.formats import round_to_bf16
 from kvsim.gpu.oracle import oracle_for_pool, rel_l2
-from kvsim.gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PagedKVPool
+from kvsim.gpu.planes import HEAD_MAJOR, PAGE_MAJOR, PAGE_SIZE, PagedKVPool
 from kvsim.gpu.transfer import copy_pages, pack_pages
 
 
@@ -92,7 +92,7 @@ def check_attention(table: Table, dev) -> None:
                 pool = PagedKVPool(profile, 1, 2, 256, num_pages=perm.size, order=order, rows=4,
                                    logical_pages=logical, backend=b)
                 for r, ctx in enumerate(contexts):
-                    used = -(-ctx // 64)
+                    used = -(-ctx // PAGE_SIZE)
                     pool.publish(r + 1, 0, list(perm[r * logical:r * logical + used]) + [-1] * (logical - used))
                     append_content(pool, r + 1, np.arange(ctx), keys[r])
                 pools.append(pool)
@@ -148,19 +148,19 @@ def check_bandwidth(table: Table, context: int, batch: int) -> None:
 
     copy_bw = _copy_bandwidth(cupy)
     table.add("bandwidth", "-", "device-to-device copy (r+w)", f"{copy_bw / 1e9:.0f} GB/s", None)
-    hkv, hq, pages = 4, 24, -(-context // 64)
+    hkv, hq, pages = 4, 24, -(-context // PAGE_SIZE)
     rng = np.random.default_rng(5)
     chunk = 8192
     for profile in PROFILE_NAMES:
         prof = get_profile(profile)
         pool = PagedKVPool(profile, 1, hkv, 256, num_pages=batch * pages, rows=batch, logical_pages=pages,
                            backend="cupy")
-        pool.publish(0, 0, np.arange(chunk // 64))
+        pool.publish(0, 0, np.arange(chunk // PAGE_SIZE))
         k = rng.standard_normal((chunk, hkv, 256)).astype(np.float32)
         kv_append(pool.layer_view(0, 0), np.arange(chunk), k, k[::-1].copy())
-        src = np.arange(chunk // 64)
-        for first in range(chunk // 64, batch * pages, chunk // 64):
-            dst = np.arange(first, min(first + chunk // 64, batch * pages))
+        src = np.arange(chunk // PAGE_SIZE)
+        for first in range(chunk // PAGE_SIZE, batch * pages, chunk // PAGE_SIZE):
+            dst = np.arange(first, min(first + chunk // PAGE_SIZE, batch * pages))
             copy_pages(pool, src[:dst.size], dst)
         for r in range(batch):
             pool.publish(r, 0, rng.permutation(np.arange(r * pages, (r + 1) * pages)))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvsim.gpu.planes import PAGE_SIZE
+
 MAX_SPLITS = 64
 MAX_GROUP_CHUNK = 8
 THREADS = 256
@@ -41,7 +43,7 @@ def columns(rows: np.ndarray, pos: np.ndarray, valid: np.ndarray) -> tuple[np.nd
 
 def geometry(col_pos: np.ndarray, group: int) -> SplitGeometry:
     """Splits over the longest read domain: at most MAX_SPLITS, each a whole number of pages (>= 1)."""
-    max_pages = (int(col_pos.max()) >> 6) + 1 if col_pos.size and col_pos.max() >= 0 else 1
+    max_pages = int(col_pos.max()) // PAGE_SIZE + 1 if col_pos.size and col_pos.max() >= 0 else 1
     pages_per_split = -(-max_pages // MAX_SPLITS)
     return SplitGeometry(-(-max_pages // pages_per_split), pages_per_split, -(-group // MAX_GROUP_CHUNK))
 

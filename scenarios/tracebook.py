@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvsim.kvmodel.store.config import PAGE_SIZE
 from kvsim.sim.trace.stream import TraceWriter, event_from_builtins, header_from_builtins
 
 HEADER_LINES = 1
@@ -23,7 +24,7 @@ def config(*, max_context=4096, max_concurrency=4, kv_profile="bf16", backend=No
            model=None, host_arena_bytes=0, kv_lease_growth=None, prefill_chunk=None) -> dict:
     """A kvtrace/1 header config; defaults: S = 4096, C = 4, bf16, no backend, one full-attention layer
     of 2 KV heads at D = 256, capacity M_max, no Host arena, no kv_lease_growth."""
-    cfg = {"max_context": max_context, "max_concurrency": max_concurrency, "page_size": 64,
+    cfg = {"max_context": max_context, "max_concurrency": max_concurrency, "page_size": PAGE_SIZE,
            "kv_profile": kv_profile, "backend": backend or {"kind": "off"},
            "model": model or {"full_attention_layers": 1, "kv_heads": 2, "head_dim": 256},
            "host_arena_bytes": host_arena_bytes, "kv_lease_growth": kv_lease_growth}

@@ -29,6 +29,7 @@ from kvsim.gpu.oracle import oracle_for_pool, rel_l2
 from kvsim.gpu.planes import PagedKVPool
 from kvsim.gpu.transfer import copy_pages, pack_pages, unpack_pages
 from kvsim.kvmodel.store.address_space import KEY_STRIDE, MASK64
+from kvsim.kvmodel.store.config import PAGE_SIZE
 from kvsim.kvmodel.store.effects import CopyColumns, DeviceToHost, HostToDevice
 from kvsim.kvmodel.store.errors import Finding, InvariantError
 
@@ -53,10 +54,10 @@ def committed_keys(space) -> np.ndarray:
     out = []
     c = space.committed
     for b, page in enumerate(space.pages):
-        cols = min(64, c - b * 64)
+        cols = min(PAGE_SIZE, c - b * PAGE_SIZE)
         if cols <= 0:
             break
-        out.append(content_keys(page, b * 64, cols))
+        out.append(content_keys(page, b * PAGE_SIZE, cols))
     return np.concatenate(out) if out else np.zeros(0, dtype=np.uint64)
 
 
@@ -151,7 +152,7 @@ class Lockstep:
         cov = self.st.cov
         pool = self.pools[pool_name]
         n = space.committed
-        blocks = -(-n // 64)
+        blocks = -(-n // PAGE_SIZE)
         ctx = {"seq": seq, "pool": pool_name, "row": space.row}
         phys = pool.table_row(space.row)[:blocks]
         mirror = self.st.tables[pool_name].table[space.row][:blocks]

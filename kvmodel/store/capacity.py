@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.kvmodel.store.config import StoreConfig, ceil_div
+from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig, ceil_div
 from kvsim.kvmodel.store.errors import ConfigError
 from kvsim.kvmodel.store.planes import PoolGeometry, block_table_bytes, pool_geometry
 
@@ -39,7 +39,7 @@ def m_range(config: StoreConfig) -> tuple[int, int]:
     return max(lp, config.max_concurrency), config.max_concurrency * lp
 
 
-def resolve_explicit(tokens: int, max_context: int, m_min: int, m_max: int, page_size: int = 64) -> int:
+def resolve_explicit(tokens: int, max_context: int, m_min: int, m_max: int, page_size: int = PAGE_SIZE) -> int:
     """Explicit kv_capacity: M = ceil(K_main/P), requiring K_main >= S and M_min <= M <= M_max."""
     if tokens < max_context:
         raise ConfigError("CAP-1", f"kv_capacity {tokens} tokens is below max_context {max_context}")
@@ -117,7 +117,7 @@ class CapacityResolution:
     @property
     def token_capacity(self) -> int:
         """The published Main capacity in token-equivalents: M · P."""
-        return self.m * 64
+        return self.m * PAGE_SIZE
 
 
 def resolve_capacity(config: StoreConfig) -> CapacityResolution:

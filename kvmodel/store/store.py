@@ -3,21 +3,22 @@
 Holds the startup-fixed typed pools ("Program 在启动时一次性建立完整 typed capacity vector"), their
 logical page stores and execution tables, the HostKVArena, active bundles, retained checkpoints,
 in-flight GPU units and Host/Device transfers. The transactions (`activation`, `mapping`, `units`,
-`settle`, `transfers`, `observe`) are plain functions over this object; every one first checks
-(raising ContractViolation or returning a Refusal with no mutation) and then applies, recording the
-entities it touched so that checkers can run incrementally.
+`settle`, `transfers`, `observe`) are plain functions over this object, offered here as methods; every
+one first checks (raising ContractViolation or returning a Refusal with no mutation) and then applies,
+recording the entities it touched so that checkers can run incrementally.
 This module knows nothing of traces, reports or the rule catalogue's text.
 """
 
 from __future__ import annotations
 
+from kvsim.kvmodel.store import activation, mapping, observe, settle, transfers, units
 from kvsim.kvmodel.store.address_space import KVAddressSpace, writer_token
 from kvsim.kvmodel.store.capacity import resolve_capacity
 from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
 from kvsim.kvmodel.store.coverage import Coverage
 from kvsim.kvmodel.store.effects import FreeLease
 from kvsim.kvmodel.store.ended import EndedHandles
-from kvsim.kvmodel.store.errors import ContractViolation
+from kvsim.kvmodel.store.errors import ContractViolation, violation
 from kvsim.kvmodel.store.host_arena import HostKVArena
 from kvsim.kvmodel.store.pages import LogicalPageStore
 from kvsim.kvmodel.store.pool import DevicePagePool
@@ -25,22 +26,13 @@ from kvsim.kvmodel.store.tables import ExecutionTablePool
 from kvsim.kvmodel.store.units import COMMIT_RULES, LAUNCH_RULES
 
 
-class Transfer:
-    """A phase-by-phase Host/Device replacement copy ("reserve destination -> copy ... -> release source")."""
-
-    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "generations", "phase", "dest", "snap",
-                 "pinned_source")
-
-    def __init__(self, xid, direction, ckpt, pool, pages):
-        self.xid, self.direction, self.ckpt, self.pool, self.pages = xid, direction, ckpt, pool, pages
-        self.generations = [p.generation for p in pages]  # a page reclaimed after publish is not ours
-        self.phase = None  # last completed phase
-        self.dest = []  # d2h: host offsets; h2d: device page ids
-        self.snap = []  # (epoch, coverage) copied per page
-        self.pinned_source = False
-
-
 class KVStore:
+    """The model's state root, with the transactions as methods (each records what it touched).
+
+    Touched entities accumulate until `spec.checking.Checker.incremental` consumes them (or
+    `reset_touched` is called): a caller that checks after every operation sees exactly that operation's.
+    """
+
     def __init__(self, config: StoreConfig):
         self.config = config
         self.resolution = resolve_capacity(config)
@@ -57,7 +49,8 @@ class KVStore:
         self.checkpoints: dict = {}  # ckpt -> Checkpoint
         self.ended_seqs = EndedHandles()
         self.ended_ckpts = EndedHandles()  # ckpt -> "released" | "moved"
-        self.units: dict = {}  # unit id -> Unit (in flight)
+        # unit id -> Unit: the one source of truth for "in flight" (KVAddressSpace.in_flight caches it)
+        self.units: dict = {}
         self.xfers: dict = {}  # xfer id -> Transfer (open)
         self.ended_xfers = EndedHandles()
         self.activations = 0
@@ -212,7 +205,6 @@ class KVStore:
 
     def resolve_blocks(self, ckpt_id: str, pool: str, blocks) -> list:
         """Pages of a retained checkpoint's blocks, or a TRACE-2 violation for a stale reference."""
-        from kvsim.kvmodel.store.errors import violation
         self.cov.check("TRACE-2")
         ck = self.checkpoints.get(ckpt_id)
         if ck is None:
@@ -231,6 +223,86 @@ class KVStore:
             seen.add(b)
             pages.append(space.pages[b])
         return pages
+
+    # -- transactions (kvmodel.store.activation, mapping, units, settle, transfers, observe) -------------
+    def _run(self, fn, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except ContractViolation as exc:
+            for f in exc.findings:
+                self.cov.violate(f.rule)
+            raise
+
+    def activate(self, seq, prompt, budget, source=None, keep_source=True, rows=None, pages=None):
+        return self._run(activation.activate, seq, prompt, budget, source, keep_source, rows, pages)
+
+    def map(self, seq, pool, tokens, pages=None):
+        return self._run(mapping.ensure_mapped, seq, pool, tokens, pages)
+
+    ensure_mapped_to_tokens = map
+
+    def grow(self, seq, bounded_at=None):
+        return self._run(mapping.grow, seq, bounded_at)
+
+    def cow(self, seq, pool, block, page=None):
+        return self._run(mapping.cow, seq, pool, block, page)
+
+    def _count_planned(self, exc: ContractViolation) -> None:
+        """A planner counts nothing: the rules of its violation count as checked, exercised and violated."""
+        cov = self.cov
+        for f in exc.findings:
+            cov.check(f.rule, exercised=True)
+            cov.violate(f.rule)
+
+    def launch(self, unit, rows):
+        """rows: LaunchRow-shaped records (seq, pool, write); plain (seq, pool, write) tuples are accepted."""
+        if rows and type(rows[0]) is tuple:
+            rows = [units.LaunchRow(*r) for r in rows]
+        try:
+            units.apply_launch(self, units.plan_launch(self, unit, rows))
+        except ContractViolation as exc:
+            self._count_planned(exc)
+            raise
+
+    def complete(self, unit, commits):
+        """commits: CommitRow-shaped records (seq, pool, frontier); plain tuples are accepted."""
+        if commits and type(commits[0]) is tuple:
+            commits = [units.CommitRow(*c) for c in commits]
+        try:
+            units.apply_complete(self, units.plan_complete(self, unit, commits))
+        except ContractViolation as exc:
+            self._count_planned(exc)
+            raise
+
+    def fail(self, unit):
+        return self._run(units.fail, unit)
+
+    def truncate(self, seq, pool, frontier):
+        return self._run(settle.truncate, seq, pool, frontier)
+
+    def finish(self, seq, retain=None, state_image=True):
+        return self._run(settle.finish, seq, retain, state_image)
+
+    def release(self, ckpt):
+        return self._run(settle.release, ckpt)
+
+    def offload(self, ckpt, pool, blocks):
+        return self._run(transfers.offload, ckpt, pool, blocks)
+
+    def drop_device(self, ckpt, pool, blocks):
+        return self._run(transfers.drop_device, ckpt, pool, blocks)
+
+    def drop_host(self, ckpt, pool, blocks):
+        return self._run(transfers.drop_host, ckpt, pool, blocks)
+
+    def xfer(self, xid, direction, ckpt, pool, blocks, phase):
+        return self._run(transfers.xfer, xid, direction, ckpt, pool, blocks, phase)
+
+    def observe_pool(self, pool, allocated=None, reserved=None, available=None):
+        return self._run(observe.observe_pool, pool, allocated, reserved, available)
+
+    def observe_row(self, seq, pool, table=None, frontier=None):
+        return self._run(observe.observe_row, seq, pool, table, frontier)
 
     # -- queries ------------------------------------------------------------------------------------
     def space_of(self, seq: str, pool: str):
@@ -266,7 +338,3 @@ class KVStore:
                 tuple((x.xid, x.phase, tuple(x.dest), tuple(x.snap)) for x in self.xfers.values()),
                 self.ended_xfers.snapshot(), self.activations, self._next_uid)
 
-
-def raise_findings(store: KVStore, findings: list) -> None:
-    if findings:
-        raise ContractViolation(findings)

@@ -19,9 +19,23 @@ from __future__ import annotations
 from kvsim.kvmodel.store.effects import DeviceToHost, HostToDevice
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.pages import HostReplica
-from kvsim.kvmodel.store.store import Transfer
 
 PHASES = ("reserve", "copy", "verify", "publish", "release_source")
+
+
+class Transfer:
+    """A phase-by-phase Host/Device replacement copy ("reserve destination -> copy ... -> release source")."""
+
+    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "generations", "phase", "dest", "snap",
+                 "pinned_source")
+
+    def __init__(self, xid, direction, ckpt, pool, pages):
+        self.xid, self.direction, self.ckpt, self.pool, self.pages = xid, direction, ckpt, pool, pages
+        self.generations = [p.generation for p in pages]  # a page reclaimed after publish is not ours
+        self.phase = None  # last completed phase
+        self.dest = []  # d2h: host offsets; h2d: device page ids
+        self.snap = []  # (epoch, coverage) copied per page
+        self.pinned_source = False
 
 
 def _not_pinned(st, pages, op, ckpt, pool):

@@ -68,7 +68,7 @@ def config_from_args(args) -> StoreConfig:
 def capacity_facts(st: KVStore) -> dict:
     res, cfg = st.resolution, st.config
     return {
-        "config": {"max_context": cfg.max_context, "max_concurrency": cfg.max_concurrency, "page_size": 64,
+        "config": {"max_context": cfg.max_context, "max_concurrency": cfg.max_concurrency, "page_size": st.P,
                    "kv_profile": cfg.kv_profile, "backend": cfg.backend.kind, "logical_pages": cfg.logical_pages},
         "capacity": {"policy": res.policy, "m_min": res.curve.m_min, "m_max": res.curve.m_max, "m": res.m,
                      "tokens": res.token_capacity, "b_min": res.curve.b_min, "b_step": res.curve.b_step,

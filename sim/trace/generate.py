@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import random
 
+from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.stream import TraceWriter
-
-P = 64
 
 
 def default_header(max_context=4096, concurrency=8, profile="bf16", source="kvsim workload") -> kt.Header:
@@ -30,7 +29,7 @@ def _pages(tokens: int) -> int:
 
 
 class _Lane:
-    __slots__ = ("seq", "frontier", "target", "mapped", "prompt", "chunk")
+    __slots__ = ("seq", "frontier", "target", "mapped", "prompt")
 
     def __init__(self, seq, frontier, prompt, target):
         self.seq, self.frontier, self.prompt, self.target = seq, frontier, prompt, target
