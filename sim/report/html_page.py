@@ -23,8 +23,12 @@ import numpy as np
 from kvsim.sim.report.kvreport import (
     format_context,
     headline,
+    is_check,
+    missing_declared,
     refusal_summary,
+    report_title,
     rule_order,
+    split_violations,
     trace_order,
     safe_text,
 )
@@ -194,9 +198,26 @@ def _trace_section(report: dict, number: int, trace: str, timeline: dict | None)
 
 
 def _violations(report: dict, max_rows: int) -> str:
-    violations = report.get("violations", [])
+    if not is_check(report):
+        return _violation_table("Violations", "violations", report.get("violations", []), max_rows)
+    unexpected, expected = split_violations(report)
+    parts = []
+    if unexpected:
+        parts.append(_violation_table("Unexpected violations", "violations", unexpected, max_rows))
+    missing = missing_declared(report)
+    if missing:
+        rows = [_tr([_td(m["rule"], "nw"), _td(m["trace"]), _td(str(m["line"]), "n"), _td(str(m["event"]), "n")])
+                for m in missing]
+        parts.append("<h2>Declared but not reported</h2>" + _table(["rule", "trace", "line", "event"], rows,
+                                                                     frozenset({2, 3})))
+    parts.append(_violation_table("Expected violations (declared by the violation scenarios)", "expected",
+                                  expected, max_rows))
+    return "".join(parts)
+
+
+def _violation_table(title: str, anchor: str, violations: list[dict], max_rows: int) -> str:
     if not violations:
-        return "<h2>Violations</h2><p>None.</p>"
+        return f"<h2>{_h(title)}</h2><p>None.</p>"
     rows = [
         _tr([
             _td(None, "nw", f'<a href="#rule-{_h(v.get("rule", ""))}">{_h(v.get("rule", ""))}</a>'),
@@ -210,7 +231,7 @@ def _violations(report: dict, max_rows: int) -> str:
         more = (f'<p class="note">… and {len(violations) - max_rows:,} more violations '
                 "(the JSON report lists them all).</p>")
     table = _table(["rule", "trace", "line", "event", "op", "message", "context"], rows, frozenset({2, 3}))
-    return f'<h2 id="violations">Violations ({len(violations):,})</h2>{table}{more}'
+    return f'<h2 id="{anchor}">{_h(title)} ({len(violations):,})</h2>{table}{more}'
 
 
 def _refusals(report: dict) -> str:
@@ -250,12 +271,12 @@ def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROW
     traces = [_trace_section(report, number, trace, timelines.get(trace))
               for number, trace in enumerate(trace_order(report))]
     body = "\n".join([
-        f"<h1>kvsim replay report: {'PASS' if passed else 'FAIL'}</h1>", verdict, _inputs(report),
+        f"<h1>{report_title(report)} report: {'PASS' if passed else 'FAIL'}</h1>", verdict, _inputs(report),
         *traces, _violations(report, max_rows), _refusals(report), _coverage(report),
     ])
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>kvsim report: {'PASS' if passed else 'FAIL'}</title>\n<style>{_CSS}</style>\n</head>\n"
+        f"<title>{report_title(report)} report: {'PASS' if passed else 'FAIL'}</title>\n<style>{_CSS}</style>\n</head>\n"
         f"<body>\n{body}\n</body>\n</html>\n"
     )

@@ -2,7 +2,9 @@
 
 Shape: one <testsuite> per trace, one <testcase> per catalogue rule in that trace. A rule violated in the
 trace fails with one <failure> listing every violation of it there; a rule the trace never checked is
-skipped ("not exercised by this trace"); the trace's refusals go to the suite's <system-out>. No times,
+skipped ("not exercised by this trace"); the trace's refusals go to the suite's <system-out>. In a
+`kvsim check` report a violation its scenario declared is expected: it passes, listed in the case's
+<system-out>; a declared violation that was not reported fails the case. No times,
 host names or timestamps: the same report gives the same bytes. Every string passes `safe_text`, so
 characters XML 1.0 forbids cannot make the file unreadable.
 
@@ -16,6 +18,8 @@ import xml.etree.ElementTree as ET
 
 from kvsim.sim.report.kvreport import (
     format_context,
+    missing_declared,
+    report_title,
     rule_order,
     trace_order,
     trace_rule_counters,
@@ -77,7 +81,13 @@ def _refusals_text(refusals: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict) -> ET.Element:
+def _missing_failure(rule_id: str, trace: str, missing: list[dict]) -> ET.Element:
+    where = ", ".join(f"event {m['event']} (line {m['line']})" for m in missing)
+    return _element("failure", {"message": _one_line(f"{rule_id} declared at {where} in {trace} but not reported"),
+                                "type": "declared-not-reported"})
+
+
+def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict, missing: dict) -> ET.Element:
     rules = report.get("rules", {})
     inputs = {entry.get("path"): entry for entry in report.get("inputs", [])}
     classname = junit_classname(trace)
@@ -86,14 +96,20 @@ def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict) -> ET.El
     for rule_id in rule_ids:
         title = rules.get(rule_id, {}).get("title", "")
         attrs = {"classname": classname, "name": f"{rule_id}: {title}" if title else rule_id, "file": trace}
-        violations = groups.get((trace, rule_id), [])
+        found = groups.get((trace, rule_id), [])
+        violations = [v for v in found if not v.get("expected")]
+        expected = [v for v in found if v.get("expected")]
+        absent = missing.get((trace, rule_id), [])
         counters = trace_rule_counters(report, trace, rule_id)
-        if violations:
-            attrs["line"] = violations[0].get("line")
+        if found:
+            attrs["line"] = (violations or found)[0].get("line")
         case = _element("testcase", attrs)
-        if violations:
+        if violations or absent:
             failures += 1
-            case.append(_failure(rule_id, trace, violations))
+            case.append(_failure(rule_id, trace, violations) if violations else _missing_failure(rule_id, trace, absent))
+        elif expected:
+            text = "\n".join(_violation_text(v) for v in expected)
+            case.append(_element("system-out", text=f"expected (declared by the scenario):\n{text}\n"))
         elif counters is not None and counters.get("checked", 0) == 0:
             skipped += 1
             case.append(_element("skipped", {"message": NOT_EXERCISED}))
@@ -120,9 +136,12 @@ def render_junit(report: dict) -> bytes:
     """The report as JUnit XML bytes (UTF-8, with an XML declaration and a final newline)."""
     rule_ids = rule_order(report)
     groups = violations_by_trace_rule(report)
-    suites = [_suite(report, trace, rule_ids, groups) for trace in trace_order(report)]
+    missing: dict[tuple, list] = {}
+    for m in missing_declared(report):
+        missing.setdefault((m["trace"], m["rule"]), []).append(m)
+    suites = [_suite(report, trace, rule_ids, groups, missing) for trace in trace_order(report)]
     totals = {key: sum(int(suite.get(key)) for suite in suites) for key in ("tests", "failures", "errors", "skipped")}
-    root = _element("testsuites", {"name": "kvsim replay", **totals, "time": 0})
+    root = _element("testsuites", {"name": report_title(report), **totals, "time": 0})
     root.extend(suites)
     ET.indent(root, space="  ")
     body = ET.tostring(root, encoding="unicode")

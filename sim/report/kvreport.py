@@ -34,6 +34,10 @@ __all__ = [
     "format_value",
     "format_context",
     "headline",
+    "is_check",
+    "report_title",
+    "split_violations",
+    "missing_declared",
     "safe_text",
 ]
 
@@ -161,8 +165,50 @@ def format_context(context: dict | None) -> str:
     return ", ".join(f"{key}={format_value(value)}" for key, value in context.items())
 
 
+def is_check(report: dict) -> bool:
+    """Whether the report is `kvsim check`'s: scenarios with declared outcomes, judged against them."""
+    return isinstance(report.get("stats", {}).get("check"), dict)
+
+
+def report_title(report: dict) -> str:
+    return "kvsim check" if is_check(report) else "kvsim replay"
+
+
+def split_violations(report: dict) -> tuple[list[dict], list[dict]]:
+    """(unexpected, expected) violations, each in report order; only a check report has expected ones (a
+    violation scenario's header declares them)."""
+    violations = report.get("violations", [])
+    return [v for v in violations if not v.get("expected")], [v for v in violations if v.get("expected")]
+
+
+def missing_declared(report: dict) -> list[dict]:
+    """Declared violations a check run did not report: {"trace", "rule", "event", "line"}, in report order."""
+    out = []
+    for m in report.get("stats", {}).get("check", {}).get("mismatches", []):
+        reported = {tuple(t) for t in m.get("reported", [])}
+        out += [{"trace": m.get("trace"), "rule": t[0], "event": t[1], "line": t[2]}
+                for t in m.get("expected", []) if tuple(t) not in reported]
+    return out
+
+
+def _check_headline(report: dict, check: dict) -> str:
+    legal, declared = int(check.get("legal_scenarios", 0)), int(check.get("violation_scenarios", 0))
+    mismatches = check.get("mismatches", [])
+    if report.get("verdict") == "pass" and not mismatches:
+        expected = len(split_violations(report)[1])
+        return (f"PASS — every scenario behaved as declared ({_count(legal, 'legal scenario')} without a violation, "
+                f"{_count(declared, 'violation scenario')} reporting exactly their "
+                f"{_count(expected, 'declared violation')})")
+    names = ", ".join(str(m.get("trace")) for m in mismatches)
+    return (f"FAIL — {len(mismatches):,} of {_count(legal + declared, 'scenario')} did not behave as declared: "
+            f"{names}")
+
+
 def headline(report: dict) -> str:
-    """One line that says the verdict and its size, e.g. "FAIL: 5 violations of 3 rules in 2 traces (...)"."""
+    """One line that says the verdict and its size, e.g. "FAIL: 5 violations of 3 rules in 2 traces (...)";
+    for a check report, whether every scenario behaved as declared (and which did not)."""
+    if is_check(report):
+        return _check_headline(report, report["stats"]["check"])
     violations = report.get("violations", [])
     inputs = report.get("inputs", [])
     events = sum(int(entry.get("events", 0)) for entry in inputs)

@@ -1,7 +1,8 @@
 """GitHub-flavoured Markdown for a CI step summary ($GITHUB_STEP_SUMMARY) from a kvreport/1 dict.
 
-Sections: the verdict, the inputs, the violations (capped, with a "… and N more" line), the refusals by
-reason, and the per-rule coverage. Every cell is escaped: Markdown punctuation that could open markup is
+Sections: the verdict, the inputs, the violations (capped, with a "… and N more" line; for `kvsim check`
+the unexpected ones, the declared ones not reported, then the expected ones), the refusals by reason,
+and the per-rule coverage. Every cell is escaped: Markdown punctuation that could open markup is
 backslash-escaped, pipes cannot split a cell, line breaks become <br>. No timestamps: the same report
 gives the same text.
 
@@ -15,9 +16,13 @@ import re
 from kvsim.sim.report.kvreport import (
     format_context,
     headline,
+    is_check,
+    missing_declared,
     refusal_summary,
+    report_title,
     rule_order,
     safe_text,
+    split_violations,
     trace_order,
 )
 
@@ -78,15 +83,28 @@ def _inputs(report: dict) -> list[str]:
 
 
 def _violations(report: dict, max_rows: int) -> list[str]:
-    violations = report.get("violations", [])
+    if not is_check(report):
+        return _violation_table("Violations", report.get("violations", []), max_rows)
+    unexpected, expected = split_violations(report)
+    out = []
+    if unexpected:
+        out += _violation_table("Unexpected violations", unexpected, max_rows) + [""]
+    missing = missing_declared(report)
+    if missing:
+        rows = [[m["rule"], f"{m['trace']}:{m['line']}", str(m["event"])] for m in missing]
+        out += ["### Declared but not reported", "", *_table(["rule", "trace:line", "event"], "llr", rows), ""]
+    return out + _violation_table("Expected violations (declared by the violation scenarios)", expected, max_rows)
+
+
+def _violation_table(title: str, violations: list[dict], max_rows: int) -> list[str]:
     if not violations:
-        return ["### Violations", "", "None."]
+        return [f"### {title}", "", "None."]
     rows = [
         [v.get("rule", ""), f"{v.get('trace', '')}:{v.get('line', '')}", str(v.get("event", "")), str(v.get("op", "")),
          str(v.get("message", "")), format_context(v.get("context"))]
         for v in violations[:max_rows]
     ]
-    out = ["### Violations", "", *_table(["rule", "trace:line", "event", "op", "message", "context"], "llrlll", rows)]
+    out = [f"### {title}", "", *_table(["rule", "trace:line", "event", "op", "message", "context"], "llrlll", rows)]
     if len(violations) > max_rows:
         out += ["", f"… and {len(violations) - max_rows:,} more violations (the JSON report lists them all)."]
     return out
@@ -121,7 +139,7 @@ def render_markdown(report: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
     """The report as Markdown text ending in a newline; at most max_rows violation rows."""
     verdict = "✅ PASS" if report.get("verdict") == "pass" else "❌ FAIL"
     parts = [
-        [f"## kvsim replay: {verdict}", "", f"**{md_cell(headline(report))}**"],
+        [f"## {report_title(report)}: {verdict}", "", f"**{md_cell(headline(report))}**"],
         _inputs(report),
         _violations(report, max_rows),
         _refusals(report),
