@@ -96,7 +96,6 @@ def resolves(dotted: str) -> bool:
 
 def require(ids, where: str) -> None:
     """Every id in `ids` is a registered rule, or InvalidRule naming `where` (a model tuple, a focus entry)."""
-    all_rules()
     missing = [i for i in ids if i not in _REGISTRY]
     if missing:
         raise InvalidRule(f"{where} names {', '.join(missing)}, which the catalogue does not define")
@@ -130,11 +129,13 @@ def _order(r: Rule):
 
 
 def all_rules() -> list[Rule]:
-    """Every registered rule in catalogue order (family order of DESIGN §7, then number)."""
-    from kvsim.spec import rules  # noqa: F401  (importing registers every family)
+    """Every registered rule in catalogue order (family order of DESIGN §7, then number).
+
+    The families register on import of `kvsim.spec` (its __init__ imports `kvsim.spec.rules`), which
+    happens before this module can be imported: the registry is complete whenever it can be read.
+    """
     return sorted(_REGISTRY.values(), key=_order)
 
 
 def get(rule_id: str) -> Rule:
-    all_rules()
     return _REGISTRY[rule_id]

@@ -1,0 +1,93 @@
+"""The package's import graph (read from the source with ast, imports inside functions included) has no
+cycle, and no module imports a private name (`from x import _name`) from another module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("kvmodel", "spec", "sim", "gpu", "scenarios")  # installed as kvsim.<folder>
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["kvsim", *parts])
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, modules: dict) -> list[tuple[str, str, int, list[str]]]:
+    """(imported module, how, line, names) for every import statement of one module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "import", node.lineno, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for a in node.names:  # `from pkg import submodule` depends on the submodule, not on pkg's __init__
+                sub = f"{base}.{a.name}"
+                out.append((sub, "from", node.lineno, []) if sub in modules else (base, "from", node.lineno, [a.name]))
+    return out
+
+
+def _graph():
+    modules = _modules()
+    g = nx.DiGraph()
+    private = []
+    for name, path in modules.items():
+        g.add_node(name)
+        for target, how, line, names in _imports(name, path, modules):
+            if target in modules and target != name:
+                g.add_edge(name, target, line=line)
+                private += [f"{path.relative_to(ROOT)}:{line}: from {target} import {n}" for n in names
+                            if n.startswith("_") and not n.startswith("__")]
+    return g, private
+
+
+def test_the_graph_covers_the_package():
+    g, _ = _graph()
+    assert {"kvsim.sim.replay", "kvsim.spec.checking", "kvsim.kvmodel.store.units", "kvsim.sim.cli.check"} <= set(g)
+    assert g.has_edge("kvsim.sim.replay", "kvsim.spec.checking")
+
+
+def test_no_import_cycle():
+    g, _ = _graph()
+    cycles = sorted(sorted(c) for c in nx.simple_cycles(g))
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
+
+
+def test_no_private_name_imported_across_modules():
+    _, private = _graph()
+    assert not private, private
+
+
+def test_layers_point_one_way():
+    """The model knows nothing of spec, sim or gpu; gpu nothing of the model, spec or sim; spec nothing of sim."""
+    g, _ = _graph()
+    forbidden = {"kvsim.kvmodel": ("kvsim.spec", "kvsim.sim", "kvsim.gpu"),
+                 "kvsim.gpu": ("kvsim.kvmodel", "kvsim.spec", "kvsim.sim"), "kvsim.spec": ("kvsim.sim",)}
+    bad = [f"{a} -> {b}" for a, b in g.edges for layer, others in forbidden.items()
+           if a.startswith(layer + ".") and b.startswith(others)]
+    assert not bad, bad
+
+
+def test_the_test_sees_a_cycle_and_a_private_import(tmp_path, monkeypatch):
+    """The checks above can fail: a two-module cycle and a private import in a scratch package."""
+    pkg = tmp_path / "sim"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from kvsim.sim.b import _helper\n")
+    (pkg / "b.py").write_text("def f():\n    from kvsim.sim import a\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "PACKAGES", ("sim",))
+    g, private = _graph()
+    assert list(nx.simple_cycles(g)) and private == ["sim/a.py:1: from kvsim.sim.b import _helper"]

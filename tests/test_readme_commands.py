@@ -1,0 +1,75 @@
+"""Every command README.md's "Using it" block shows runs as shown (on small inputs): each `kvsim <command>`
+line there has an invocation below, and every option the line names is accepted and exercised."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kvsim.sim.cli import main
+from kvsim.sim.trace.generate import generate
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _using_it() -> dict[str, set[str]]:
+    """{"replay": {"--json", ...}, "bench replay": {...}, ...} from the README's "Using it" code block."""
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"## Using it\s+```sh\n(.*?)```", text, re.S).group(1)
+    shown: dict[str, set[str]] = {}
+    command = None
+    for line in block.splitlines():
+        m = re.match(r"kvsim (bench \w+|\w+)", line)
+        if m:
+            command = m.group(1)
+        if command:
+            shown.setdefault(command, set()).update(re.findall(r"--[a-z][a-z-]*", line.split("#")[0]))
+    return shown
+
+
+@pytest.fixture
+def traces(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSIM_REPORTS", str(tmp_path / "reports"))
+    monkeypatch.chdir(tmp_path)
+    paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "tiny.jsonl"]
+    for seed, (p, n) in enumerate(zip(paths, (120, 120, 12))):  # the lockstep runs take the tiny one
+        generate(p, n, seed=seed, max_context=1024, concurrency=3)
+    return [str(p) for p in paths]
+
+
+def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
+    a, b, tiny = traces
+    return {
+        "replay": [["replay", a, b, "--json", f"{tmp}/r.json", "--junit", f"{tmp}/r.xml", "--markdown", f"{tmp}/r.md",
+                    "--html", f"{tmp}/r.html", "--stop-at-first"],
+                   ["replay", tiny, "--lockstep"], ["replay", tiny, "--lockstep-profile", "int8"]],
+        "check": [["check"]],
+        "rules": [["rules"], ["rules", "--json"]],
+        "capacity": [["capacity", a], ["capacity", "--max-context", "2048", "--concurrency", "2", "--profile", "fp8",
+                                       "--backend", "mtp:3"], ["capacity", "--backend", "dflash:1"]],
+        "bench replay": [["bench", "replay", "--events", "500", "--json", f"{tmp}/b.json"]],
+        "bench attention": [["bench", "attention", "--contexts", "128", "--json", f"{tmp}/a.json"]],
+    }
+
+
+def test_every_command_shown_has_a_run_using_every_option_shown(traces, tmp_path):
+    runs = _runs(traces, tmp_path)
+    shown = _using_it()
+    assert set(shown) == set(runs), "a README command without a run here (or the other way round)"
+    for command, options in shown.items():
+        used = {arg for argv in runs[command] for arg in argv if arg.startswith("--")}
+        assert options <= used, f"kvsim {command}: README options {options - used} are not exercised"
+
+
+@pytest.mark.parametrize("command", list(_using_it()))
+def test_the_command_runs(command, traces, tmp_path, capsys):
+    for argv in _runs(traces, tmp_path)[command]:
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+    out = capsys.readouterr().out
+    if command == "rules":
+        assert '"id": "UNIT-1"' in out or "UNIT-1" in out
+    if command.startswith("bench"):
+        assert json.loads((tmp_path / ("b.json" if command == "bench replay" else "a.json")).read_text())
