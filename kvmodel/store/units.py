@@ -82,16 +82,13 @@ class Unit(msgspec.Struct, frozen=True, gc=False):
     num_protected: int  # written rows meeting checkpoint-protected columns (WR-3's premise)
 
 
-class Commit(msgspec.Struct, frozen=True, gc=False):
-    row: UnitRow
-    frontier: int  # tokens
-
-
 class CompletePlan(msgspec.Struct, frozen=True, gc=False):
-    """A validated completion (transient: nothing refers back to it)."""
+    """A validated completion (transient: nothing refers back to it); commit i publishes frontiers[i]
+    for spaces[i], in the event's order."""
 
     unit: Unit
-    commits: tuple  # Commit, in the event's order
+    spaces: tuple  # KVAddressSpace: rows of the unit, each at most once
+    frontiers: tuple  # int, tokens: each >= the space's committed frontier and <= its row's write end
 
 
 # -- launch ---------------------------------------------------------------------------------------------
@@ -240,7 +237,7 @@ def plan_complete(st, unit: str, commits) -> CompletePlan:
     if u is None:
         u = _live_unit(st, unit, "complete")  # raises the TRACE-2 violation
     bundles = st.bundles
-    planned = []
+    spaces, frontiers = [], []
     for c in commits:
         seq, pool, frontier = c.seq, c.pool, c.frontier
         bundle = bundles.get(seq)
@@ -249,8 +246,8 @@ def plan_complete(st, unit: str, commits) -> CompletePlan:
         if r is None or r.unit != unit:
             raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) although it is not a row of the "
                             "unit", unit=unit, seq=seq, pool=pool)
-        for p in planned:
-            if p.row is r:
+        for p in spaces:
+            if p is sp:
                 raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) twice", unit=unit, seq=seq,
                                 pool=pool)
         if frontier < sp.committed:
@@ -260,19 +257,19 @@ def plan_complete(st, unit: str, commits) -> CompletePlan:
         if frontier > limit:
             raise violation("UNIT-2", f"commit of {seq!r} ({pool}) to {frontier} beyond the unit's written "
                             f"extent {limit}", unit=unit, seq=seq, pool=pool, frontier=frontier, written=limit)
-        planned.append(Commit(r, frontier))
-    return CompletePlan(u, tuple(planned))
+        spaces.append(sp)
+        frontiers.append(frontier)
+    return CompletePlan(u, tuple(spaces), tuple(frontiers))
 
 
 def apply_complete(st, plan: CompletePlan) -> None:
-    n = len(plan.commits)
+    n = len(plan.spaces)
     trace_2, unit_2 = st.commit_cells
     trace_2.checked += 1
     unit_2.checked += n
     unit_2.exercised += n
     tp = st.t_pages
-    for c in plan.commits:
-        sp, frontier = c.row.space, c.frontier
+    for sp, frontier in zip(plan.spaces, plan.frontiers):
         lo = sp.committed
         if frontier > lo:  # commit columns [lo, frontier): their content keys carry the writer's token
             token, pages = sp.token, sp.pages
@@ -291,7 +288,13 @@ def apply_complete(st, plan: CompletePlan) -> None:
                 page.dev_cov = page.committed
                 tp[page] = None
             sp.committed = frontier
-    _end(st, plan.unit)
+    u = plan.unit  # the unit ends (as in _end, inlined on this hot path)
+    del st.units[u.uid]
+    ts = st.t_spaces
+    for r in u.rows:
+        sp = r.space
+        sp.in_flight = None
+        ts[sp] = None
 
 
 def fail(st, unit: str) -> None:
