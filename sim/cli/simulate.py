@@ -29,6 +29,8 @@ SHOWN = ("requests", "rejected", "prompt_blocks", "reused_blocks", "hit_ratio", 
          "host_bytes_out", "host_bytes_in", "peak_pages", "capacity_pages", "seconds", "events")
 SWEEP_COLUMNS = ("capacity_pages", "hit_ratio", "evictions", "host_evictions", "host_bytes_out", "host_bytes_in",
                  "peak_pages", "violations")
+SHORT = {"capacity_pages": "pages", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
+         "host_bytes_out": "to Host GiB", "host_bytes_in": "from Host GiB", "peak_pages": "peak", "violations": "viol"}
 
 
 def _bytes(text: str) -> int:
@@ -169,10 +171,19 @@ def _sweep(args, cfg: SimConfig) -> int:
     if not args.quiet:
         t = Table(title=f"what-if sweep of {args.workload}")
         keys = [k for k, _ in axes]
-        for c in keys + list(SWEEP_COLUMNS):
-            t.add_column(c, justify="right")
+        for c in keys + [SHORT[c] for c in SWEEP_COLUMNS]:
+            t.add_column(c, justify="right", overflow="fold")
         for r in rows:
-            t.add_row(*[str(r["point"][k]) for k in keys],
-                      *[f"{r[c]:,}" if isinstance(r[c], int) else f"{r[c]:.4f}" for c in SWEEP_COLUMNS])
+            t.add_row(*[_axis_value(k, r["point"][k]) for k in keys], *[_cell(c, r[c]) for c in SWEEP_COLUMNS])
         Console().print(t)
     return EXIT_VIOLATION if any(r["violations"] for r in rows) else EXIT_OK
+
+
+def _axis_value(key: str, v) -> str:
+    return f"{v / (1 << 30):g}G" if key in ("hbm", "host") else str(v)
+
+
+def _cell(column: str, v) -> str:
+    if column.startswith("host_bytes"):
+        return f"{v / (1 << 30):.2f}"
+    return f"{v:,}" if isinstance(v, int) else f"{v:.4f}"
