@@ -67,6 +67,10 @@ def add_parser(sub) -> None:
 
 
 def base_config(args) -> SimConfig:
+    if args.concurrency < 2:
+        raise InputError("--concurrency:0: the scheduler needs at least 2 execution rows (a prefill and a decode)")
+    if args.requests is not None and args.requests < 0:
+        raise InputError("--requests:0: expected a non-negative count")
     pages = 65536
     hbm = None
     if args.hbm_bytes is not None:

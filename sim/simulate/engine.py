@@ -117,6 +117,8 @@ class Simulation:
 
     def __init__(self, config: SimConfig, source: str = "simulate", record=None, progress=None,
                  audit_every: int | None = None):
+        if config.concurrency < 2:
+            raise ValueError("the scheduler needs at least 2 execution rows (a prefill and a decode)")
         self.config = config
         self.path = os.fspath(record) if record else f"<simulate {source}>"
         self.header = config.header(source)
