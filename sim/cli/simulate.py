@@ -164,7 +164,7 @@ def _sweep(args, cfg: SimConfig) -> int:
         else:
             rows = run_sweep(args.workload, args.requests, cfg, axes, args.executor, args.workers)
     except ValueError as exc:
-        raise InputError(f"--executor:0: {exc}") from None
+        raise InputError(f"simulate:0: {exc}") from None
     doc = {"format": "kvsim-sweep/1", "workload": args.workload, "requests": args.requests,
            "axes": {k: v for k, v in axes}, "points": rows}
     if args.json:
@@ -184,10 +184,17 @@ def _sweep(args, cfg: SimConfig) -> int:
 
 
 def _axis_value(key: str, v) -> str:
-    return f"{v / (1 << 30):g}G" if key in ("hbm", "host") else str(v)
+    if key not in ("hbm", "host"):
+        return str(v)
+    for unit, name in ((1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if v >= unit and v % unit == 0:
+            return f"{v // unit}{name}"
+    return str(v)
 
 
 def _cell(column: str, v) -> str:
     if column.startswith("host_bytes"):
         return f"{v / (1 << 30):.2f}"
+    if column == "hit_ratio":
+        return f"{100 * v:.2f}%"
     return f"{v:,}" if isinstance(v, int) else f"{v:.4f}"

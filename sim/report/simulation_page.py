@@ -84,15 +84,17 @@ def plot_series_svg(series: dict) -> str:
         ax1.set_ylim(bottom=0)
         ax1.set_title("Device occupancy", loc="left")
         ax2.plot(t, [100.0 * v for v in series["hit_ratio"]], color="#2ca02c", linewidth=1.2,
-                 label="prefix hit ratio (cumulative)")
+                 label="cumulative")
         ax2.set_ylabel("prefix hit (% of prompt tokens)")
         ax2.set_ylim(bottom=0)
         ax2.set_title("Prefix reuse", loc="left")
-        ax3.plot(t, [v / GIB for v in series["host_bytes_out"]], color="#9467bd", linewidth=1.2,
+        top = max(series["host_bytes_out"][-1:] + series["host_bytes_in"][-1:] + [0])
+        unit, name = (GIB, "GiB") if top >= GIB else (float(1 << 20), "MiB")
+        ax3.plot(t, [v / unit for v in series["host_bytes_out"]], color="#9467bd", linewidth=1.2,
                  label="Device → Host (offload)")
-        ax3.plot(t, [v / GIB for v in series["host_bytes_in"]], color="#8c564b", linewidth=1.2,
+        ax3.plot(t, [v / unit for v in series["host_bytes_in"]], color="#8c564b", linewidth=1.2,
                  label="Host → Device (restore)")
-        ax3.set_ylabel("cumulative GiB")
+        ax3.set_ylabel(f"cumulative {name}")
         ax3.set_ylim(bottom=0)
         ax3.set_title("Host traffic", loc="left")
         ax3.set_xlabel("virtual time (s)")
@@ -168,6 +170,11 @@ def plot_sweep_svg(rows: list[dict]) -> str:
             axes[0].plot(xs, [100 * r["hit_ratio"] for r in rs], marker="o", label=name)
             axes[1].plot(xs, [r["evictions"] for r in rs], marker="o", label=name)
             axes[2].plot(xs, [(r["host_bytes_out"] + r["host_bytes_in"]) / GIB for r in rs], marker="o", label=name)
+        from matplotlib.ticker import MaxNLocator
+        axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[0].set_title("prefix hit ratio", loc="left")
+        axes[1].set_title("checkpoints evicted from Device", loc="left")
+        axes[2].set_title("Host traffic (offload + restore)", loc="left")
         axes[0].set_ylabel("prefix hit (% tokens)")
         axes[1].set_ylabel("evictions (checkpoints)")
         axes[2].set_ylabel("Host traffic (GiB)")
@@ -185,7 +192,10 @@ def render_sweep_html(rows: list[dict], title: str, columns: tuple) -> str:
     """A sweep: the table of every point and the plots against capacity."""
     keys = list(rows[0]["point"]) if rows else []
     head = "".join(f"<th>{_h(c)}</th>" for c in keys + list(columns))
-    body_rows = "".join("<tr>" + "".join(f"<td class=n>{_num(r['point'][k])}</td>" for k in keys)
+    def axis(k, v):
+        return f"{v / GIB:g} GiB" if k in ("hbm", "host") else _num(v)
+
+    body_rows = "".join("<tr>" + "".join(f"<td class=n>{_h(axis(k, r['point'][k]))}</td>" for k in keys)
                         + "".join(f"<td class=n>{_num(r[c])}</td>" for c in columns) + "</tr>" for r in rows)
     bad = sum(r["violations"] for r in rows)
     verdict = (f'<div class="verdict {"fail" if bad else "pass"}">'

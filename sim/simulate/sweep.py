@@ -74,11 +74,29 @@ def point_config(base: SimConfig, point: dict) -> SimConfig:
     return cfg
 
 
+class PointError(Exception):
+    """A sweep point failed (its message names the point); plain args, so it crosses process boundaries."""
+
+
+def check_points(base: SimConfig, points: list[dict]) -> None:
+    """Resolve every point's capacity before running any (ValueError naming the first bad point)."""
+    from kvsim.kvmodel.store import ConfigError, resolve_capacity
+    from kvsim.sim.trace.config import store_config
+    for p in points:
+        try:
+            resolve_capacity(store_config(point_config(base, p).header("sweep").config))
+        except ConfigError as exc:
+            raise ValueError(f"sweep point {p}: unsupported config: {exc}") from None
+
+
 def run_point(workload: str, requests: int | None, config: dict, point: dict) -> dict:
     """One sweep point, self-contained (picklable arguments, plain-dict result)."""
     from kvsim.sim.simulate.engine import Timing
     cfg = SimConfig(**{**config, "timing": Timing(**config["timing"])})
-    res = simulate(open_workload(workload, requests), point_config(cfg, point), source=workload)
+    try:
+        res = simulate(open_workload(workload, requests), point_config(cfg, point), source=workload)
+    except Exception as exc:  # noqa: BLE001 - re-raised with plain, picklable args
+        raise PointError(f"sweep point {point}: {type(exc).__name__}: {exc}") from None
     return {"point": point, **{k: res.stats[k] for k in STAT_KEYS}}
 
 
@@ -125,6 +143,7 @@ def run_sweep(workload: str, requests: int | None, base: SimConfig, axes: list[t
               executor: str = "process", workers: int = 2, progress=None) -> list[dict]:
     """Every point's statistics, in the order of `sweep_points(axes)`."""
     points = sweep_points(axes)
+    check_points(base, points)
     config = asdict(base)
     ex, close = make_executor(executor, workers)
     try:
