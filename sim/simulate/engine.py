@@ -97,11 +97,12 @@ class Ckpt:
 
 class Lane:
     """A running sequence: its committed frontier, the frontier it stops at, and its mapped pages."""
-    __slots__ = ("seq", "rid", "frontier", "end", "mapped", "prompt", "output", "keys")
+    __slots__ = ("seq", "rid", "frontier", "end", "mapped", "prompt", "output", "keys", "own")
 
     def __init__(self, seq, rid, frontier, end, mapped, prompt=0, output=0, keys=None):
         self.seq, self.rid, self.frontier, self.end, self.mapped = seq, rid, frontier, end, mapped
         self.prompt, self.output, self.keys = prompt, output, keys
+        self.own = 0  # pages a decoding lane returns when it finishes (its private tail copy and output)
 
 
 @dataclass
@@ -137,7 +138,10 @@ class Simulation:
         self.dev: OrderedDict[str, None] = OrderedDict()  # those that may hold droppable Device pages
         self.host: OrderedDict[str, None] = OrderedDict()  # those with Host replicas
         self.lanes: dict[str, Lane] = {}
+        self.lane_pages = 0  # pages the decoding lanes return when they finish (their private pages)
         self.prefill: Lane | None = None
+        self.blocked = False  # the queue's head waits for pages: retry when a request frees some
+        self.keep: frozenset = frozenset()  # pages of the checkpoint being activated from: never dropped
         self.series = Series()
         self.s = dict(requests=0, rejected=0, prompt_tokens=0, prompt_blocks=0, reused_blocks=0,
                       reused_tokens=0, output_tokens=0, evictions=0, offloads=0, host_evictions=0,
@@ -208,10 +212,11 @@ class Simulation:
             self.s["evictions"] += 1
             return
         pages = self._space(cid).pages
-        blocks = [b for b, p in enumerate(pages) if p.device >= 0 and not p.pins and not p.active_refs]
+        keep = self.keep
+        blocks = [b for b, p in enumerate(pages) if p.device >= 0 and not p.pins and not p.active_refs
+                  and p not in keep]
         if not blocks:
-            del self.dev[cid]
-            return
+            return  # every Device page is in use by a running request: not evictable now
         todo = tuple(b for b in blocks if not pages[b].host_valid(pages[b].committed))
         if todo and not self._host_room(len(todo) * self.page_bytes, protect | {cid}):
             self._release(c)
@@ -223,21 +228,24 @@ class Simulation:
         self._emit(kt.DropDevice(ckpt=cid, pool=MAIN, blocks=tuple(blocks)))
         self.s["evictions"] += 1
         self.s["offloads"] += 1
-        del self.dev[cid]
+        if all(p.device < 0 for p in pages):
+            del self.dev[cid]  # pages a running request still uses stay listed for a later eviction
         self.host[cid] = None
         self.host.move_to_end(cid)
 
-    def _evict_for(self, need: int, protect: frozenset) -> bool:
-        """Evict least-recently-used checkpoints until `need` pages are available (one pass)."""
+    def _evict_for(self, need: int, protect: frozenset, pending: int = 0) -> bool:
+        """Evict least-recently-used checkpoints (one pass) until `need` pages are available, or until the
+        pages running requests will return (`pending`) cover the rest: cached prefixes are evicted only
+        for what waiting cannot bring. True when `need` pages are available now."""
         pool = self.pool
-        if pool.available >= need:
-            return True
+        if pool.available + pending >= need:
+            return pool.available >= need
         for cid in list(self.dev):
             if cid in protect or cid not in self.dev:
                 continue
             self._evict_one(cid, protect)
-            if pool.available >= need:
-                return True
+            if pool.available + pending >= need:
+                break
         return pool.available >= need
 
     # -- admission ------------------------------------------------------------------------------
@@ -258,7 +266,10 @@ class Simulation:
                 restores = sum(1 for p in space.pages if p.device < 0)
                 need += restores + 1 + max(0, len(space.pages) - m)
             protect = frozenset() if c is None else frozenset((c.cid,))
-            if self._evict_for(need, protect):
+            self.keep = frozenset() if c is None else frozenset(space.pages)  # its restores stay as counted
+            ok = self._evict_for(need, protect, self.lane_pages)
+            self.keep = frozenset()
+            if ok:
                 break
             if self.prefill is not None or self.lanes:
                 return False  # wait for running requests to free pages
@@ -317,12 +328,17 @@ class Simulation:
             return
         seq = f"d{pf.rid}"
         if not self._activate(seq, pf.prompt, pf.output, cid, True):
+            self.keep = frozenset(self._space(cid).pages)
             self._evict_for(self.pool.available + 1, frozenset((cid,)))
+            self.keep = frozenset()
             if not self._activate(seq, pf.prompt, pf.output, cid, True):
                 self._forget(c)  # the prompt's checkpoint itself goes into the decode sequence
                 if not self._activate(seq, pf.prompt, pf.output, cid, False):
                     raise RuntimeError(f"request {pf.rid}: the decode continuation could not be activated")
-        self.lanes[seq] = Lane(seq, pf.rid, pf.prompt, pf.prompt + pf.output, -(-pf.prompt // P))
+        lane = Lane(seq, pf.rid, pf.prompt, pf.prompt + pf.output, -(-pf.prompt // P))
+        lane.own = -(-(pf.prompt + pf.output) // P) - pf.prompt // P
+        self.lane_pages += lane.own
+        self.lanes[seq] = lane
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self, requests) -> SimResult:
@@ -341,8 +357,10 @@ class Simulation:
                 else:
                     queue.append((nxt, page_keys(nxt.hash_ids, nxt.prompt)))
                 nxt = next(it, None)
-            if self.prefill is None and head < len(queue) and len(self.lanes) + 2 <= cfg.concurrency:
-                if self._admit(*queue[head]):
+            if self.prefill is None and head < len(queue) and len(self.lanes) + 2 <= cfg.concurrency \
+                    and not self.blocked:
+                self.blocked = not self._admit(*queue[head])
+                if not self.blocked:
                     queue[head] = None
                     head += 1
                     if head > 4096:
@@ -387,6 +405,8 @@ class Simulation:
             for lane in done:
                 self._emit(kt.Finish(seq=lane.seq))
                 del lanes[lane.seq]
+                self.lane_pages -= lane.own
+                self.blocked = False
                 s["requests"] += 1
                 if self.progress is not None:
                     self.progress(1)
@@ -394,6 +414,7 @@ class Simulation:
                 pf.frontier += chunk
                 if pf.frontier >= pf.end:
                     self._prefill_done(pf)
+                    self.blocked = False
                     if pf.output == 0 and self.progress is not None:
                         self.progress(1)
             pool = self.pool
