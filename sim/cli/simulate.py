@@ -160,9 +160,10 @@ def _sweep(args, cfg: SimConfig) -> int:
             with prog:
                 task = prog.add_task("points", total=n)
                 rows = run_sweep(args.workload, args.requests, cfg, axes, args.executor, args.workers,
-                                 lambda k: prog.advance(task, k))
-        else:
-            rows = run_sweep(args.workload, args.requests, cfg, axes, args.executor, args.workers)
+                                 lambda row: prog.advance(task, 1))
+        else:  # no terminal: each point as one JSON line on stderr as it completes (long sweeps in CI logs)
+            rows = run_sweep(args.workload, args.requests, cfg, axes, args.executor, args.workers,
+                             lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
     except ValueError as exc:
         raise InputError(f"simulate:0: {exc}") from None
     doc = {"format": "kvsim-sweep/1", "workload": args.workload, "requests": args.requests,

@@ -11,7 +11,7 @@ resolution (automatic kv_capacity). Results come back in the axes' order whateve
 from __future__ import annotations
 
 import itertools
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, replace
 
 from kvsim.kvmodel.store import PROFILES
@@ -141,18 +141,19 @@ def make_executor(spec: str, workers: int) -> tuple[Executor, object]:
 
 def run_sweep(workload: str, requests: int | None, base: SimConfig, axes: list[tuple[str, list]],
               executor: str = "process", workers: int = 2, progress=None) -> list[dict]:
-    """Every point's statistics, in the order of `sweep_points(axes)`."""
+    """Every point's statistics, in the order of `sweep_points(axes)`; `progress(row)` sees each point as it
+    completes."""
     points = sweep_points(axes)
     check_points(base, points)
     config = asdict(base)
     ex, close = make_executor(executor, workers)
     try:
-        futures = [ex.submit(run_point, workload, requests, config, p) for p in points]
-        rows = []
-        for f in futures:
-            rows.append(f.result())
+        futures = {ex.submit(run_point, workload, requests, config, p): i for i, p in enumerate(points)}
+        rows: list = [None] * len(points)
+        for f in as_completed(futures):
+            rows[futures[f]] = row = f.result()
             if progress is not None:
-                progress(1)
+                progress(row)
         return rows
     finally:
         if close is not None:
