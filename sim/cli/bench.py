@@ -22,18 +22,23 @@ from kvsim.sim.trace.generate import generate
 
 def add_parser(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks (they print measured figures)")
-    b.add_argument("what", choices=("replay", "attention"))
+    b.add_argument("what", choices=("replay", "attention", "simulate"))
     b.add_argument("--json", help="also write the result here")
     b.add_argument("--events", type=int, default=1_000_000)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--concurrency", type=int, default=4)
     b.add_argument("--contexts", type=int, nargs="+", default=[4096, 32768])
+    b.add_argument("--workload", help="simulate: the workload (default: the whole Mooncake conversation trace)")
+    b.add_argument("--requests", type=int, help="simulate: only the first N requests")
     b.set_defaults(fn=run)
 
 
 def run(args) -> int:
     if args.what == "replay":
         result = bench_replay(args.events, args.seed, args.concurrency)
+    elif args.what == "simulate":
+        from kvsim.sim.simulate.bench import bench_simulate
+        result = bench_simulate(args.workload, args.requests)
     else:
         from kvsim.gpu.bench import run_attention_bench
         result = run_attention_bench(contexts=tuple(args.contexts))

@@ -1,0 +1,201 @@
+"""`kvsim simulate`: serve a request workload through the store model with every rule checked, or sweep
+capacities and KV profiles (what-if).
+
+One run prints its statistics and writes a kvreport/1 (`--json`, its `stats` carry the simulation's
+figures), an HTML page with occupancy, hit-ratio and Host-traffic plots (`--html`) and optionally the
+kvtrace/1 events (`--record`), which `kvsim replay` accepts unchanged. `--sweep KEY=V1,V2` (repeatable: the
+product of the axes) runs one simulation per point through an executor instead and reports a table and
+plots. Exit code 1 when any simulated event broke a rule.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from kvsim.kvmodel.store import PROFILES
+from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.report.build import build_report
+from kvsim.sim.report.kvreport import dumps_report, headline
+from kvsim.sim.simulate.engine import SimConfig, Simulation
+from kvsim.sim.simulate.sweep import parse_axis, parse_bytes, run_sweep
+from kvsim.sim.workloads import WorkloadInputError, open_workload
+from kvsim.sim.workloads.open import resolve
+
+SHOWN = ("requests", "rejected", "prompt_blocks", "reused_blocks", "hit_ratio", "evictions", "host_evictions",
+         "host_bytes_out", "host_bytes_in", "peak_pages", "capacity_pages", "seconds", "events")
+SWEEP_COLUMNS = ("capacity_pages", "hit_ratio", "evictions", "host_evictions", "host_bytes_out", "host_bytes_in",
+                 "peak_pages", "violations")
+SHORT = {"capacity_pages": "pages", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
+         "host_bytes_out": "to Host GiB", "host_bytes_in": "from Host GiB", "peak_pages": "peak", "violations": "viol"}
+
+
+def _bytes(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise InputError(f"simulate:0: {exc}") from None
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("simulate", help="simulate a request workload through the store model (every rule checked)")
+    s.add_argument("workload", help="a Mooncake .jsonl or Azure .csv file, excerpt:NAME, or synthetic[:SEED]")
+    s.add_argument("--requests", type=int, help="only the first N requests")
+    cap = s.add_mutually_exclusive_group()
+    cap.add_argument("--pages", help="Main pool pages (explicit kv_capacity = pages·64 tokens), or 'max' for "
+                     "M_max = concurrency·ceil(max_context/64) (default 65536)")
+    cap.add_argument("--hbm-bytes", help="free Device bytes: the store model resolves the capacity (e.g. 40G)")
+    s.add_argument("--profile", default="bf16", choices=PROFILES)
+    s.add_argument("--host-bytes", default="0", help="Host arena bytes for offload (0: evictions release)")
+    s.add_argument("--max-context", type=int, default=131072)
+    s.add_argument("--concurrency", type=int, default=256, help="execution rows (max_concurrency)")
+    s.add_argument("--layers", type=int, default=16, help="full-attention layers of the target model")
+    s.add_argument("--kv-heads", type=int, default=4)
+    s.add_argument("--prefill-chunk", type=int, default=8192, help="prompt tokens per iteration")
+    s.add_argument("--record", help="write the simulated kvtrace/1 events here")
+    s.add_argument("--json", help="write the kvreport/1 (or, with --sweep, the points) here")
+    s.add_argument("--html", help="write the HTML page here")
+    s.add_argument("--sweep", action="append", metavar="KEY=V1,V2,...",
+                   help="what-if axis (pages, hbm, profile, host); repeat for a grid")
+    s.add_argument("--executor", default="process", help="sweep executor: process, thread, serial or dask://HOST:PORT")
+    s.add_argument("--workers", type=int, default=2, help="sweep worker processes/threads")
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(fn=run)
+
+
+def base_config(args) -> SimConfig:
+    if args.concurrency < 2:
+        raise InputError("--concurrency:0: the scheduler needs at least 2 execution rows (a prefill and a decode)")
+    if args.requests is not None and args.requests < 0:
+        raise InputError("--requests:0: expected a non-negative count")
+    pages = 65536
+    hbm = None
+    if args.hbm_bytes is not None:
+        pages, hbm = None, _bytes(args.hbm_bytes)
+    elif args.pages is not None:
+        if args.pages == "max":
+            pages = None
+        elif args.pages.isdigit():
+            pages = int(args.pages)
+        else:
+            raise InputError(f"--pages:0: expected a page count or 'max', got {args.pages!r}")
+    return SimConfig(max_context=args.max_context, concurrency=args.concurrency, profile=args.profile, pages=pages,
+                     hbm_bytes=hbm, host_bytes=_bytes(args.host_bytes), layers=args.layers, kv_heads=args.kv_heads,
+                     prefill_chunk=args.prefill_chunk)
+
+
+def run(args) -> int:
+    try:
+        resolve(args.workload)
+        cfg = base_config(args)
+        if args.sweep:
+            return _sweep(args, cfg)
+        return _one(args, cfg)
+    except WorkloadInputError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _progress(console: Console, total, what: str):
+    """A rich progress bar on a terminal (None otherwise: CI logs get no bar)."""
+    if not console.is_terminal:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    prog = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                    transient=True)
+    return prog
+
+
+def _one(args, cfg: SimConfig) -> int:
+    err = Console(stderr=True)
+    prog = _progress(err, args.requests, f"simulating {args.workload}")
+    sim = Simulation(cfg, source=args.workload, record=args.record)
+    requests = open_workload(args.workload, args.requests)
+    if prog is not None:
+        with prog:
+            task = prog.add_task("requests", total=args.requests)
+            sim.progress = lambda n: prog.advance(task, n)
+            result = sim.run(requests)
+    else:
+        result = sim.run(requests)
+    report = build_report([result.trace])
+    report["stats"].update(result.stats)
+    report["stats"]["workload"] = args.workload
+    if args.json:
+        write(args.json, dumps_report(report))
+    if args.html:
+        from kvsim.sim.report.simulation_page import render_simulation_html
+        write(args.html, render_simulation_html(report, result.series, args.workload))
+    if not args.quiet:
+        out = Console()
+        out.print(headline(report))
+        t = Table(title=f"simulation of {args.workload}")
+        t.add_column("statistic")
+        t.add_column("value", justify="right")
+        for k in SHOWN:
+            v = result.stats[k]
+            t.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
+        out.print(t)
+    return EXIT_VIOLATION if report["violations"] else EXIT_OK
+
+
+def _sweep(args, cfg: SimConfig) -> int:
+    try:
+        axes = [parse_axis(a) for a in args.sweep]
+    except ValueError as exc:
+        raise InputError(f"--sweep:0: {exc}") from None
+    if any(k == "profile" for k, _ in axes) and not any(k in ("hbm", "pages") for k, _ in axes) \
+            and cfg.hbm_bytes is None:
+        raise InputError("--sweep:0: sweeping profiles compares them at a fixed HBM budget: give --hbm-bytes "
+                         "(or sweep hbm=...)")
+    err = Console(stderr=True)
+    n = 1
+    for _, v in axes:
+        n *= len(v)
+    prog = _progress(err, n, "sweep points")
+    try:
+        if prog is not None:
+            with prog:
+                task = prog.add_task("points", total=n)
+                rows = run_sweep(args.workload, args.requests, cfg, axes, args.executor, args.workers,
+                                 lambda row: prog.advance(task, 1))
+        else:  # no terminal: each point as one JSON line on stderr as it completes (long sweeps in CI logs)
+            rows = run_sweep(args.workload, args.requests, cfg, axes, args.executor, args.workers,
+                             lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
+    except ValueError as exc:
+        raise InputError(f"simulate:0: {exc}") from None
+    doc = {"format": "kvsim-sweep/1", "workload": args.workload, "requests": args.requests,
+           "axes": {k: v for k, v in axes}, "points": rows}
+    if args.json:
+        write(args.json, json.dumps(doc, indent=2) + "\n")
+    if args.html:
+        from kvsim.sim.report.simulation_page import render_sweep_html
+        write(args.html, render_sweep_html(rows, args.workload, SWEEP_COLUMNS))
+    if not args.quiet:
+        t = Table(title=f"what-if sweep of {args.workload}")
+        keys = [k for k, _ in axes]
+        for c in keys + [SHORT[c] for c in SWEEP_COLUMNS]:
+            t.add_column(c, justify="right", overflow="fold")
+        for r in rows:
+            t.add_row(*[_axis_value(k, r["point"][k]) for k in keys], *[_cell(c, r[c]) for c in SWEEP_COLUMNS])
+        Console().print(t)
+    return EXIT_VIOLATION if any(r["violations"] for r in rows) else EXIT_OK
+
+
+def _axis_value(key: str, v) -> str:
+    if key not in ("hbm", "host"):
+        return str(v)
+    for unit, name in ((1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if v >= unit and v % unit == 0:
+            return f"{v // unit}{name}"
+    return str(v)
+
+
+def _cell(column: str, v) -> str:
+    if column.startswith("host_bytes"):
+        return f"{v / (1 << 30):.2f}"
+    if column == "hit_ratio":
+        return f"{100 * v:.2f}%"
+    return f"{v:,}" if isinstance(v, int) else f"{v:.4f}"

@@ -1,0 +1,207 @@
+"""HTML pages for the scheduler simulation: one run (occupancy, prefix hit ratio and Host traffic over
+virtual time) and a what-if sweep (hit ratio, evictions and Host traffic against capacity, one line per KV
+profile).
+
+Plots are drawn by matplotlib (Agg canvas, SVG output, fixed hash salt, no date) and embedded inline, like
+`html_page`; all text is escaped. This module must not know how the report, the series or the sweep rows
+are produced.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+
+from kvsim.sim.report.kvreport import headline, refusal_summary, safe_text
+
+__all__ = ["render_simulation_html", "render_sweep_html"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5rem auto;max-width:1200px;
+ padding:0 1rem;color:#222;line-height:1.4}
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
+.verdict{padding:.8rem 1rem;border-radius:6px;font-weight:600;font-size:1.1rem}
+.pass{background:#e6f4ea;color:#1e6b34;border:1px solid #9bd3a8}
+.fail{background:#fdecea;color:#8a1c12;border:1px solid #f1a39b}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
+th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.plot svg{max-width:100%;height:auto}.note{color:#555;font-size:.85rem}
+"""
+GIB = float(1 << 30)
+
+
+def _h(value: object) -> str:
+    return html.escape(safe_text(value), quote=True)
+
+
+def _num(v) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return _h(v)
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.4f}"
+
+
+def _page(title: str, body: str) -> str:
+    return ('<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{_h(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+
+
+def _svg(figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    svg = buffer.getvalue()
+    svg = svg[svg.index("<svg"):]
+    return re.sub(r'<g id="[^"]*"', "<g", svg)
+
+
+def _figure(rows: int, salt: str, height_per: float = 2.4):
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    ctx = matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False,
+                                 "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+    ctx.__enter__()
+    height = 0.6 + height_per * rows
+    fig = Figure(figsize=(11, height))
+    fig.subplots_adjust(left=0.08, right=0.80, top=1 - 0.45 / height, bottom=0.5 / height, hspace=0.35)
+    FigureCanvasAgg(fig)
+    return fig, ctx
+
+
+def plot_series_svg(series: dict) -> str:
+    """Three panels over virtual time: Main pool pages, cumulative prefix hit ratio, cumulative Host bytes."""
+    t = series.get("time", [])
+    fig, ctx = _figure(3, "kvsim-simulation")
+    try:
+        ax1, ax2, ax3 = fig.subplots(3, 1, sharex=True)
+        ax1.step(t, series["allocated"], where="post", color="#1f77b4", linewidth=1.1, label="allocated")
+        ax1.step(t, series["reserved"], where="post", color="#ff7f0e", linewidth=1.1, label="reserved")
+        if series.get("capacity"):
+            ax1.axhline(series["capacity"][-1], color="#7f7f7f", linestyle="--", linewidth=0.9, label="capacity")
+        ax1.set_ylabel("main pool (pages)")
+        ax1.set_ylim(bottom=0)
+        ax1.set_title("Device occupancy", loc="left")
+        ax2.plot(t, [100.0 * v for v in series["hit_ratio"]], color="#2ca02c", linewidth=1.2,
+                 label="cumulative")
+        ax2.set_ylabel("prefix hit (% of prompt tokens)")
+        ax2.set_ylim(bottom=0)
+        ax2.set_title("Prefix reuse", loc="left")
+        top = max(series["host_bytes_out"][-1:] + series["host_bytes_in"][-1:] + [0])
+        unit, name = (GIB, "GiB") if top >= GIB else (float(1 << 20), "MiB")
+        ax3.plot(t, [v / unit for v in series["host_bytes_out"]], color="#9467bd", linewidth=1.2,
+                 label="Device → Host (offload)")
+        ax3.plot(t, [v / unit for v in series["host_bytes_in"]], color="#8c564b", linewidth=1.2,
+                 label="Host → Device (restore)")
+        ax3.set_ylabel(f"cumulative {name}")
+        ax3.set_ylim(bottom=0)
+        ax3.set_title("Host traffic", loc="left")
+        ax3.set_xlabel("virtual time (s)")
+        for ax in (ax1, ax2, ax3):
+            ax.grid(True, axis="y", color="#e5e5e5", linewidth=0.6)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        return _svg(fig)
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def _stats_table(stats: dict) -> str:
+    rows = "".join(f"<tr><td>{_h(k)}</td><td class=n>{_num(v)}</td></tr>" for k, v in stats.items()
+                   if not isinstance(v, dict))
+    return f"<table><thead><tr><th>statistic</th><th>value</th></tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _violations(report: dict, limit: int = 200) -> str:
+    vs = report.get("violations", [])
+    if not vs:
+        return "<h2>Violations</h2><p>None: every event passed every rule.</p>"
+    rows = "".join(f"<tr><td>{_h(v.get('rule'))}</td><td class=n>{_num(v.get('event'))}</td><td>{_h(v.get('op'))}"
+                   f"</td><td>{_h(v.get('message'))}</td></tr>" for v in vs[:limit])
+    more = f'<p class="note">… and {len(vs) - limit:,} more (see the JSON report).</p>' if len(vs) > limit else ""
+    return (f"<h2>Violations ({len(vs):,})</h2><table><thead><tr><th>rule</th><th>event</th><th>op</th>"
+            f"<th>message</th></tr></thead><tbody>{rows}</tbody></table>{more}")
+
+
+def _refusals(report: dict) -> str:
+    summary = refusal_summary(report)
+    if not summary:
+        return "<h2>Refusals</h2><p>None.</p>"
+    rows = "".join(f"<tr><td>{_h(r['reason'])}</td><td class=n>{r['count']:,}</td></tr>" for r in summary)
+    return f"<h2>Refusals</h2><table><thead><tr><th>reason</th><th>count</th></tr></thead><tbody>{rows}</tbody></table>"
+
+
+def render_simulation_html(report: dict, series: dict, title: str) -> str:
+    """One simulation run: verdict, statistics, the three plots, violations and refusals."""
+    passed = report.get("verdict") == "pass"
+    stats = {k: v for k, v in report.get("stats", {}).items() if k != "traces"}
+    body = "\n".join([
+        f"<h1>kvsim simulation: {_h(title)}</h1>",
+        f'<div class="verdict {"pass" if passed else "fail"}">{_h(headline(report))}</div>',
+        "<h2>Statistics</h2>", _stats_table(stats),
+        "<h2>Over time</h2>",
+        f'<div class="plot">{plot_series_svg(series)}</div>' if series.get("time") else
+        '<p class="note">No iteration ran.</p>',
+        _violations(report), _refusals(report),
+    ])
+    return _page(f"kvsim simulation: {title}", body)
+
+
+def _x_axis(rows: list[dict]) -> tuple[str, str]:
+    point = rows[0]["point"]
+    for key, label in (("hbm", "HBM budget (GiB)"), ("pages", "capacity (pages)"), ("host", "Host arena (GiB)")):
+        if key in point:
+            return key, label
+    return "", "point"
+
+
+def plot_sweep_svg(rows: list[dict]) -> str:
+    """Hit ratio, evictions and Host traffic against the capacity axis, one line per profile."""
+    key, label = _x_axis(rows)
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(str(r["point"].get("profile", "all")), []).append(r)
+    fig, ctx = _figure(3, "kvsim-sweep")
+    try:
+        axes = fig.subplots(3, 1, sharex=True)
+        for name, rs in groups.items():
+            xs = [(r["point"][key] / GIB if key in ("hbm", "host") else r["point"][key]) if key else i
+                  for i, r in enumerate(rs)]
+            axes[0].plot(xs, [100 * r["hit_ratio"] for r in rs], marker="o", label=name)
+            axes[1].plot(xs, [r["evictions"] for r in rs], marker="o", label=name)
+            axes[2].plot(xs, [(r["host_bytes_out"] + r["host_bytes_in"]) / GIB for r in rs], marker="o", label=name)
+        from matplotlib.ticker import MaxNLocator
+        axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[0].set_title("prefix hit ratio", loc="left")
+        axes[1].set_title("checkpoints evicted from Device", loc="left")
+        axes[2].set_title("Host traffic (offload + restore)", loc="left")
+        axes[0].set_ylabel("prefix hit (% tokens)")
+        axes[1].set_ylabel("evictions (checkpoints)")
+        axes[2].set_ylabel("Host traffic (GiB)")
+        axes[2].set_xlabel(label)
+        for ax in axes:
+            ax.set_ylim(bottom=0)
+            ax.grid(True, color="#e5e5e5", linewidth=0.6)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="profile")
+        return _svg(fig)
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def render_sweep_html(rows: list[dict], title: str, columns: tuple) -> str:
+    """A sweep: the table of every point and the plots against capacity."""
+    keys = list(rows[0]["point"]) if rows else []
+    head = "".join(f"<th>{_h(c)}</th>" for c in keys + list(columns))
+    def axis(k, v):
+        return f"{v / GIB:g} GiB" if k in ("hbm", "host") else _num(v)
+
+    body_rows = "".join("<tr>" + "".join(f"<td class=n>{_h(axis(k, r['point'][k]))}</td>" for k in keys)
+                        + "".join(f"<td class=n>{_num(r[c])}</td>" for c in columns) + "</tr>" for r in rows)
+    bad = sum(r["violations"] for r in rows)
+    verdict = (f'<div class="verdict {"fail" if bad else "pass"}">'
+               + (_h(f"FAIL: {bad:,} violations") if bad else _h(f"PASS: {len(rows)} points, no violation"))
+               + "</div>")
+    body = "\n".join([f"<h1>kvsim what-if sweep: {_h(title)}</h1>", verdict,
+                      f"<table><thead><tr>{head}</tr></thead><tbody>{body_rows}</tbody></table>",
+                      f'<div class="plot">{plot_sweep_svg(rows)}</div>' if rows else ""])
+    return _page(f"kvsim sweep: {title}", body)

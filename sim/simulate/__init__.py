@@ -1,0 +1,8 @@
+"""The scheduler simulation: a deterministic engine loop in virtual time that serves a request workload
+through the store model, emitting kvtrace/1 events that are checked exactly as `kvsim replay` checks them.
+
+Modules: `prefix` (a small prefix index over block hashes: which retained checkpoint holds the longest
+prefix of a prompt), `reuse` (the reuse a workload allows, computed from its block ids alone), `engine`
+(the scheduler), `series` (bounded time series for the plots), `sweep` (what-if points over an executor),
+`bench` (the whole-trace benchmark).
+"""

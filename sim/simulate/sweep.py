@@ -1,0 +1,160 @@
+"""What-if sweeps: the same workload simulated at several capacities and KV profiles, points in parallel.
+
+A sweep is the product of its axes (``pages``, ``hbm`` bytes, ``profile``, ``host`` bytes); every point is
+one independent simulation (`run_point`, a module-level function so that any executor can ship it). Points
+run through a `concurrent.futures.Executor`: a local process pool by default, threads or in-process on
+request, or a Dask cluster (``dask://HOST:PORT``, the ``cluster`` extra) through its Executor interface: one
+code path. Profiles at a fixed HBM budget get their capacity from the store model's own capacity
+resolution (automatic kv_capacity). Results come back in the axes' order whatever the completion order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from dataclasses import asdict, replace
+
+from kvsim.kvmodel.store import PROFILES
+from kvsim.sim.simulate.engine import SimConfig, simulate
+from kvsim.sim.workloads.open import open_workload
+
+AXES = ("pages", "hbm", "profile", "host")
+STAT_KEYS = ("requests", "rejected", "hit_ratio", "reused_blocks", "prompt_blocks", "evictions", "host_evictions",
+             "host_bytes_out", "host_bytes_in", "peak_pages", "capacity_pages", "page_bytes", "seconds",
+             "events", "violations", "refusals")
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """``123``, ``64G``, ``1.5T`` or ``512MiB`` (binary multiples) -> bytes."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    num = t[: len(t) - len(unit)]
+    try:
+        value = float(num)
+    except ValueError:
+        raise ValueError(f"not a byte count: {text!r}") from None
+    if value < 0:
+        raise ValueError(f"negative byte count: {text!r}")
+    return int(value * _UNITS[unit])
+
+
+def parse_axis(text: str) -> tuple[str, list]:
+    """``KEY=V1,V2,...`` -> (key, typed values)."""
+    key, sep, values = text.partition("=")
+    key = key.strip()
+    if not sep or key not in AXES or not values.strip():
+        raise ValueError(f"a sweep axis is KEY=V1,V2,... with KEY one of {', '.join(AXES)}: {text!r}")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if key == "profile":
+        bad = [v for v in items if v not in PROFILES]
+        if bad:
+            raise ValueError(f"unknown profile {bad[0]!r}; expected one of {', '.join(PROFILES)}")
+        return key, items
+    if key == "pages":
+        try:
+            return key, [int(v) for v in items]
+        except ValueError:
+            raise ValueError(f"pages values are integers: {text!r}") from None
+    return key, [parse_bytes(v) for v in items]
+
+
+def point_config(base: SimConfig, point: dict) -> SimConfig:
+    """The configuration of one point: the base with the point's axes applied."""
+    cfg = base
+    if "pages" in point:
+        cfg = replace(cfg, pages=point["pages"], hbm_bytes=None)
+    if "hbm" in point:
+        cfg = replace(cfg, pages=None, hbm_bytes=point["hbm"])
+    if "profile" in point:
+        cfg = replace(cfg, profile=point["profile"])
+    if "host" in point:
+        cfg = replace(cfg, host_bytes=point["host"])
+    return cfg
+
+
+class PointError(Exception):
+    """A sweep point failed (its message names the point); plain args, so it crosses process boundaries."""
+
+
+def check_points(base: SimConfig, points: list[dict]) -> None:
+    """Resolve every point's capacity before running any (ValueError naming the first bad point)."""
+    from kvsim.kvmodel.store import ConfigError, resolve_capacity
+    from kvsim.sim.trace.config import store_config
+    for p in points:
+        try:
+            resolve_capacity(store_config(point_config(base, p).header("sweep").config))
+        except ConfigError as exc:
+            raise ValueError(f"sweep point {p}: unsupported config: {exc}") from None
+
+
+def run_point(workload: str, requests: int | None, config: dict, point: dict) -> dict:
+    """One sweep point, self-contained (picklable arguments, plain-dict result)."""
+    from kvsim.sim.simulate.engine import Timing
+    cfg = SimConfig(**{**config, "timing": Timing(**config["timing"])})
+    try:
+        res = simulate(open_workload(workload, requests), point_config(cfg, point), source=workload)
+    except Exception as exc:  # noqa: BLE001 - re-raised with plain, picklable args
+        raise PointError(f"sweep point {point}: {type(exc).__name__}: {exc}") from None
+    return {"point": point, **{k: res.stats[k] for k in STAT_KEYS}}
+
+
+def sweep_points(axes: list[tuple[str, list]]) -> list[dict]:
+    """The product of the axes, first axis outermost."""
+    keys = [k for k, _ in axes]
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in axes))]
+
+
+class _Serial(Executor):
+    """Runs each call at submit (no workers)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - delivered through the future
+            f.set_exception(exc)
+        return f
+
+
+def make_executor(spec: str, workers: int) -> tuple[Executor, object]:
+    """(executor, close): ``process`` | ``thread`` | ``serial`` | ``dask://HOST:PORT`` (a client of a
+    running cluster; closing it leaves the cluster running)."""
+    if spec == "process":
+        ex = ProcessPoolExecutor(max_workers=workers)
+        return ex, ex.shutdown
+    if spec == "thread":
+        ex = ThreadPoolExecutor(max_workers=workers)
+        return ex, ex.shutdown
+    if spec == "serial":
+        return _Serial(), None
+    if spec.startswith("dask://"):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ValueError("--executor dask://... needs dask.distributed (pip install 'kvsim[cluster]')") from None
+        client = Client("tcp://" + spec[len("dask://"):], timeout="10s")
+        return client.get_executor(pure=False), client.close
+    raise ValueError(f"unknown executor {spec!r}: process, thread, serial or dask://HOST:PORT")
+
+
+def run_sweep(workload: str, requests: int | None, base: SimConfig, axes: list[tuple[str, list]],
+              executor: str = "process", workers: int = 2, progress=None) -> list[dict]:
+    """Every point's statistics, in the order of `sweep_points(axes)`; `progress(row)` sees each point as it
+    completes."""
+    points = sweep_points(axes)
+    check_points(base, points)
+    config = asdict(base)
+    ex, close = make_executor(executor, workers)
+    try:
+        futures = {ex.submit(run_point, workload, requests, config, p): i for i, p in enumerate(points)}
+        rows: list = [None] * len(points)
+        for f in as_completed(futures):
+            rows[futures[f]] = row = f.result()
+            if progress is not None:
+                progress(row)
+        return rows
+    finally:
+        if close is not None:
+            close()

@@ -1,0 +1,71 @@
+"""Naming a workload on the command line: a file (Mooncake ``.jsonl`` or Azure ``.csv``), a bundled excerpt,
+or the seeded synthetic generator.
+
+``WORKLOAD`` is one of: a path ending in ``.jsonl`` (Mooncake) or ``.csv`` (Azure); ``excerpt:NAME`` for a
+file shipped in ``sim/workloads/excerpts`` (``conversation``, ``synthetic``, ``azure-conv``, ``azure-code``);
+``synthetic`` or ``synthetic:SEED`` for the generator.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Iterator
+
+from kvsim.sim.workloads.azure import iter_azure
+from kvsim.sim.workloads.mooncake import iter_mooncake
+from kvsim.sim.workloads.request import Request, WorkloadInputError
+from kvsim.sim.workloads.synthetic import iter_synthetic
+
+EXCERPTS = {"conversation": "mooncake_conversation_500.jsonl", "synthetic": "mooncake_synthetic_500.jsonl",
+            "azure-conv": "azure_conv_500.csv", "azure-code": "azure_code_500.csv"}
+
+
+def shared_workloads() -> Path | None:
+    """The folder of full workload files kept beside the repository (``../shared/workloads`` of the
+    checkout, or of the folder above it), or KVSIM_WORKLOADS; None when there is none."""
+    env = os.environ.get("KVSIM_WORKLOADS")
+    repo = Path(__file__).resolve().parents[2]
+    for folder in ([Path(env)] if env else []) + [repo.parent / "shared" / "workloads",
+                                                    repo.parent.parent / "shared" / "workloads"]:
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def excerpt_path(name: str) -> Path:
+    """The bundled excerpt file for `name` (package data of kvsim.sim.workloads)."""
+    return Path(str(resources.files("kvsim.sim.workloads") / "excerpts" / EXCERPTS[name]))
+
+
+def resolve(spec: str) -> tuple[str, object]:
+    """(kind, argument): ("mooncake", path) | ("azure", path) | ("synthetic", seed); bad names raise."""
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        seed = spec.partition(":")[2] or "0"
+        if not seed.isdigit():
+            raise WorkloadInputError(spec, 0, "synthetic:SEED needs a non-negative integer seed")
+        return "synthetic", int(seed)
+    if spec.startswith("excerpt:"):
+        name = spec.partition(":")[2]
+        if name not in EXCERPTS:
+            raise WorkloadInputError(spec, 0, f"unknown excerpt {name!r}; expected one of {', '.join(EXCERPTS)}")
+        path = excerpt_path(name)
+    else:
+        path = Path(spec)
+    if path.suffix == ".jsonl":
+        return "mooncake", str(path)
+    if path.suffix == ".csv":
+        return "azure", str(path)
+    raise WorkloadInputError(spec, 0, "a workload is a .jsonl (Mooncake) or .csv (Azure) file, excerpt:NAME, "
+                             "or synthetic[:SEED]")
+
+
+def open_workload(spec: str, requests: int | None = None) -> Iterator[Request]:
+    """The requests of a workload in arrival order, streamed (at most `requests`)."""
+    kind, arg = resolve(spec)
+    if kind == "mooncake":
+        return iter_mooncake(arg, requests)
+    if kind == "azure":
+        return iter_azure(arg, requests)
+    return iter_synthetic(1000 if requests is None else requests, seed=arg)
