@@ -52,6 +52,14 @@ def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
                                        "--backend", "mtp:3"], ["capacity", "--backend", "dflash:1"]],
         "bench replay": [["bench", "replay", "--events", "500", "--json", f"{tmp}/b.json"]],
         "bench attention": [["bench", "attention", "--contexts", "128", "--json", f"{tmp}/a.json"]],
+        "bench simulate": [["bench", "simulate", "--workload", "excerpt:conversation", "--requests", "20",
+                            "--json", f"{tmp}/s.json"]],
+        "simulate": [["simulate", "excerpt:conversation", "--requests", "20", "--pages", "4096", "--profile", "int8",
+                      "--host-bytes", "64M", "--record", f"{tmp}/sim.jsonl", "--json", f"{tmp}/sim.json",
+                      "--html", f"{tmp}/sim.html", "--quiet"],
+                     ["simulate", "excerpt:conversation", "--requests", "10", "--hbm-bytes", "16G",
+                      "--sweep", "profile=bf16,fp8", "--executor", "thread", "--json", f"{tmp}/sweep.json",
+                      "--quiet"]],
     }
 
 
@@ -72,4 +80,5 @@ def test_the_command_runs(command, traces, tmp_path, capsys):
     if command == "rules":
         assert '"id": "UNIT-1"' in out or "UNIT-1" in out
     if command.startswith("bench"):
-        assert json.loads((tmp_path / ("b.json" if command == "bench replay" else "a.json")).read_text())
+        name = {"bench replay": "b.json", "bench attention": "a.json", "bench simulate": "s.json"}[command]
+        assert json.loads((tmp_path / name).read_text())
