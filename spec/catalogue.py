@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 KINDS = ("state", "transition")
-SCOPES = ("config", "pool", "page", "space", "row", "store", "none")
-_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE)-[1-9][0-9]*$")
+SCOPES = ("config", "pool", "page", "space", "row", "store", "cache", "none")  # cache: a kvmodel.cache CacheState
+_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL))-[1-9][0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -85,11 +85,12 @@ def transition_rule(rule_id: str, title: str, clause: str, checker: Callable | s
     return _register(Rule(rule_id, title, clause, "transition", checker, "none", decisions))
 
 
-FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE")
+FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE",
+                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL")
 
 
 def _order(r: Rule):
-    fam, n = r.id.split("-")
+    fam, n = r.id.rsplit("-", 1)
     return FAMILY_ORDER.index(fam), int(n)
 
 

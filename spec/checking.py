@@ -80,7 +80,7 @@ class Checker:
         self.st = store
         self.by_scope: dict[str, list] = {s: [] for s in SCOPES}
         for rule in all_rules():
-            if rule.kind == "state":
+            if rule.kind == "state" and rule.scope in self.by_scope:  # cache-scope rules: spec.cache_checking
                 self.by_scope[rule.scope].append(rule)
         # the Coverage cells of every state rule, fetched once: the hot path adds to them directly
         self._counts = {r.id: store.cov.cell(r.id) for rules in self.by_scope.values() for r in rules}
