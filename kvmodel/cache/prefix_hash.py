@@ -36,6 +36,18 @@ def _u32(value: int) -> bytes:
     return _U32.pack(value)
 
 
+def _token_bytes(tokens: Sequence[int]) -> bytes:
+    """Token ids as consecutive u32 little-endian (lists, or NumPy integer arrays without a copy loop)."""
+    if hasattr(tokens, "dtype"):
+        if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) > _U32_MAX):
+            raise ValueError("token ids must be u32")
+        return tokens.astype("<u4", copy=False).tobytes()
+    try:
+        return struct.pack(f"<{len(tokens)}I", *tokens)
+    except struct.error as exc:
+        raise ValueError(f"token ids must be u32: {exc}") from None
+
+
 def page_digest(prior: bytes, tokens: Sequence[int], extra_keys: Iterable[bytes] = ()) -> bytes:
     """Raw SHA-256 digest of one page chained onto ``prior`` (b"" for the first page)."""
     if len(prior) not in (0, DIGEST_BYTES):
@@ -44,10 +56,7 @@ def page_digest(prior: bytes, tokens: Sequence[int], extra_keys: Iterable[bytes]
     h.update(_u32(len(prior)))
     h.update(prior)
     h.update(_u32(len(tokens)))
-    try:
-        h.update(struct.pack(f"<{len(tokens)}I", *tokens))
-    except struct.error as exc:
-        raise ValueError(f"token ids must be u32: {exc}") from None
+    h.update(_token_bytes(tokens))
     keys = list(extra_keys)
     if keys:
         h.update(_u32(len(keys)))

@@ -53,3 +53,11 @@ def test_out_of_range_rejected():
         page_digest(b"", [-1])
     with pytest.raises(ValueError):
         page_digest(b"x", [1])
+
+
+def test_numpy_tokens_hash_like_lists():
+    np = pytest.importorskip("numpy")
+    tokens = list(range(100, 300))
+    assert prefix_hashes(np.asarray(tokens, dtype=np.int64), 64) == prefix_hashes(tokens, 64)
+    with pytest.raises(ValueError):
+        page_digest(b"", np.asarray([-1]))
