@@ -79,7 +79,8 @@ def run(args) -> int:
             "plan_cost_mean_ms": round(sum(out.plan_costs_ms) / len(out.plan_costs_ms), 3) if out.plan_costs_ms
             else None}
     inputs = [{"path": str(args.workload), "sha256": file_sha256(args.workload), "events": out.plans}]
-    report = build(inputs, str(args.workload), out.contract, out.events, stats)
+    # violations name the cachetrace/1 line (the recorded file when --record is given)
+    report = build(inputs, args.record or str(args.workload), out.contract, out.events, stats)
     if out.stalled:
         report["verdict"] = "fail" if report["verdict"] == "fail" else "incomplete"
     if args.json:
