@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-output", type=int, default=None, help="cap each request's output tokens")
     p.add_argument("--prefix-granularity", type=int, default=64)
     p.add_argument("--max-plans", type=int, default=None, help="stop after N plans")
-    p.add_argument("--stagger", type=int, default=0, help="submit request i before plan i*K (default: all at once)")
+    p.add_argument("--stagger", type=int, default=0, help="submit request i before plan i*K (default 0: all at once; -1: one at a time, "
+                   "each once the scheduler is idle)")
     p.add_argument("--record", help="write every plan as cachetrace/1")
     p.add_argument("--events-log", help="write the scheduler's KV events as JSON Lines batches (object form)")
     p.add_argument("--json", help="write the kvreport/1-style report")
@@ -54,8 +55,8 @@ def run(args) -> int:
         raise InputError(f"{args.workload}:1: no requests")
     p = args.prefix_granularity
     pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, p)
-    if args.stagger < 0:
-        raise InputError("--stagger:0: must be at least 0")
+    if args.stagger < -1:
+        raise InputError("--stagger:0: must be at least -1")
     cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger)
     meta = {"workload": Path(args.workload).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
@@ -69,7 +70,9 @@ def run(args) -> int:
         raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
     stats = {"peer": {"scheduler": f"tokenspeed-scheduler {ts.version()}", "requests": len(reqs),
                       "num_device_pages": pages, "pool": meta["pool"], "prefix_granularity": p,
-                      "plans": out.plans, "stalled_requests": len(out.stalled)}}
+                      "plans": out.plans, "stalled_requests": len(out.stalled),
+                      "rejected_requests": len(out.rejected),
+                      "rejections": [{"request": r, "reason": why} for r, why in out.rejected[:20]]}}
     if not args.no_timing:
         stats["timing"] = {
             "scheduler_s": round(out.sched_s, 3), "judge_s": round(out.judge_s, 3),

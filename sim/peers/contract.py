@@ -113,6 +113,7 @@ class Contract:
         self.issued: set[int] = set()
         self.acked: set[int] = set()
         self.seen_keys: set[bytes] = set()   # every prompt page key submitted so far (the trace's bound)
+        self.hits: dict[str, int] = {}     # request -> prefix hit of its first extend
         self.findings: list[Finding] = []
         self.max_findings = max_findings
         self.counts = {r: 0 for r in RULES}
@@ -207,6 +208,7 @@ class Contract:
             r.seen = True
             hit = b.prefix_lengths[k]
             r.hit = hit
+            self.hits[rid] = hit
             self.stats["hit_tokens"] += hit
             self.stats["hits"] += hit > 0
             if hit % p:

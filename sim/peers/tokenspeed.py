@@ -53,7 +53,8 @@ class RunConfig:
     max_batch_size: int = 256
     max_scheduled_tokens: int = 8192
     max_idle_plans: int = 64         # consecutive plans with nothing scheduled before the run counts as stalled
-    stagger: int = 0                 # submit request i before plan i*stagger (0: all before the first plan)
+    stagger: int = 0                 # submit request i before plan i*stagger (0: all before the first plan;
+                                     # -1: one at a time, each once the scheduler is idle)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class RunOutcome:
     events: EventChecker
     plans: int = 0
     stalled: list[str] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # refused at submission (over capacity)
     sched_s: float = 0.0
     observe_s: float = 0.0
     judge_s: float = 0.0
@@ -158,7 +160,12 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
     def submit_due(plan_no: int) -> None:
         nonlocal line
         due = []
-        while queue and (cfg.stagger == 0 or (len(requests) - len(queue)) * cfg.stagger <= plan_no):
+        if cfg.stagger < 0:
+            if queue and not (sched.waiting_size() + sched.prefilling_size() + sched.decoding_size()
+                              + sched.retracted_size()):
+                due.append(queue.pop())
+        while queue and cfg.stagger >= 0 and (cfg.stagger == 0 or
+                                              (len(requests) - len(queue)) * cfg.stagger <= plan_no):
             due.append(queue.pop())
         if not due:
             return
@@ -171,7 +178,17 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             spec.max_new_tokens = r.max_new_tokens
             specs.append(spec)
         t1 = clock()
-        sched.submit_requests(specs)
+        try:
+            sched.submit_requests(specs)
+        except ValueError:  # one request over the scheduler's capacity refuses the batch: submit one by one
+            kept = []
+            for r, spec in zip(due, specs):
+                try:
+                    sched.submit_requests([spec])
+                    kept.append(r)
+                except ValueError as exc:
+                    out.rejected.append((r.id, str(exc)))
+            due = kept
         t2 = clock()
         out.observe_s += t1 - t0
         out.sched_s += t2 - t1
@@ -300,7 +317,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         plan_no += 1
         idle = 0 if ids or ops else idle + 1
         if idle >= cfg.max_idle_plans:
-            out.stalled = sorted(set(budget) - set(produced) | {r for r in produced if produced[r] < budget[r]})
+            refused = {rid for rid, _ in out.rejected}
+            out.stalled = sorted((set(budget) - set(produced) - refused) | {r for r in produced if produced[r] < budget[r]})
             break
     t0 = clock()
     contract.finish(line)
