@@ -148,3 +148,45 @@ def test_single_request_capacity_equals_the_model_plus_the_tail_copy_page(pages,
         assert cm.single_request_group_pages(tokens) == [geo.slots_for_tokens(tokens) + 1]
     usable = pages - 1  # the null page 0 is not a usable block
     assert wheel(p, pages).max_single_request_tokens() == geo.tokens_of_slots(usable - 1)
+
+
+def aligned_prompts(rng, p, n):
+    """Whole-page prompts sharing pages along a random tree (no partial tail, so no tail cache)."""
+    out = []
+    for _ in range(n):
+        base = rng.choice(out) if out and rng.random() < 0.8 else []
+        keep = rng.randrange(0, len(base) // p + 1) * p
+        out.append(base[:keep] + [rng.randrange(1000, 100_000) for _ in range(rng.randrange(0 if keep else 1, 4) * p)])
+    return [x for x in out if x]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("pages", [6, 12])
+def test_admission_and_eviction_equal_the_model_under_a_tight_pool(seed, pages):
+    """One request at a time through a pool that must evict: every request the wheel admits, the model
+    admits too, and after the same LRU evictions both see the same prefix hit. Outputs of P + 1 tokens end
+    every request on a page boundary, so no partial tail page is cached (the model has no tail cache).
+
+    Capacity at submission: the wheel refuses a request whose prompt + output exceeds (pages - 2) x P
+    tokens (one page kept for the first decode's tail copy); the model would serve exactly those
+    within (pages - 1) x P alone in the pool."""
+    p, m = 16, 17
+    prompts = aligned_prompts(random.Random(seed), p, 30)
+    reqs = [Request(f"r{i}", np.asarray(x, dtype=np.int64), m, ()) for i, x in enumerate(prompts)]
+    out = T.run(reqs, T.RunConfig(pages=pages, prefix_granularity=p, stagger=-1))
+    assert out.contract.findings == [] and out.events.findings == [] and out.events.stats["removed"] > 0
+    refused = {r for r, _ in out.rejected}
+    assert refused == {r.id for r in reqs if len(r.tokens) + m > (pages - 2) * p}
+    model = CacheCoordinator(CacheConfig(p, (full("full", p),), (1,), pages - 1))
+    hits = {}
+    for r, x in zip(reqs, prompts):
+        alone = -(-(len(x) + m) // p) <= pages - 1
+        if r.id in refused:
+            assert alone == (len(x) + m > (pages - 2) * p and len(x) + m <= (pages - 1) * p) or not alone
+            continue
+        probe = model.probe(x)
+        assert model.admit(r.id, x, len(x), m, probe=probe) is not None
+        hits[r.id] = probe.hit_tokens
+        model.publish(r.id, x + [T._token(r.id, i) for i in range(m)], len(x) + m - 1)
+        model.free(r.id)
+    assert out.contract.hits == hits
