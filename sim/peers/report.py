@@ -48,6 +48,7 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
             rules[rid] = {"title": title, "clause": clause, "checked": st["plans"],
                           "exercised": premise[rid], "violated": contract.counts[rid]}
     if events is not None:
+        events.flush()
         violations += [f.as_dict(trace) for f in events.findings]
         es = events.stats
         premise = {"EV-1": es["removed"], "EV-2": es["stored"], "EV-3": es["stored"], "EV-4": es["stored"],

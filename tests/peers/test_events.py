@@ -93,3 +93,18 @@ def test_bad_lines_are_input_errors(tmp_path, capsys, text, reason):
     assert main(["events", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"{path}:2:") and reason in err.lower() and err.count("\n") == 1
+
+
+def test_fnv1a64_bulk_equals_one_by_one_and_finds_a_bad_hash():
+    import random
+    from kvsim.sim.peers.events import fnv1a64_many
+    rng = random.Random(7)
+    parents = [None if rng.random() < 0.3 else rng.randrange(2**64) for _ in range(200)]
+    tokens = [[rng.randrange(-2**31, 2**31) for _ in range(rng.choice([4, 4, 3, 0]))] for _ in parents]
+    assert fnv1a64_many(parents, tokens) == [fnv1a64(p, t) for p, t in zip(parents, tokens)]
+    c = EventChecker(block_size=4, hash_scheme="fnv1a64")
+    good = fnv1a64(None, [1, 2, 3, 4])
+    c.batch([ct.BlockStored([good], None, [1, 2, 3, 4], 4)], 1)
+    c.batch([ct.BlockStored([fnv1a64(good, [5, 6, 7, 8]) ^ 1], good, [5, 6, 7, 8], 4)], 2)
+    c.flush()
+    assert [(f.rule, f.line) for f in c.findings] == [("EV-7", 2)]
