@@ -190,3 +190,23 @@ def test_admission_and_eviction_equal_the_model_under_a_tight_pool(seed, pages):
         model.publish(r.id, x + [T._token(r.id, i) for i in range(m)], len(x) + m - 1)
         model.free(r.id)
     assert out.contract.hits == hits
+
+
+@pytest.mark.parametrize("args,where", [
+    (["--pages", "1"], "--pages:0:"),
+    (["--requests", "0"], "--requests:0:"),
+    (["--stagger", "-2"], "--stagger:0:"),
+])
+def test_peer_cli_bad_options_are_input_errors(args, where, capsys):
+    assert main(["peer", "tokenspeed", str(SAMPLES / "tiny_workload.jsonl"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(where) and err.count("\n") == 1
+
+
+def test_peer_cli_bad_workload_is_an_input_error(tmp_path, capsys):
+    bad = tmp_path / "w.jsonl"
+    bad.write_text('{"input_length": 10, "output_length": 1, "hash_ids": [0]}\n{"input_length": 900, '
+                   '"output_length": 1, "hash_ids": [0]}\n')
+    assert main(["peer", "tokenspeed", str(bad)]) == 2
+    assert capsys.readouterr().err.startswith(f"{bad}:2:")
+    assert main(["peer", "tokenspeed", str(tmp_path / "absent.jsonl")]) == 2
