@@ -17,6 +17,7 @@ from kvsim.kvmodel.cache.geometry import GroupGeometry  # noqa: E402
 from kvsim.kvmodel.cache.group_spec import full  # noqa: E402
 from kvsim.kvmodel.cache.prefix_hash import hashed_pages, prefix_hashes  # noqa: E402
 from kvsim.sim.cli import main  # noqa: E402
+from kvsim.spec.cache_checking import check_cache  # noqa: E402
 from kvsim.sim.peers import tokenspeed as T  # noqa: E402
 from kvsim.sim.peers.judge import judge_cachetrace  # noqa: E402
 from kvsim.sim.peers.workload import Request, read_mooncake  # noqa: E402
@@ -166,6 +167,7 @@ def test_admission_and_eviction_equal_the_model_under_a_tight_pool(seed, pages):
     """One request at a time through a pool that must evict: every request the wheel admits, the model
     admits too, and after the same LRU evictions both see the same prefix hit. Outputs of P + 1 tokens end
     every request on a page boundary, so no partial tail page is cached (the model has no tail cache).
+    The cache model's own TS-* checkers run on its state before every request.
 
     Capacity at submission: the wheel refuses a request whose prompt + output exceeds (pages - 2) x P
     tokens (one page kept for the first decode's tail copy); the model would serve exactly those
@@ -177,9 +179,10 @@ def test_admission_and_eviction_equal_the_model_under_a_tight_pool(seed, pages):
     assert out.contract.findings == [] and out.events.findings == [] and out.events.stats["removed"] > 0
     refused = {r for r, _ in out.rejected}
     assert refused == {r.id for r in reqs if len(r.tokens) + m > (pages - 2) * p}
-    model = CacheCoordinator(CacheConfig(p, (full("full", p),), (1,), pages - 1))
+    model = CacheCoordinator(CacheConfig(p, (full("full", p),), (1,), pages - 1), journal=[])
     hits = {}
     for r, x in zip(reqs, prompts):
+        assert check_cache(model.state()) == []  # the TS-* rules hold on the model run beside the wheel
         alone = -(-(len(x) + m) // p) <= pages - 1
         if r.id in refused:
             assert alone == (len(x) + m > (pages - 2) * p and len(x) + m <= (pages - 1) * p) or not alone
