@@ -11,7 +11,9 @@ its runtime, never by its internals. cachetrace/1 records exactly that, one JSON
   extends, input lengths, extend prefix lengths, prefill lengths), the block-table ``tables`` of the requests
   whose row changed since it was last recorded (per group; a request's row is the one last recorded for it
   until it finishes or aborts; -1 is padding, 0 a null hole), the pages to ``zero`` and to ``copy``
-  (``[src, dst]``) per group, the cache operations (``cache``, each with its op id) and ``aborts``;
+  (``[src, dst]``) per group, the cache operations (``cache``, each with its op id) and ``aborts``.
+  A plan's copies run before its zeroing, so a copy source may be re-granted fresh in the same plan
+  (cache concepts: "an unpinned op's sources may be re-granted in the same plan, so it is launched first");
 * ``result``: the runtime's answer to a plan -- the tokens each slot produced (``[]`` for an intermediate
   prefill chunk), the requests finished, and the op ids acknowledged (``done``);
 * ``kv``: the KV events the scheduler emitted after that answer (``BlockStored`` / ``BlockRemoved`` /
