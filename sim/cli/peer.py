@@ -90,7 +90,8 @@ def run(args) -> int:
         write(args.json, dumps_report(report))
     if not args.quiet:
         _print(report, Console())
-    return EXIT_VIOLATION if report["verdict"] == "fail" else EXIT_OK
+    # an incomplete run (requests the scheduler stopped serving) is not a pass
+    return EXIT_OK if report["verdict"] == "pass" else EXIT_VIOLATION
 
 
 def _print(report: dict, console: Console) -> None:
@@ -102,6 +103,9 @@ def _print(report: dict, console: Console) -> None:
                   f"  hit ratio {sc['hit_ratio']:.4%} (trace bound {sc['trace_bound_ratio']:.4%})  "
                   f"KV events: {kv['stored']:,} stored, {kv['removed']:,} removed", markup=False)
     t = s.get("timing")
+    if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:
+        console.print(f"stalled requests {s['peer']['stalled_requests']}, refused at submission "
+                      f"{s['peer']['rejected_requests']}", markup=False)
     if t:
         console.print(f"scheduler {t['scheduler_s']} s, judge {t['judge_s']} s (ratio {t['judge_to_scheduler']}), "
                       f"plan cost ms {t['plan_cost_ms']}", markup=False)
