@@ -12,9 +12,11 @@
         .hit_tokens(tokens, prefill_tokens=None) -> int   converged prefix hit of a new request (read-only)
         .cache(tokens, num_computed_tokens=None, reclaim_first=False) -> bool
                                                           run a request through admit → publish → free,
-                                                          leaving its whole computed pages cached (with
-                                                          reclaim_first, sliding/state groups keep only
-                                                          their retained slots); False (nothing changed)
+                                                          leaving its whole computed pages cached; with
+                                                          reclaim_first, retention first runs at the last
+                                                          whole page (as the TokenSpeed wheel does at
+                                                          finish), so sliding/state groups keep only that
+                                                          boundary's lookback; False (nothing changed)
                                                           when the pool refuses it
         .coordinator                                      the CacheCoordinator underneath
 
@@ -60,8 +62,8 @@ class MatchSession:
         if c.admit(rid, toks, len(toks)) is None:
             return False
         computed = len(toks) if num_computed_tokens is None else num_computed_tokens
-        if reclaim_first:
-            c.reclaim_expired(rid, computed)
+        if reclaim_first:  # retention up to the last whole page: the boundary being published keeps its lookback
+            c.reclaim_expired(rid, computed - computed % c.config.prefix_granularity)
         c.publish(rid, toks, computed)
         c.free(rid)
         return True
