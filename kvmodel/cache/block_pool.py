@@ -51,9 +51,8 @@ class BlockPool:
                                    f"{shard_count}")
 
     def shard_count(self, group: int) -> int:
-        if self._shards[group] is None:
-            self.register(group, 1)  # "an ordinary standalone pool fixes a single bucket on first use"
-        return self._shards[group]
+        """The registered shard count (1 until registration: a read never fixes the geometry)."""
+        return self._shards[group] or 1
 
     def slots_per_parent(self, group: int) -> int:
         """Virtual children per parent: packing × shard_count."""
@@ -137,7 +136,9 @@ class BlockPool:
         """
         if num < 0:
             raise ValueError("acquire count must be >= 0")
-        d = self.shard_count(group)
+        if self._shards[group] is None:
+            self.register(group, 1)  # "an ordinary standalone pool fixes a single bucket on first use"
+        d = self._shards[group]
         if self.capacity_for(group) < num:
             return None
         loads = [0] * d

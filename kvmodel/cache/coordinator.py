@@ -129,8 +129,13 @@ class CacheCoordinator:
             return []
         m = self.config.slots_per_page(g)
         hashes = self.page_hashes(tokens, -(-len(gp.hits) // m))
-        return [self.indexes[g].find(CacheKey(g, hashes[s // m], s % m)).block if hit else NULL_BLOCK
-                for s, hit in enumerate(gp.hits)]
+        out = []
+        for s, hit in enumerate(gp.hits):
+            entry = self.indexes[g].find(CacheKey(g, hashes[s // m], s % m)) if hit else None
+            if hit and entry is None:
+                raise ValueError(f"stale probe: group {g} slot {s} was evicted after the probe")
+            out.append(entry.block if hit else NULL_BLOCK)
+        return out
 
     def _plan(self, g, table, hit_slots, hit_tokens, extent, reserve, new):
         geo = self.geometry[g]

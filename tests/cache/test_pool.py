@@ -78,3 +78,24 @@ def test_release_of_a_free_block_is_refused():
     pool.acquire(0, 1)
     with pytest.raises(RuntimeError):
         pool.release(0, 2)
+
+
+def test_reads_never_fix_the_geometry_but_the_first_acquire_does():
+    pool = BlockPool(2, (2,))
+    assert pool.shard_count(0) == 1 and pool.slots_per_parent(0) == 2
+    pool.register(0, 2)  # still free to register
+    pool2 = BlockPool(2, (2,))
+    pool2.acquire(0, 1)
+    with pytest.raises(CacheConfigError):
+        pool2.register(0, 2)
+
+
+def test_parent_is_fully_evictable_only_when_the_cache_alone_holds_every_child():
+    from tests.cache.builders import coordinator, tokens, warm
+    c = coordinator(num_parents=20)
+    warm(c, "a", tokens(8))
+    full_parent = c.pool.locate(0, c.tables["a"][0].ids[0])[0]
+    assert not c.indexes[0].parent_is_fully_evictable(full_parent)  # the table still pins it
+    c.free("a")
+    assert c.indexes[0].parent_is_fully_evictable(full_parent)
+    assert not c.indexes[1].parent_is_fully_evictable(full_parent)  # bound to another group
