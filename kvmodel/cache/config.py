@@ -39,7 +39,3 @@ class CacheConfig:
                 raise CacheConfigError(f"group {g.group_id!r}: cache_blocks_per_lcm_block must be positive")
         if not isinstance(self.num_parents, int) or self.num_parents < 0:
             raise CacheConfigError("num_parents must be a non-negative integer")
-
-    def slots_per_page(self, g: int) -> int:
-        """Block-table slots one prefix page (P tokens) spans in group g."""
-        return self.prefix_granularity // self.groups[g].block_granularity

@@ -66,7 +66,7 @@ class CacheCoordinator:
         bound = len(hashes) * p
         groups = []
         for g, geo in enumerate(self.geometry):
-            m = self.config.slots_per_page(g)
+            m = self.geometry[g].slots_per_page(self.config.prefix_granularity)
             idx = self.indexes[g]
             groups.append(GroupMatch(self.matchers[g], geo.block_granularity,
                                      lambda s, g=g, m=m, idx=idx: idx.contains(CacheKey(g, hashes[s // m], s % m)),
@@ -127,7 +127,7 @@ class CacheCoordinator:
         gp = probe.probes[g]
         if not gp.hits:
             return []
-        m = self.config.slots_per_page(g)
+        m = self.geometry[g].slots_per_page(self.config.prefix_granularity)
         hashes = self.page_hashes(tokens, -(-len(gp.hits) // m))
         out = []
         for s, hit in enumerate(gp.hits):
@@ -141,8 +141,7 @@ class CacheCoordinator:
         geo = self.geometry[g]
         slots = len(table) + hit_slots
         if new and geo.spec.replayable:
-            first = max(hit_tokens - geo.spec.sliding_window_tokens, 0) // geo.block_granularity
-            return geo.plan_acquire(slots, 0, SparseSuffix(max(extent, 1), first, reserve))
+            return geo.plan_acquire(slots, 0, SparseSuffix(max(extent, 1), geo.replay_first_slot(hit_tokens), reserve))
         if new:
             fill = min(hit_tokens, geo.tokens_of_slots(slots))
             avail = geo.tokens_of_slots(slots) - fill
@@ -210,7 +209,7 @@ class CacheCoordinator:
         for g, geo in enumerate(self.geometry):
             if geo.spec.replayable:
                 continue
-            m = self.config.slots_per_page(g)
+            m = self.geometry[g].slots_per_page(self.config.prefix_granularity)
             table = self.tables[request][g]
             if geo.spec.family == STATE:  # only the checkpoint at an exact P boundary
                 slots = [pages * m - 1] if pages and num_computed_tokens % p == 0 else []

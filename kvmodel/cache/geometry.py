@@ -66,6 +66,15 @@ class GroupGeometry:
             return 0
         return max(0, num_computed_tokens - w + 1) // self.block_granularity
 
+    def slots_per_page(self, prefix_granularity: int) -> int:
+        """Slots one prefix page spans: P / bg (bg divides P)."""
+        return prefix_granularity // self.block_granularity
+
+    def replay_first_slot(self, hit_tokens: int) -> int:
+        """A replayable group's first materialized slot: the replay window's first token,
+        hit − sliding_window_tokens (clamped at 0), as a slot."""
+        return max(hit_tokens - self.spec.sliding_window_tokens, 0) // self.block_granularity
+
     def lookback_slots(self) -> int:
         """Cached slots a resumable boundary needs behind it: ceil((W − 1) / bg); 0 for full history."""
         w = self.spec.window_tokens

@@ -126,7 +126,7 @@ class CacheMachine(RuleBasedStateMachine):
         pages = min(r["computed"], len(r["tokens"])) // P
         hashes = self.c.page_hashes(r["tokens"], pages)
         for g, spec in enumerate(self.c.config.groups):
-            m = self.c.config.slots_per_page(g)
+            m = P // spec.block_granularity
             for s in range(pages * m):
                 key = CacheKey(g, hashes[s // m], s % m)
                 entry = self.c.indexes[g].find(key)
