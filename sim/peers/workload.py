@@ -18,7 +18,6 @@ __all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake"
 
 MOONCAKE_BLOCK = 512
 VOCAB = 151_936  # a real tokenizer's vocabulary size: token ids stay in [0, VOCAB)
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 class WorkloadError(Exception):
