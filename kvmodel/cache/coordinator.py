@@ -252,7 +252,9 @@ class CacheCoordinator:
         del self.epochs[request]
 
     def evict(self, group: int, key: CacheKey) -> bool:
-        return self.indexes[group].evict(key)
+        """Evict one cached entry if only the cache holds it; False (nothing changed) when it is pinned."""
+        idx = self.indexes[group]
+        return idx.is_evictable(key) and idx.evict(key)
 
     def state(self) -> CacheState:
         """The checkers' view; drains the journal."""

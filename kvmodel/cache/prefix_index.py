@@ -73,7 +73,9 @@ class PrefixCacheIndex:
             e.was_acquired = True
 
     def evict(self, key: CacheKey) -> bool:
-        """Drop the entry and its reference; True when that released the block to the pool."""
+        """Drop an evictable entry (held only by the cache) and release its block to the pool."""
+        if not self.is_evictable(key):
+            raise RuntimeError(f"{key} is pinned beyond the cache (or not cached): not evictable")
         e = self._by_key.pop(key)
         del self._by_block[e.block]
         return self.refs.drop(self.group, e.block)

@@ -46,6 +46,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.requests: dict[str, dict] = {}  # id -> {"tokens", "extent", "computed"}
         self.raw: list[tuple[int, int]] = []  # (group, block) acquired straight from the pool
         self.keys: dict[CacheKey, int] = {}  # the oracle: cached key -> its canonical block
+        self.fifo = self.c.pool.empty_parents()  # the empty-parent FIFO after the last step
         self.n = 0
 
     # -- operations -------------------------------------------------------------------------------
@@ -140,8 +141,10 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def evict(self, data):
         key = data.draw(st.sampled_from(sorted(self.keys)))
-        self.c.evict(key.group, key)
-        del self.keys[key]
+        pinned = self.c.refs.count(key.group, self.keys[key]) > 1  # a table holds it too
+        assert self.c.evict(key.group, key) is not pinned
+        if not pinned:
+            del self.keys[key]
 
     @rule(tokens=prompts)
     def probe(self, tokens):
@@ -194,6 +197,10 @@ class CacheMachine(RuleBasedStateMachine):
         occupied = {(g, c.pool.block_id(g, p, ch)) for p in range(1, c.pool.num_parents + 1)
                     for g, occ in [c.pool.parent(p)] if g is not None for ch, u in enumerate(occ) if u}
         assert occupied == set(holders)
+        # parents leave the FIFO from the front and return at the back: the survivors keep order and lead
+        now, prev = c.pool.empty_parents(), self.fifo
+        assert any(now[:len(prev) - j] == prev[j:] for j in range(len(prev) + 1)), (prev, now)
+        self.fifo = now
 
 
 TestCacheMachine = CacheMachine.TestCase
