@@ -22,6 +22,7 @@ from kvsim.kvmodel.cache.cache_key import CacheKey
 from kvsim.kvmodel.cache.config import CacheConfig
 from kvsim.kvmodel.cache.coordinator import CacheCoordinator
 from kvsim.kvmodel.cache.group_spec import full, sliding, state
+from kvsim.kvmodel.cache.layer_binding import LayerBinding
 from kvsim.spec.cache_checking import check_cache
 
 P = 4
@@ -42,7 +43,11 @@ prompts = st.tuples(st.lists(st.integers(0, 4), min_size=0, max_size=4),
 class CacheMachine(RuleBasedStateMachine):
     @initialize(name=st.sampled_from(sorted(CONFIGS)), parents=st.integers(10, 30))
     def setup(self, name, parents):
-        self.c = CacheCoordinator(CONFIGS[name](parents), journal=[])
+        cfg = CONFIGS[name](parents)
+        layers = [LayerBinding(g, g, None if s.sliding_window_tokens is None else s.sliding_window_tokens - 1,
+                               None if s.family == "state" else s.block_granularity)
+                  for g, s in enumerate(cfg.groups)]
+        self.c = CacheCoordinator(cfg, journal=[], layers=layers)
         self.requests: dict[str, dict] = {}  # id -> {"tokens", "extent", "computed"}
         self.raw: list[tuple[int, int]] = []  # (group, block) acquired straight from the pool
         self.keys: dict[CacheKey, int] = {}  # the oracle: cached key -> its canonical block
