@@ -117,6 +117,8 @@ class CacheCoordinator:
         fresh = []
         for g, pl in enumerate(plans):
             ids = self._acquire(g, pl.num_blocks, tables[g].ids)
+            if ids is None:
+                raise RuntimeError(f"group {g}: the pool refused {pl.num_blocks} blocks the admission plan fit")
             self.refs.adopt(g, ids)
             tables[g].execute(pl, ids)
             fresh.append(ids)
