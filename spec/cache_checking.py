@@ -2,7 +2,7 @@
 
 API (stable):
 
-    check_cache(state, coverage=None) -> list[Finding]
+    check_cache(state, coverage=None, rules=None) -> list[Finding]
 
 `state` is a kvmodel.cache.state.CacheState: the configuration (required), and optionally the BlockPool,
 the live block tables (request → per-group block ids, 0 = null hole), the published entries per group
@@ -10,7 +10,8 @@ the live block tables (request → per-group block ids, 0 = null hole), the publ
 `journal`, the operation records (kvmodel.cache.journal: AcquireRecord, ProbeRecord, PublishRecord,
 AdmitRecord, ReclaimRecord) written since the last check. CacheCoordinator.state() builds one and drains
 the model's journal; a validator of a real scheduler builds one from what it observed.
-Every rule of scope "cache" runs once, in catalogue order; a rule whose facts are absent is vacuous.
+Every rule of scope "cache" (or only the ids in `rules`) runs once, in catalogue order; a rule whose
+facts are absent is vacuous.
 Returns one Finding(rule id, one-line message, {}) per violated rule; with a Coverage, counts
 checked / exercised / violated per rule. Reads the state only.
 """
@@ -27,9 +28,11 @@ def cache_rules() -> list:
     return [r for r in all_rules() if r.scope == "cache"]
 
 
-def check_cache(state, coverage=None) -> list[Finding]:
+def check_cache(state, coverage=None, rules=None) -> list[Finding]:
     out: list[Finding] = []
     for rule in cache_rules():
+        if rules is not None and rule.id not in rules:
+            continue
         r = rule.checker(state, None, True)
         if coverage is not None:
             coverage.check(rule.id, exercised=r is not None)

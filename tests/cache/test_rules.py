@@ -309,4 +309,9 @@ def test_ts_clauses_are_verbatim_in_the_seed():
 
 def test_checker_entry_point_is_documented():
     from kvsim.spec import cache_checking
-    assert "check_cache(state, coverage=None)" in cache_checking.__doc__
+    assert "check_cache(state, coverage=None, rules=None)" in cache_checking.__doc__
+    c = coordinator()
+    c.pool._free[0] += 1
+    st = c.state()
+    assert [f.rule for f in cache_checking.check_cache(st)] == ["TS-POOL-1"]
+    assert cache_checking.check_cache(st, rules={"TS-TBL-1"}) == []
