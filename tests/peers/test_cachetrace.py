@@ -2,6 +2,7 @@
 number, and `kvsim replay` detects the format from the header."""
 
 import json
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -79,3 +80,17 @@ def test_replay_bad_cachetrace_is_exit_2(tmp_path, capsys):
     assert main(["replay", str(path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"{path}:1:") and err.count("\n") == 1
+
+
+def test_replay_mixes_kvtrace_and_cachetrace_in_every_format(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    legal = sorted((root / "scenarios").glob("*.jsonl"))[0]
+    finding = root / "sim" / "peers" / "samples" / "findings" / "tail_hit.cachetrace.jsonl"
+    outs = {k: tmp_path / f"r.{k}" for k in ("json", "junit", "markdown", "html")}
+    args = ["replay", str(legal), str(finding), "--quiet"] + [a for k, p in outs.items() for a in (f"--{k}", str(p))]
+    assert main(args) == 1
+    report = json.loads(outs["json"].read_text())
+    assert [i["path"] for i in report["inputs"]] == [str(legal), str(finding)]
+    assert {v["rule"] for v in report["violations"]} == {"TS-PFX-1"}
+    for k in ("junit", "markdown", "html"):
+        assert "TS-PFX-1" in outs[k].read_text()
