@@ -23,6 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--requests", type=int, default=None, help="first N rows (default: all)")
     p.add_argument("--pages", type=int, default=None,
                    help="num_device_pages, null page 0 included (default: unbounded, never evicts)")
+    p.add_argument("--host-pages", type=int, default=0,
+                   help="Host (L2) pages: enables write-back / load-back cache ops, each acknowledged once")
     p.add_argument("--max-output", type=int, default=None, help="cap each request's output tokens")
     p.add_argument("--prefix-granularity", type=int, default=64)
     p.add_argument("--max-plans", type=int, default=None, help="stop after N plans")
@@ -57,7 +59,9 @@ def run(args) -> int:
     pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, p)
     if args.stagger < -1:
         raise InputError("--stagger:0: must be at least -1")
-    cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger)
+    if args.host_pages < 0:
+        raise InputError("--host-pages:0: must be at least 0")
+    cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger, host_pages=args.host_pages)
     meta = {"workload": Path(args.workload).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
     for target in (args.record, args.events_log, args.json):
@@ -69,7 +73,7 @@ def run(args) -> int:
     except OSError as exc:
         raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
     stats = {"peer": {"scheduler": f"tokenspeed-scheduler {ts.version()}", "requests": len(reqs),
-                      "num_device_pages": pages, "pool": meta["pool"], "prefix_granularity": p,
+                      "num_device_pages": pages, "num_host_pages": args.host_pages, "pool": meta["pool"], "prefix_granularity": p,
                       "plans": out.plans, "stalled_requests": len(out.stalled),
                       "rejected_requests": len(out.rejected),
                       "rejections": [{"request": r, "reason": why} for r, why in out.rejected[:20]]}}

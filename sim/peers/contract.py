@@ -22,6 +22,10 @@ table names which block, and which prefix key each block's content carries -- an
 * PEER-4 hits bounded by the trace: every hit page's prefix key was computed by some request in an earlier
   plan (the data plane orders a hitter's forward after the writer).
 
+With a Host tier, a write-back copies a Device page's content (its key and last writer) to a Host page at
+plan time, and a load-back hands out a fresh Device page holding that Host page's content; a table that
+names it is judged by that content.
+
 Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
 the tokens its results produced). This module knows cachetrace/1 records, never a scheduler's API.
 """
@@ -108,6 +112,9 @@ class Contract:
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
         self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> (request, slot) last written
+        self.host: dict[int, tuple] = {}   # Host page -> (content key, last writer) written back to it
+        self._loaded_content: list[tuple] = []
+        self._keyed_loads: set[int] = set()
         self.published: set[bytes] = set()
         self.pending: list[bytes] = []
         self.issued: set[int] = set()
@@ -160,6 +167,26 @@ class Contract:
         for rid in b.requests:
             if rid not in self.reqs:
                 raise ValueError(f"plan {rec.plan} names request {rid!r} that was never submitted")
+        # Host tier: a write-back copies a Device page's content to Host; a load-back fills a fresh Device
+        # page from Host (cache concepts: "a store skips keys already in flight, a load targets freshly
+        # acquired pages"). Both run before this plan's zeroing and forward.
+        loaded: dict[str, list[int]] = {}
+        g0 = next(iter(self.groups))
+        for op in rec.cache:
+            if op.kind.startswith("WriteBack"):
+                for src, dst in op.pages:
+                    self.host[dst] = (self.content[g0].get(src), self.writer[g0].get(src))
+            elif op.kind.startswith("LoadBack"):
+                for src, dst in op.pages:
+                    key, who = self.host.get(src, (None, None))
+                    loaded.setdefault(g0, []).append(dst)
+                    self.content[g0].pop(dst, None)
+                    if key is not None:
+                        self._loaded_content.append((g0, dst, key))
+                    if who is not None:
+                        self.writer[g0][dst] = who
+                    else:
+                        self.writer[g0].pop(dst, None)
         # copies run before zeroing: "an unpinned op's sources may be re-granted in the same plan, so it is
         # launched first and ... waits on its completion event before the zeroing is enqueued"
         fresh: dict[str, set[int]] = {}
@@ -181,6 +208,14 @@ class Contract:
             for blk in pages:
                 writer.pop(blk, None)
             self.stats["pages_zeroed"] += len(pages)
+        for g, pages in loaded.items():
+            self._check_ids(g, pages, line, "load-back destination")
+            fresh.setdefault(g, set()).update(pages)
+        self._keyed_loads = set()
+        for g, dst, key in self._loaded_content:  # a loaded page holds the key it was written back with
+            self.content[g][dst] = key
+            self._keyed_loads.add(dst)
+        self._loaded_content.clear()
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
         for g, rows in rec.tables.items():
             if g not in self.groups:
@@ -373,7 +408,8 @@ class Contract:
             hold[blk] = hold.get(blk, 0) + 1
             if blk in fresh:
                 newly.setdefault(blk, []).append((rid, i))
-                continue
+                if blk not in self._keyed_loads:
+                    continue
             page = (i * bg) // p
             want = r.digest(page, p) if (page + 1) * p <= len(r.tokens) + len(r.generated) else None
             have = content.get(blk)

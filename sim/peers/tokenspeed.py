@@ -53,6 +53,7 @@ class RunConfig:
     max_batch_size: int = 256
     max_scheduled_tokens: int = 8192
     max_idle_plans: int = 64         # consecutive plans with nothing scheduled before the run counts as stalled
+    host_pages: int = 0              # Host (L2) pages; 0 disables the L2 tier and its write-back / load-back ops
     stagger: int = 0                 # submit request i before plan i*stagger (0: all before the first plan;
                                      # -1: one at a time, each once the scheduler is idle)
 
@@ -81,8 +82,8 @@ def _config(cfg: RunConfig):
     c.prefix_granularity = cfg.prefix_granularity
     c.cache_groups = [ts.CacheGroupConfig(GROUP, cfg.prefix_granularity, cfg.pages, ts.AttnKind.Full)]
     c.num_device_pages = cfg.pages
-    c.num_host_pages = 0
-    c.disable_l2_cache = True
+    c.num_host_pages = cfg.host_pages
+    c.disable_l2_cache = cfg.host_pages == 0
     c.max_batch_size = cfg.max_batch_size
     c.max_scheduled_tokens = cfg.max_scheduled_tokens
     c.enable_mixed_prefill_decode = True
@@ -95,6 +96,7 @@ def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
     return ct.Header(format=ct.FORMAT, config=ct.Config(
         scheduler=f"tokenspeed-scheduler {version()}", prefix_granularity=cfg.prefix_granularity,
         groups=[ct.Group(GROUP, cfg.prefix_granularity, cfg.pages, "full")], num_device_pages=cfg.pages,
+        num_host_pages=cfg.host_pages,
         max_batch_size=cfg.max_batch_size, max_scheduled_tokens=cfg.max_scheduled_tokens), meta=meta or {})
 
 
@@ -112,11 +114,13 @@ def _kv_event(e) -> ct.KvEvent:
     return ct.AllBlocksCleared()
 
 
-def _cache_op(op) -> ct.CacheOp:
-    src = list(getattr(op, "src_pages", []) or [])
-    dst = list(getattr(op, "dst_pages", []) or [])
-    return ct.CacheOp(type(op).__name__, [int(x) for x in op.op_ids],
-                      [(int(a), int(b)) for a, b in zip(src, dst)])
+def _cache_ops(op) -> list[ct.CacheOp]:
+    """One record per op id: a batched op carries, per id, its lists of source and destination pages."""
+    ids = [int(x) for x in op.op_ids]
+    src = list(getattr(op, "src_pages", None) or [[]] * len(ids))
+    dst = list(getattr(op, "dst_pages", None) or [[]] * len(ids))
+    return [ct.CacheOp(type(op).__name__, [oid], [(int(a), int(b)) for a, b in zip(s, d)])
+            for oid, s, d in zip(ids, src, dst)]
 
 
 def _done_event(op, oid: int):
@@ -244,7 +248,7 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         copy = {g: [(int(a), int(b)) for a, b in np.asarray(v).reshape(-1, 2)]
                 for g, v in plan.pages_to_copy_arrays().items() if len(v)}
         ops = list(plan.cache)
-        cache = [_cache_op(op) for op in ops]
+        cache = [c for op in ops for c in _cache_ops(op)]
         aborts = [ct.Abort(a.request_id, str(a.reason)) for a in plan.aborts]
         rec = ct.Plan(plan_no, ct.Batch(ids, ext, inl, pfx, pre), tables, zero, copy, cache, aborts)
         line += 1

@@ -149,3 +149,16 @@ def test_abort_ends_the_table():
              (ct.Result(0, [[]]), 5),
              (plan(1, ["b"], 1, [9], [0], {"b": [3, 2, 1]}, [1, 2, 3]), 6)]
     assert run(steps) == []
+
+
+def test_load_back_brings_the_written_back_content():
+    """a's pages 0-1 are written back to Host pages 40, 41 and later loaded into fresh Device pages 6, 7:
+    b may name 6 at slot 0 (same key) but not 7 (a's page 1 is not b's)."""
+    ops = [ct.CacheOp("WriteBackOp", [1], [(1, 40), (2, 41)])]
+    load = [ct.CacheOp("LoadBackOp", [2], [(40, 6), (41, 7)])]
+    ok = a_computed()[:4] + [(plan(1, [], 0, [], [], cache=ops), 6), (ct.Result(1, [], [], [1]), 7),
+                             (plan(2, ["b"], 1, [5], [4], {"b": [6, 4, 5]}, [4, 5], cache=load), 8),
+                             (ct.Result(2, [[9]], ["b"], [2]), 9)]
+    assert run(ok) == []
+    bad = ok[:6] + [(plan(2, ["b"], 1, [1], [8], {"b": [6, 7, 5]}, [5], cache=load), 8)]
+    assert ("TS-TBL-1", 8) in run(bad)

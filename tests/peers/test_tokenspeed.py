@@ -213,3 +213,11 @@ def test_peer_cli_bad_workload_is_an_input_error(tmp_path, capsys):
     assert main(["peer", "tokenspeed", str(bad)]) == 2
     assert capsys.readouterr().err.startswith(f"{bad}:2:")
     assert main(["peer", "tokenspeed", str(tmp_path / "absent.jsonl")]) == 2
+
+
+def test_host_tier_ops_are_acknowledged_once_and_loads_hold_their_content():
+    reqs = read_mooncake(SAMPLES / "tiny_workload.jsonl")
+    out = T.run(reqs, T.RunConfig(pages=32, stagger=3, host_pages=64))
+    s = out.contract.summary()
+    assert s["cache_ops"] > 0 and out.contract.issued == out.contract.acked
+    assert rules(out.contract.findings) == ["TS-PFX-1"] and out.events.findings == []
