@@ -23,7 +23,7 @@ import hashlib
 import struct
 from collections.abc import Iterable, Sequence
 
-__all__ = ["DIGEST_BYTES", "page_digest", "prefix_digests", "prefix_hashes", "hashable_pages", "hashed_pages"]
+__all__ = ["DIGEST_BYTES", "page_digest", "token_bytes", "chain_digests", "prefix_digests", "prefix_hashes", "hashable_pages", "hashed_pages"]
 
 DIGEST_BYTES = 32
 _U32 = struct.Struct("<I")
@@ -64,6 +64,33 @@ def page_digest(prior: bytes, tokens: Sequence[int], extra_keys: Iterable[bytes]
             h.update(_u32(len(key)))
             h.update(key)
     return h.digest()
+
+
+def token_bytes(tokens: Sequence[int]) -> bytes:
+    """A token list in the hasher's framing (u32 LE each), for ``chain_digests``."""
+    return _token_bytes(tokens)
+
+
+_FRAME_FIRST = _U32.pack(0)
+_FRAME_NEXT = _U32.pack(DIGEST_BYTES)
+
+
+def chain_digests(prior: bytes, framed: bytes, granularity: int, pages: int) -> list[bytes]:
+    """Digests of ``pages`` whole pages of already-framed tokens (``token_bytes``), chained onto ``prior``:
+    the same values as ``page_digest`` page by page, without re-framing each page's tokens."""
+    step = 4 * granularity
+    if pages * step > len(framed):
+        raise ValueError(f"{len(framed) // 4} tokens hold fewer than {pages} pages of {granularity}")
+    count = _u32(granularity)
+    sha = hashlib.sha256
+    out = []
+    for i in range(pages):
+        h = sha(_FRAME_NEXT + prior if prior else _FRAME_FIRST)
+        h.update(count)
+        h.update(framed[i * step:(i + 1) * step])
+        prior = h.digest()
+        out.append(prior)
+    return out
 
 
 def hashable_pages(num_tokens: int, granularity: int) -> int:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvsim.kvmodel.cache.prefix_hash import hashed_pages, page_digest
+from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -71,7 +71,7 @@ class Finding:
 
 
 class _Req:
-    __slots__ = ("tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill")
+    __slots__ = ("tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill", "framed")
 
     def __init__(self, tokens) -> None:
         self.tokens = tokens
@@ -82,6 +82,7 @@ class _Req:
         self.seen = False
         self.hit = 0
         self.prefill = len(tokens)
+        self.framed: bytes | None = None
 
     def token_slice(self, a: int, b: int):
         n = len(self.tokens)
@@ -93,6 +94,15 @@ class _Req:
     def digest(self, page: int, p: int) -> bytes | None:
         """The prefix key of page ``page`` (None while its tokens are not all known)."""
         d = self.digests
+        if len(d) > page:
+            return d[page]
+        whole = len(self.tokens) // p
+        if page < whole:  # prompt pages: frame the prompt once, hash every whole page in one pass
+            if self.framed is None:
+                self.framed = token_bytes(self.tokens)
+            start = len(d)
+            d.extend(chain_digests(d[-1] if d else b"", memoryview(self.framed)[start * 4 * p:], p, whole - start))
+            return d[page]
         while len(d) <= page:
             i = len(d)
             if (i + 1) * p > len(self.tokens) + len(self.generated):

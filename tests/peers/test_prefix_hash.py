@@ -61,3 +61,13 @@ def test_numpy_tokens_hash_like_lists():
     assert prefix_hashes(np.asarray(tokens, dtype=np.int64), 64) == prefix_hashes(tokens, 64)
     with pytest.raises(ValueError):
         page_digest(b"", np.asarray([-1]))
+
+
+def test_chain_digests_equal_page_by_page():
+    from kvsim.kvmodel.cache.prefix_hash import chain_digests, token_bytes
+    tokens = list(range(7, 7 + 50))
+    whole = prefix_digests(tokens, 8)
+    assert chain_digests(b"", token_bytes(tokens), 8, 6) == whole
+    assert chain_digests(whole[1], token_bytes(tokens[16:]), 8, 4) == whole[2:]
+    with pytest.raises(ValueError):
+        chain_digests(b"", token_bytes(tokens), 8, 7)
