@@ -221,3 +221,17 @@ def test_host_tier_ops_are_acknowledged_once_and_loads_hold_their_content():
     s = out.contract.summary()
     assert s["cache_ops"] > 0 and out.contract.issued == out.contract.acked
     assert rules(out.contract.findings) == ["TS-PFX-1"] and out.events.findings == []
+
+
+def test_lcm_parents_needed_equal_the_models():
+    from kvsim.kvmodel.cache import api
+    rng = random.Random(11)
+    for _ in range(20):
+        packing = (rng.randrange(1, 5), rng.randrange(1, 5))
+        c = T._config(T.RunConfig(pages=65, prefix_granularity=64))
+        c.cache_groups = [ts.CacheGroupConfig("full", 64, 65, ts.AttnKind.Full, None, packing[0]),
+                          ts.CacheGroupConfig("swa", 64, 65, ts.AttnKind.SlidingWindow, 128, packing[1])]
+        cm = ts.CapacityModel(c)
+        for _ in range(10):
+            pages = [rng.randrange(0, 40), rng.randrange(0, 40)]
+            assert cm.lcm_blocks_needed_for(pages) == api.lcm_blocks_needed_for(packing, pages)
