@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
                    help="num_device_pages, null page 0 included (default: unbounded, never evicts)")
     p.add_argument("--host-pages", type=int, default=0,
                    help="Host (L2) pages: enables write-back / load-back cache ops, each acknowledged once")
+    p.add_argument("--swa-window", type=int, default=None,
+                   help="add a sliding-window group 'swa' (window in tokens) beside the full-attention group")
     p.add_argument("--max-output", type=int, default=None, help="cap each request's output tokens")
     p.add_argument("--prefix-granularity", type=int, default=64)
     p.add_argument("--max-plans", type=int, default=None, help="stop after N plans")
@@ -56,12 +58,15 @@ def run(args) -> int:
     if not reqs:
         raise InputError(f"{args.workload}:1: no requests")
     p = args.prefix_granularity
-    pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, p)
+    pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, p, 1 + (args.swa_window is not None))
     if args.stagger < -1:
         raise InputError("--stagger:0: must be at least -1")
     if args.host_pages < 0:
         raise InputError("--host-pages:0: must be at least 0")
-    cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger, host_pages=args.host_pages)
+    if args.swa_window is not None and args.swa_window < 1:
+        raise InputError("--swa-window:0: must be at least 1")
+    cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger, host_pages=args.host_pages,
+                       swa_window=args.swa_window)
     meta = {"workload": Path(args.workload).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
     for target in (args.record, args.events_log, args.json):

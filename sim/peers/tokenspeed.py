@@ -28,6 +28,7 @@ from kvsim.sim.trace import cachetrace as ct
 __all__ = ["available", "version", "RunConfig", "RunOutcome", "unbounded_pages", "run"]
 
 GROUP = "full"
+SWA = "swa"
 
 
 def available() -> bool:
@@ -54,6 +55,7 @@ class RunConfig:
     max_scheduled_tokens: int = 8192
     max_idle_plans: int = 64         # consecutive plans with nothing scheduled before the run counts as stalled
     host_pages: int = 0              # Host (L2) pages; 0 disables the L2 tier and its write-back / load-back ops
+    swa_window: int | None = None    # add a sliding-window group "swa" (window in tokens) beside "full"
     stagger: int = 0                 # submit request i before plan i*stagger (0: all before the first plan;
                                      # -1: one at a time, each once the scheduler is idle)
 
@@ -71,9 +73,10 @@ class RunOutcome:
     plan_costs_ms: list[float] = field(default_factory=list)
 
 
-def unbounded_pages(requests: list[Request], p: int) -> int:
-    """A pool that never evicts: every request's prompt and output pages, a tail copy each, and the null page."""
-    return 1 + sum(-(-(len(r.tokens) + r.max_new_tokens) // p) + 2 for r in requests)
+def unbounded_pages(requests: list[Request], p: int, groups: int = 1) -> int:
+    """A pool that never evicts: every request's prompt and output pages and a tail copy, in every group (the
+    groups share one pool of parents), and the null page."""
+    return 1 + groups * sum(-(-(len(r.tokens) + r.max_new_tokens) // p) + 2 for r in requests)
 
 
 def _config(cfg: RunConfig):
@@ -81,6 +84,9 @@ def _config(cfg: RunConfig):
     c = ts.SchedulerConfig()
     c.prefix_granularity = cfg.prefix_granularity
     c.cache_groups = [ts.CacheGroupConfig(GROUP, cfg.prefix_granularity, cfg.pages, ts.AttnKind.Full)]
+    if cfg.swa_window is not None:
+        c.cache_groups = c.cache_groups + [ts.CacheGroupConfig(SWA, cfg.prefix_granularity, cfg.pages,
+                                                               ts.AttnKind.SlidingWindow, cfg.swa_window)]
     c.num_device_pages = cfg.pages
     c.num_host_pages = cfg.host_pages
     c.disable_l2_cache = cfg.host_pages == 0
@@ -95,7 +101,9 @@ def _config(cfg: RunConfig):
 def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
     return ct.Header(format=ct.FORMAT, config=ct.Config(
         scheduler=f"tokenspeed-scheduler {version()}", prefix_granularity=cfg.prefix_granularity,
-        groups=[ct.Group(GROUP, cfg.prefix_granularity, cfg.pages, "full")], num_device_pages=cfg.pages,
+        groups=[ct.Group(GROUP, cfg.prefix_granularity, cfg.pages, "full")] + (
+            [ct.Group(SWA, cfg.prefix_granularity, cfg.pages, "sliding", cfg.swa_window)]
+            if cfg.swa_window is not None else []), num_device_pages=cfg.pages,
         num_host_pages=cfg.host_pages,
         max_batch_size=cfg.max_batch_size, max_scheduled_tokens=cfg.max_scheduled_tokens), meta=meta or {})
 

@@ -235,3 +235,15 @@ def test_lcm_parents_needed_equal_the_models():
         for _ in range(10):
             pages = [rng.randrange(0, 40), rng.randrange(0, 40)]
             assert cm.lcm_blocks_needed_for(pages) == api.lcm_blocks_needed_for(packing, pages)
+
+
+def test_sliding_window_group_orphans_its_first_store(tmp_path):
+    """The documented finding: with a sliding-window group, the first BlockStored names a parent the
+    stream never stored (EV-3); the observable contract is clean on the same run."""
+    reqs = read_mooncake(SAMPLES / "findings" / "swa_orphans.workload.jsonl")
+    ev = tmp_path / "e.jsonl"
+    out = T.run(reqs, T.RunConfig(pages=T.unbounded_pages(reqs, 64, 2), swa_window=128), events_log=str(ev))
+    assert out.contract.findings == []
+    assert [(f.rule, f.line) for f in out.events.findings][:1] == [("EV-3", 7)]
+    assert ev.read_bytes() == (SAMPLES / "findings" / "swa_orphans.events.jsonl").read_bytes()
+    assert main(["events", str(ev), "--quiet"]) == 1
