@@ -247,3 +247,28 @@ def test_sliding_window_group_orphans_its_first_store(tmp_path):
     assert [(f.rule, f.line) for f in out.events.findings][:1] == [("EV-3", 7)]
     assert ev.read_bytes() == (SAMPLES / "findings" / "swa_orphans.events.jsonl").read_bytes()
     assert main(["events", str(ev), "--quiet"]) == 1
+
+
+@pytest.mark.parametrize("seed,window", [(1, 16), (2, 32), (3, 48)])
+def test_hit_lengths_with_a_sliding_group_equal_the_models(seed, window):
+    """Full + sliding-window groups, one request at a time: the wheel's hits equal the model's converged
+    hits when the model publishes as the wheel does -- at the prompt's end (PrefillDone) and at finish,
+    each after retention up to the last whole page."""
+    from kvsim.kvmodel.cache.group_spec import sliding
+    p, m = 16, 17
+    prompts = aligned_prompts(random.Random(seed), p, 25)
+    reqs = [Request(f"r{i}", np.asarray(x, dtype=np.int64), m, ()) for i, x in enumerate(prompts)]
+    pages = T.unbounded_pages(reqs, p, 2)
+    out = T.run(reqs, T.RunConfig(pages=pages, prefix_granularity=p, stagger=-1, swa_window=window))
+    assert out.contract.findings == []
+    c = CacheCoordinator(CacheConfig(p, (full("full", p), sliding("swa", p, window)), (1, 1), pages))
+    want = {}
+    for r, x in zip(reqs, prompts):
+        want[r.id] = c.probe(x).hit_tokens
+        seq = x + [T._token(r.id, i) for i in range(m)]
+        assert c.admit(r.id, seq, len(x), m) is not None
+        for computed in (len(x), len(x) + m - 1):
+            c.reclaim_expired(r.id, computed - computed % p)
+            c.publish(r.id, seq, computed)
+        c.free(r.id)
+    assert out.contract.hits == want and any(want.values())
