@@ -23,8 +23,8 @@ KINDS = ("state", "transition", "clause")
 # itself, and its counters are no engine coverage), "none" (a clause recorded but not checkable from
 # traces; `not_checkable` says why).
 EVIDENCE = ("engine", "model", "none")
-SCOPES = ("config", "pool", "page", "space", "row", "store", "none")
-_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE)-[1-9][0-9]*$")
+SCOPES = ("config", "pool", "page", "space", "row", "store", "cache", "none")  # cache: a kvmodel.cache CacheState
+_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL))-[1-9][0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -148,11 +148,12 @@ def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decis
                           not_checkable=not_checkable))
 
 
-FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE")
+FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE",
+                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL")
 
 
 def _order(r: Rule):
-    fam, n = r.id.split("-")
+    fam, n = r.id.rsplit("-", 1)
     return FAMILY_ORDER.index(fam), int(n)
 
 

@@ -107,7 +107,7 @@ class Checker:
         self.st = store
         self.by_scope: dict[str, list] = {s: [] for s in SCOPES}
         for rule in all_rules():
-            if rule.kind == "state":
+            if rule.kind == "state" and rule.scope in self.by_scope:  # cache-scope rules: spec.cache_checking
                 self.by_scope[rule.scope].append(rule)
         # every state rule bound once to its Coverage cell and context builder: the loop reads no dicts
         self._bound = {sc: tuple((r.id, r.checker, store.cov.cell(r.id), _CTX[sc]) for r in rules)

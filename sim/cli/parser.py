@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from kvsim.sim.cli import bench, capacity, check, replay, rules, simulate
+from kvsim.sim.cli import bench, capacity, check, events, peer, replay, rules, simulate
 
-COMMANDS = (replay, check, rules, capacity, bench, simulate)
+COMMANDS = (replay, check, rules, capacity, bench, simulate, peer, events)
 
 
 def build_parser() -> argparse.ArgumentParser:

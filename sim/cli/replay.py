@@ -7,11 +7,13 @@ from rich.console import Console
 from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, remember, run_traces, write_reports
 from kvsim.sim.report.build import build_report, timelines
 from kvsim.sim.report.console import print_report
+from kvsim.sim.trace.cachetrace import is_cachetrace
 from kvsim.kvmodel.store import PROFILES
 
 
 def add_parser(sub) -> None:
-    r = sub.add_parser("replay", help="replay kvtrace/1 traces against the store contract")
+    r = sub.add_parser("replay", help="replay kvtrace/1 traces against the store contract (cachetrace/1 files "
+                       "against the scheduler's observable contract)")
     r.add_argument("traces", nargs="+")
     r.add_argument("--lockstep", action="store_true", help="run the physical implementation beside the model")
     r.add_argument("--lockstep-profile", choices=PROFILES,
@@ -26,9 +28,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    results = run_traces(args.traces, args.stop_at_first, args.lockstep or bool(args.lockstep_profile),
-                         lockstep_profile=args.lockstep_profile)
+    cache = [t for t in args.traces if is_cachetrace(t)]  # cachetrace/1, detected from the header
+    results = run_traces([t for t in args.traces if t not in cache], args.stop_at_first,
+                         args.lockstep or bool(args.lockstep_profile), lockstep_profile=args.lockstep_profile)
     report = build_report(results)
+    if cache:
+        from kvsim.sim.peers.judge import merge_cachetraces
+        merge_cachetraces(report, cache)
     write_reports(report, timelines(results), args.json, args.junit, args.markdown, args.html)
     remember(report)
     if not args.quiet:

@@ -1,0 +1,80 @@
+"""`kvsim events LOG...`: judge KV-event logs (vLLM / SGLang subscriber batches, TokenSpeed's drained
+events, or a cachetrace/1 file's kv lines): every finding as ``file:line: RULE message``.
+
+``--hash sha256`` recomputes every block hash with TokenSpeed's SHA-256 prefix framing, ``--hash fnv1a64``
+with TokenSpeed's KV-event hash (the hashes its event stream actually carries); ``none`` checks structure
+only. ``--partial-tails`` accepts a last block shorter than the block size (TokenSpeed publishes its growing
+tail page); it is on by default for cachetrace/1 input, whose scheduler documents it.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.report.kvreport import dumps_report
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("events", help="judge KV-event logs (BlockStored / BlockRemoved / AllBlocksCleared)")
+    p.add_argument("logs", nargs="+")
+    p.add_argument("--block-size", type=int, default=None, help="every BlockStored must declare this size")
+    p.add_argument("--hash", choices=("none", "sha256", "fnv1a64"), default="none",
+                   help="recompute every hash under this scheme")
+    p.add_argument("--capacity", type=int, default=None, help="live blocks (per medium) may not exceed this")
+    p.add_argument("--partial-tails", action="store_true",
+                   help="accept a partial last block per store (an engine that documents growing tails)")
+    p.add_argument("--json", help="write the kvreport/1-style report")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=run)
+
+
+def run(args) -> int:
+    from kvsim.sim.peers.events import EventChecker, EventLogError, read_event_log
+    from kvsim.sim.peers.report import build, file_sha256
+
+    for name in ("block_size", "capacity"):
+        v = getattr(args, name)
+        if v is not None and v < (1 if name == "block_size" else 0):
+            raise InputError(f"--{name.replace('_', '-')}:0: out of range")
+    reports = []
+    for path in args.logs:
+        try:
+            form, batches = read_event_log(path)
+            checker = EventChecker(args.block_size, args.hash, args.capacity,
+                                   args.partial_tails or form == "cachetrace/1")
+            for line, events in batches:
+                checker.batch(events, line)
+        except EventLogError as exc:
+            raise InputError(str(exc)) from None
+        inputs = [{"path": path, "sha256": file_sha256(path), "events": checker.stats["batches"]}]
+        reports.append(build(inputs, path, None, checker, {"log": {"form": form, "hash": args.hash}}))
+    report = reports[0] if len(reports) == 1 else _merge(reports)
+    if args.json:
+        write(args.json, dumps_report(report))
+    if not args.quiet:
+        console = Console()
+        for r in reports:
+            kv = r["stats"]["kv_events"]
+            console.print(f"{r['inputs'][0]['path']}: {r['verdict'].upper()} ({r['stats']['log']['form']} form, "
+                          f"{kv['batches']:,} batches, {kv['stored']:,} stored, {kv['removed']:,} removed, "
+                          f"peak live {kv['peak_live']:,})", markup=False)
+            for v in r["violations"]:
+                console.print(f"{v['trace']}:{v['line']}: {v['rule']} {v['message']}", markup=False)
+    return EXIT_VIOLATION if report["verdict"] == "fail" else EXIT_OK
+
+
+def _merge(reports: list[dict]) -> dict:
+    out = {"format": "kvreport/1", "inputs": [], "verdict": "pass", "violations": [], "refusals": [],
+           "rules": {}, "stats": {"logs": {}}}
+    for r in reports:
+        out["inputs"] += r["inputs"]
+        out["violations"] += r["violations"]
+        if r["verdict"] == "fail":
+            out["verdict"] = "fail"
+        for rid, c in r["rules"].items():
+            acc = out["rules"].setdefault(rid, {**c, "checked": 0, "exercised": 0, "violated": 0})
+            for k in ("checked", "exercised", "violated"):
+                acc[k] += c[k]
+        out["stats"]["logs"][r["inputs"][0]["path"]] = r["stats"]
+    return out

@@ -1,0 +1,478 @@
+"""The observable contract of a prefix-caching scheduler, judged plan by plan from cachetrace/1 records.
+
+A scheduler shows its runtime block tables, pages to zero and to copy, prefix lengths and cache operations;
+it does not show its pool or index. This judge keeps only what those observations imply -- which live
+table names which block, and which prefix key each block's content carries -- and checks:
+
+* TS-TBL-1 (cache concepts: "publishing a table's completed blocks may replace one with the key's existing
+  canonical block"): a block newly named by a table is either handed out fresh in that plan (a page to zero
+  or a copy destination) or already holds exactly that slot's prefix key (a hit, or the swap to the
+  canonical copy); no block is named by two live tables except through the same key; no write lands in a
+  block another live table names or in a block holding published content.
+* TS-POOL-4 ("a replicated group translates to itself minus the null block"): block 0 is never handed out,
+  zeroed or copied; in a full-attention group a table never names it.
+* TS-PFX-1 (prefix_granularity "defines the identity boundary of cached prefixes: two requests share cache
+  only at multiples of this many tokens"): prefix hits are multiples of P and never reach the prompt's last
+  token.
+* PEER-1 capacity: every block id lies in [1, total_pages) of its group.
+* PEER-2 fresh pages ("a load targets freshly acquired pages"): a page to zero or copy into is named by no
+  live table other than the one receiving it in that plan, and appears once per plan.
+* PEER-3 acknowledgement ("neither side dedups or invents an acknowledgement"): every cache op id is issued
+  once and acknowledged exactly once, and only after it was issued.
+* PEER-4 hits bounded by the trace: every hit page's prefix key was computed by some request in an earlier
+  plan (the data plane orders a hitter's forward after the writer).
+
+With a Host tier, a write-back copies a Device page's content (its key and last writer) to a Host page at
+plan time, and a load-back hands out a fresh Device page holding that Host page's content; a table that
+names it is judged by that content.
+
+Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
+the tokens its results produced). This module knows cachetrace/1 records, never a scheduler's API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
+from kvsim.sim.trace import cachetrace as ct
+
+__all__ = ["RULES", "Contract", "Finding"]
+
+RULES: dict[str, tuple[str, str]] = {
+    "TS-TBL-1": ("no two live tables alias a block except through the same cache key; no live table names "
+                 "a freed block", "may replace one with the key's existing canonical block"),
+    "TS-POOL-4": ("null block 0 never handed out, zeroed or named by a full-attention table",
+                  "a replicated group translates to itself minus the null block"),
+    "TS-PFX-1": ("prefix hits only at multiples of prefix_granularity, short of the prompt's last token",
+                 "two requests share cache only at multiples of this many tokens"),
+    "PEER-1": ("every block id lies within its group's pages (capacity never exceeded)",
+               "its capacity belongs to the global empty-parent FIFO rather than any group"),
+    "PEER-2": ("pages to zero and copy destinations are fresh: no other live table names them",
+               "a load targets freshly acquired pages"),
+    "PEER-3": ("every cache op is issued once and acknowledged exactly once",
+               "neither side dedups or invents an acknowledgement"),
+    "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
+               "the FIFO data plane orders any hitter's forward after the writer"),
+}
+
+
+@dataclass
+class Finding:
+    rule: str
+    line: int
+    plan: int
+    message: str
+    context: dict = field(default_factory=dict)
+
+    def as_dict(self, trace: str) -> dict:
+        return {"rule": self.rule, "trace": trace, "event": self.plan, "line": self.line, "op": "plan",
+                "message": self.message, "context": self.context}
+
+
+class _Req:
+    __slots__ = ("tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill", "framed")
+
+    def __init__(self, tokens) -> None:
+        self.tokens = tokens
+        self.generated: list[int] = []
+        self.digests: list[bytes] = []
+        self.computed = 0
+        self.rows: dict[str, list[int]] = {}
+        self.seen = False
+        self.hit = 0
+        self.prefill = len(tokens)
+        self.framed: bytes | None = None
+
+    def token_slice(self, a: int, b: int):
+        n = len(self.tokens)
+        if b <= n:
+            return self.tokens[a:b]
+        head = list(self.tokens[a:n]) if a < n else []
+        return head + self.generated[max(a - n, 0):b - n]
+
+    def digest(self, page: int, p: int) -> bytes | None:
+        """The prefix key of page ``page`` (None while its tokens are not all known)."""
+        d = self.digests
+        if len(d) > page:
+            return d[page]
+        whole = len(self.tokens) // p
+        if page < whole:  # prompt pages: frame the prompt once, hash every whole page in one pass
+            if self.framed is None:
+                self.framed = token_bytes(self.tokens)
+            start = len(d)
+            d.extend(chain_digests(d[-1] if d else b"", memoryview(self.framed)[start * 4 * p:], p, whole - start))
+            return d[page]
+        while len(d) <= page:
+            i = len(d)
+            if (i + 1) * p > len(self.tokens) + len(self.generated):
+                return None
+            d.append(page_digest(d[-1] if d else b"", self.token_slice(i * p, (i + 1) * p)))
+        return d[page]
+
+
+class Contract:
+    """Feed it submit / plan / result records in order; ``findings`` collects what broke."""
+
+    def __init__(self, config: ct.Config, max_findings: int = 1000):
+        self.config = config
+        self.p = config.prefix_granularity
+        self.groups = {g.id: g for g in config.groups}
+        self.reqs: dict[str, _Req] = {}
+        self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
+        self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
+        self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> (request, slot) last written
+        self.host: dict[int, tuple] = {}   # Host page -> (content key, last writer) written back to it
+        self._loaded_content: list[tuple] = []
+        self._keyed_loads: set[int] = set()
+        self.published: set[bytes] = set()
+        self.pending: list[bytes] = []
+        self.issued: set[int] = set()
+        self.acked: set[int] = set()
+        self.seen_keys: set[bytes] = set()   # every prompt page key submitted so far (the trace's bound)
+        self.hits: dict[str, int] = {}     # request -> prefix hit of its first extend
+        self.findings: list[Finding] = []
+        self.max_findings = max_findings
+        self.counts = {r: 0 for r in RULES}
+        self.stats = {"requests": 0, "plans": 0, "prompt_tokens": 0, "hits": 0, "hit_tokens": 0, "bound_tokens": 0,
+                      "extend_tokens": 0, "decode_tokens": 0, "pages_zeroed": 0, "pages_copied": 0,
+                      "cache_ops": 0, "tail_hits": 0, "aborts": 0, "finished": 0, "peak_live_blocks": 0}
+        self._plan = -1
+        self._batch: ct.Batch | None = None
+
+    # -- findings ---------------------------------------------------------------------------------------------
+    def _find(self, rule: str, line: int, message: str, **ctx) -> None:
+        self.counts[rule] += 1
+        if len(self.findings) < self.max_findings:
+            self.findings.append(Finding(rule, line, self._plan, message, ctx))
+
+    # -- records ----------------------------------------------------------------------------------------------
+    def submit(self, rec: ct.Submit, line: int = 0) -> None:
+        if rec.request in self.reqs:
+            raise ValueError(f"request {rec.request!r} submitted while still live")
+        r = _Req(rec.tokens)
+        self.reqs[rec.request] = r
+        self.stats["requests"] += 1
+        self.stats["prompt_tokens"] += len(rec.tokens)
+        pages = hashed_pages(len(rec.tokens), self.p)
+        bound, chain = 0, True
+        for i in range(pages):
+            d = r.digest(i, self.p)
+            if chain and d in self.seen_keys:
+                bound += 1
+            else:
+                chain = False
+        for i in range(hashed_pages(len(rec.tokens) + 1, self.p)):
+            self.seen_keys.add(r.digest(i, self.p))
+        self.stats["bound_tokens"] += bound * self.p
+
+    def plan(self, rec: ct.Plan, line: int = 0) -> None:
+        self._plan = rec.plan
+        self.stats["plans"] += 1
+        if self.pending:
+            self.published.update(self.pending)
+            self.pending.clear()
+        b = rec.batch
+        self._batch = b
+        for rid in b.requests:
+            if rid not in self.reqs:
+                raise ValueError(f"plan {rec.plan} names request {rid!r} that was never submitted")
+        # Host tier: a write-back copies a Device page's content to Host; a load-back fills a fresh Device
+        # page from Host (cache concepts: "a store skips keys already in flight, a load targets freshly
+        # acquired pages"). Both run before this plan's zeroing and forward.
+        loaded: dict[str, list[int]] = {}
+        g0 = next(iter(self.groups))
+        for op in rec.cache:
+            if op.kind.startswith("WriteBack"):
+                for src, dst in op.pages:
+                    self.host[dst] = (self.content[g0].get(src), self.writer[g0].get(src))
+            elif op.kind.startswith("LoadBack"):
+                for src, dst in op.pages:
+                    key, who = self.host.get(src, (None, None))
+                    loaded.setdefault(g0, []).append(dst)
+                    self.content[g0].pop(dst, None)
+                    if key is not None:
+                        self._loaded_content.append((g0, dst, key))
+                    if who is not None:
+                        self.writer[g0][dst] = who
+                    else:
+                        self.writer[g0].pop(dst, None)
+        # copies run before zeroing: "an unpinned op's sources may be re-granted in the same plan, so it is
+        # launched first and ... waits on its completion event before the zeroing is enqueued"
+        fresh: dict[str, set[int]] = {}
+        copied: dict[str, dict[int, int]] = {}
+        for g, pairs in rec.copy.items():
+            self._check_ids(g, [s for s, _ in pairs], line, "copy source")
+            writer = self.writer[g]
+            for src, dst in pairs:
+                copied.setdefault(g, {})[dst] = src
+                if src in writer:
+                    writer[dst] = writer[src]
+                else:
+                    writer.pop(dst, None)
+            fresh.setdefault(g, set()).update(self._fresh_list(g, [d for _, d in pairs], line, "copy destination"))
+            self.stats["pages_copied"] += len(pairs)
+        for g, pages in rec.zero.items():
+            fresh.setdefault(g, set()).update(self._fresh_list(g, pages, line, "zero"))
+            writer = self.writer[g]
+            for blk in pages:
+                writer.pop(blk, None)
+            self.stats["pages_zeroed"] += len(pages)
+        for g, pages in loaded.items():
+            self._check_ids(g, pages, line, "load-back destination")
+            fresh.setdefault(g, set()).update(pages)
+        self._keyed_loads = set()
+        for g, dst, key in self._loaded_content:  # a loaded page holds the key it was written back with
+            self.content[g][dst] = key
+            self._keyed_loads.add(dst)
+        self._loaded_content.clear()
+        newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
+        for g, rows in rec.tables.items():
+            if g not in self.groups:
+                raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
+            for rid, row in rows.items():
+                self._row(g, rid, row, fresh.get(g, set()), newly.setdefault(g, {}), line)
+        for g, blocks in fresh.items():
+            hold = self.holders[g]
+            got = newly.get(g, {})
+            for blk in sorted(blocks):
+                receivers = got.get(blk, [])
+                if hold.get(blk, 0) > len(receivers):
+                    self._find("PEER-2", line, f"{g} block {blk} is handed out fresh while a live table still names "
+                               "it", group=g, block=blk)
+                elif len(receivers) > 1:
+                    self._find("TS-TBL-1", line, f"fresh {g} block {blk} given to {len(receivers)} slots "
+                               f"({', '.join(f'{r}[{i}]' for r, i in receivers[:4])})", group=g, block=blk)
+        # prefix hits: the first extend of a request
+        p = self.p
+        for k in range(b.extends):
+            rid = b.requests[k]
+            r = self.reqs[rid]
+            if r.seen:
+                continue
+            r.seen = True
+            hit = b.prefix_lengths[k]
+            r.hit = hit
+            self.hits[rid] = hit
+            self.stats["hit_tokens"] += hit
+            self.stats["hits"] += hit > 0
+            if hit % p:
+                self.stats["tail_hits"] += 1
+                self._find("TS-PFX-1", line, f"{rid} hits {hit} tokens, not a multiple of {p}", request=rid, hit=hit)
+                self._tail_hit(rid, r, hit, copied, line)
+            if hit >= r.prefill:
+                self._find("TS-PFX-1", line, f"{rid} hits {hit} of its {r.prefill} prompt tokens: the last token "
+                           "must be computed", request=rid, hit=hit)
+            for i in range(min(hit, r.prefill) // p):
+                if r.digest(i, p) not in self.published:
+                    self._find("PEER-4", line, f"{rid} hits page {i}, which no request computed in an earlier plan",
+                               request=rid, page=i, hit=hit)
+                    break
+        # writes of this plan's forward
+        for k, rid in enumerate(b.requests):
+            r = self.reqs[rid]
+            start = b.prefix_lengths[k] if k < b.extends else r.computed
+            n = b.input_lengths[k]
+            if n:
+                self._writes(rid, r, start, start + n, line)
+        for op in rec.cache:
+            self.stats["cache_ops"] += 1
+            for oid in op.op_ids:
+                if oid in self.issued:
+                    self._find("PEER-3", line, f"cache op {oid} issued twice", op_id=oid)
+                self.issued.add(oid)
+        for a in rec.aborts:
+            self.stats["aborts"] += 1
+            self._end(a.request)
+        live = sum(len(h) for h in self.holders.values())
+        if live > self.stats["peak_live_blocks"]:
+            self.stats["peak_live_blocks"] = live
+
+    def result(self, rec: ct.Result, line: int = 0) -> None:
+        b = self._batch
+        if b is None or rec.plan != self._plan:
+            raise ValueError(f"result for plan {rec.plan} does not follow that plan")
+        p = self.p
+        for k, rid in enumerate(b.requests):
+            r = self.reqs.get(rid)
+            if r is None:  # aborted by this plan
+                continue
+            n = b.input_lengths[k]
+            start = b.prefix_lengths[k] if k < b.extends else r.computed
+            before, r.computed = start, start + n
+            if k < b.extends:
+                self.stats["extend_tokens"] += n
+            else:
+                self.stats["decode_tokens"] += n
+            if k < len(rec.tokens):
+                r.generated.extend(rec.tokens[k])
+            for g, row in r.rows.items():
+                bg = self.groups[g].block_granularity
+                content, writer = self.content[g], self.writer[g]
+                if n:
+                    for i in range(before // bg, min((r.computed - 1) // bg + 1, len(row))):
+                        if row[i] > 0:
+                            writer[row[i]] = (r, i)
+                for i in range(before // bg, min(r.computed // bg, len(row))):
+                    d = r.digest((i * bg) // p, p) if ((i * bg) // p + 1) * p <= r.computed else None
+                    if d is None:
+                        continue
+                    blk = row[i]
+                    if blk > 0:
+                        content[blk] = (d, i % (p // bg) if bg < p else 0)
+                    if bg >= p or (i + 1) * bg % p == 0:
+                        self.pending.append(d)
+        for rid in rec.finish:
+            self.stats["finished"] += 1
+            self._end(rid)
+        for oid in rec.done:
+            if oid not in self.issued:
+                self._find("PEER-3", line, f"cache op {oid} acknowledged but never issued", op_id=oid)
+            elif oid in self.acked:
+                self._find("PEER-3", line, f"cache op {oid} acknowledged twice", op_id=oid)
+            self.acked.add(oid)
+
+    def finish(self, line: int = 0) -> None:
+        """End of the trace: every issued op must have been acknowledged."""
+        missing = sorted(self.issued - self.acked)
+        if missing:
+            self._find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",
+                       op_id=missing[0])
+
+    def _tail_hit(self, rid: str, r: _Req, hit: int, copied: dict, line: int) -> None:
+        """A hit that ends inside a page reuses a partial page: its content must be this prompt's tokens.
+
+        The reused page reaches the request either as a copy destination (its source's last writer is
+        compared) or directly (then its own last writer is)."""
+        p = self.p
+        k = hit // p
+        for g, row in r.rows.items():
+            bg = self.groups[g].block_granularity
+            slot = (k * p) // bg + (hit - k * p) // bg
+            if bg < p or slot >= len(row):
+                continue
+            blk = row[slot]
+            src = copied.get(g, {}).get(blk, blk)
+            w = self.writer[g].get(src)
+            ok = False
+            if w is not None:
+                sreq, si = w
+                same_prefix = k == 0 or sreq.digest(k - 1, p) == r.digest(k - 1, p)
+                mine = r.token_slice(k * p, hit)
+                theirs = sreq.token_slice(k * p, hit)
+                ok = si == slot and same_prefix and sreq.computed >= hit and list(mine) == list(theirs)
+            if not ok:
+                self._find("PEER-4", line, f"{rid} hits {hit} tokens through {g} block {src}, whose last write "
+                           "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
+
+    # -- pieces -----------------------------------------------------------------------------------------------
+    def _check_ids(self, g: str, blocks, line: int, what: str) -> None:
+        total = self.groups[g].total_pages
+        for blk in blocks:
+            if blk == 0:
+                self._find("TS-POOL-4", line, f"{what} is the null block 0 ({g})", group=g)
+            elif blk >= total:
+                self._find("PEER-1", line, f"{what} {blk} beyond {g}'s {total} pages", group=g, block=blk)
+
+    def _fresh_list(self, g: str, pages, line: int, what: str) -> list[int]:
+        if g not in self.groups:
+            raise ValueError(f"unknown cache group {g!r}")
+        self._check_ids(g, pages, line, f"page to {what}" if what == "zero" else what)
+        if len(set(pages)) != len(pages):
+            dup = sorted(x for x in set(pages) if pages.count(x) > 1)[0]
+            self._find("PEER-2", line, f"{g} page {dup} listed twice as {what} in one plan", group=g, block=dup)
+        content = self.content[g]
+        for blk in pages:
+            content.pop(blk, None)
+        return pages
+
+    def _row(self, g: str, rid: str, row: list[int], fresh: set[int], newly: dict, line: int) -> None:
+        r = self.reqs.get(rid)
+        if r is None:
+            raise ValueError(f"table of request {rid!r} that was never submitted")
+        grp = self.groups[g]
+        old = r.rows.get(g, [])
+        hold, content = self.holders[g], self.content[g]
+        bg, p, total = grp.block_granularity, self.p, grp.total_pages
+        full = grp.attn_kind == "full"
+        for i, blk in enumerate(row):
+            prev = old[i] if i < len(old) else -1
+            if blk == prev:
+                continue
+            if prev > 0:
+                left = hold[prev] - 1
+                if left:
+                    hold[prev] = left
+                else:
+                    del hold[prev]
+            if blk < 0:
+                continue
+            if blk == 0:
+                if full:
+                    self._find("TS-POOL-4", line, f"{rid}'s {g} table names the null block 0 at slot {i}",
+                               request=rid, group=g, slot=i)
+                continue
+            if blk >= total:
+                self._find("PEER-1", line, f"{rid}'s {g} table names block {blk} beyond {total} pages",
+                           request=rid, group=g, block=blk)
+            hold[blk] = hold.get(blk, 0) + 1
+            if blk in fresh:
+                newly.setdefault(blk, []).append((rid, i))
+                if blk not in self._keyed_loads:
+                    continue
+            page = (i * bg) // p
+            want = r.digest(page, p) if (page + 1) * p <= len(r.tokens) + len(r.generated) else None
+            have = content.get(blk)
+            if want is None or have is None or have[0] != want or have[1] != (i % (p // bg) if bg < p else 0):
+                why = ("holds no published content" if have is None else
+                       "holds another prefix" if want is None or have[0] != want else "holds another page offset")
+                self._find("TS-TBL-1", line, f"{rid}'s {g} slot {i} names block {blk}, which was not handed out "
+                           f"fresh and {why}", request=rid, group=g, slot=i, block=blk)
+        for i in range(len(row), len(old)):
+            prev = old[i]
+            if prev > 0:
+                left = hold[prev] - 1
+                if left:
+                    hold[prev] = left
+                else:
+                    del hold[prev]
+        r.rows[g] = list(row)
+
+    def _writes(self, rid: str, r: _Req, a: int, b: int, line: int) -> None:
+        for g, row in r.rows.items():
+            bg = self.groups[g].block_granularity
+            hold, content = self.holders[g], self.content[g]
+            for i in range(a // bg, min((b - 1) // bg + 1, len(row))):
+                blk = row[i]
+                if blk <= 0:
+                    continue
+                if hold.get(blk, 0) > 1:
+                    self._find("TS-TBL-1", line, f"{rid} writes {g} slot {i} into block {blk}, which another live "
+                               "table names", request=rid, group=g, slot=i, block=blk)
+                elif blk in content and (i + 1) * bg <= r.computed:
+                    self._find("TS-TBL-1", line, f"{rid} rewrites {g} slot {i} in block {blk}, which holds "
+                               "published content", request=rid, group=g, slot=i, block=blk)
+
+    def _end(self, rid: str) -> None:
+        r = self.reqs.get(rid)
+        if r is None:
+            raise ValueError(f"request {rid!r} ends but was never submitted")
+        for g, row in r.rows.items():
+            hold = self.holders[g]
+            for blk in row:
+                if blk > 0:
+                    left = hold[blk] - 1
+                    if left:
+                        hold[blk] = left
+                    else:
+                        del hold[blk]
+        del self.reqs[rid]
+
+    # -- summary ----------------------------------------------------------------------------------------------
+    def summary(self) -> dict:
+        s = dict(self.stats)
+        pt = s["prompt_tokens"] or 1
+        s["hit_ratio"] = round(s["hit_tokens"] / pt, 6)
+        s["trace_bound_ratio"] = round(s["bound_tokens"] / pt, 6)
+        s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
+        return s

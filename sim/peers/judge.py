@@ -1,0 +1,67 @@
+"""Judging a recorded cachetrace/1 file: every record through the observable contract, every ``kv`` batch
+through the KV-event checks. A record the judge cannot apply (a plan naming a request never submitted, a
+result out of order) is an input error at its line. Knows records, not schedulers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.trace import cachetrace as ct
+
+__all__ = ["Judged", "judge_cachetrace", "merge_cachetraces"]
+
+
+@dataclass
+class Judged:
+    header: ct.Header
+    contract: Contract
+    events: EventChecker
+    lines: int
+
+
+def judge_cachetrace(path) -> Judged:
+    """Raises ``ct.CacheTraceInputError`` (one line ``path:line: reason``) on malformed input."""
+    header, lines = ct.read_cachetrace(path)
+    cfg = header.config
+    contract = Contract(cfg)
+    events = EventChecker(block_size=cfg.prefix_granularity, capacity=cfg.num_device_pages - 1,
+                          partial_tails=True)
+    n = 1
+    for n, rec in lines:
+        try:
+            if isinstance(rec, ct.Plan):
+                contract.plan(rec, n)
+            elif isinstance(rec, ct.Result):
+                contract.result(rec, n)
+            elif isinstance(rec, ct.Submit):
+                contract.submit(rec, n)
+            else:
+                events.batch(rec.events, n)
+        except (ValueError, KeyError, IndexError) as exc:
+            raise ct.CacheTraceInputError(path, n, f"cannot apply {type(rec).__name__.lower()}: {exc}") from None
+    contract.finish(n)
+    return Judged(header, contract, events, n)
+
+
+def merge_cachetraces(report: dict, paths: list[str]) -> dict:
+    """Judge each cachetrace/1 file and add it to a kvreport/1 dict built for the kvtrace/1 inputs: its
+    input entry, violations, rule counters (rules the catalogue does not know are added) and its stats
+    under ``stats.cachetraces``."""
+    from kvsim.sim.peers.report import build, file_sha256
+
+    for path in paths:
+        j = judge_cachetrace(path)
+        one = build([{"path": path, "sha256": file_sha256(path), "events": j.lines - 1}], path, j.contract,
+                    j.events)
+        report["inputs"].append(one["inputs"][0])
+        report["violations"] += one["violations"]
+        for rid, c in one["rules"].items():
+            acc = report["rules"].setdefault(rid, {**c, "checked": 0, "exercised": 0, "violated": 0})
+            for k in ("checked", "exercised", "violated"):
+                acc[k] += c[k]
+        report.setdefault("stats", {}).setdefault("cachetraces", {})[path] = one["stats"]
+        if one["verdict"] == "fail":
+            report["verdict"] = "fail"
+    return report

@@ -1,0 +1,70 @@
+"""kvreport/1-style reports for peer runs, cachetrace/1 replays and KV-event logs.
+
+The same top-level shape as the store replay's report (DESIGN §8): inputs, verdict, violations (rule,
+trace, event, line, op, message, context), rules with their counters, stats. Deterministic unless the
+caller adds a ``timing`` section (wall-clock figures of a live run, kept apart under ``stats.timing``).
+This module knows the judges' findings and summaries, not how they were produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from kvsim.sim.peers import contract as pc
+from kvsim.sim.peers import events as pe
+
+__all__ = ["build", "file_sha256", "percentiles"]
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def percentiles(values: list[float], qs=(50, 90, 99, 100)) -> dict:
+    """Nearest-rank percentiles, rounded to microseconds when the values are milliseconds."""
+    if not values:
+        return {}
+    s = sorted(values)
+    return {f"p{q}": round(s[min(len(s) - 1, max(0, -(-q * len(s) // 100) - 1))], 3) for q in qs}
+
+
+def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: pe.EventChecker | None,
+          stats: dict | None = None) -> dict:
+    """The report of one judged input (``trace`` names it in violations)."""
+    violations = []
+    rules = {}
+    if contract is not None:
+        violations += [f.as_dict(trace) for f in contract.findings]
+        st = contract.stats
+        fresh = st["pages_zeroed"] + st["pages_copied"]
+        premise = {"TS-TBL-1": st["plans"], "TS-POOL-4": fresh, "TS-PFX-1": st["hits"], "PEER-1": st["plans"],
+                   "PEER-2": fresh, "PEER-3": st["cache_ops"], "PEER-4": st["hits"]}
+        for rid, (title, clause) in pc.RULES.items():
+            rules[rid] = {"title": title, "clause": clause, "checked": st["plans"],
+                          "exercised": premise[rid], "violated": contract.counts[rid]}
+    if events is not None:
+        events.flush()
+        violations += [f.as_dict(trace) for f in events.findings]
+        es = events.stats
+        premise = {"EV-1": es["removed"], "EV-2": es["stored"], "EV-3": es["stored"], "EV-4": es["stored"],
+                   "EV-5": es["cleared"], "EV-6": es["stored"] if events.capacity is not None else 0,
+                   "EV-7": es["stored"] if events.scheme != "none" else 0}
+        for rid, title in pe.RULES.items():
+            rules[rid] = {"title": title, "clause": "research/kv-events.md", "checked": es["batches"],
+                          "exercised": premise[rid], "violated": events.counts[rid]}
+    violations.sort(key=lambda v: (v["line"], v["rule"]))
+    total = sum(r["violated"] for r in rules.values())
+    out_stats = dict(stats or {})
+    if contract is not None:
+        out_stats["scheduler"] = contract.summary()
+    if events is not None:
+        out_stats["kv_events"] = events.summary()
+    if total > len(violations):
+        out_stats["violations_not_listed"] = total - len(violations)
+    return {"format": "kvreport/1", "inputs": inputs, "verdict": "fail" if total else "pass",
+            "violations": violations, "refusals": [], "rules": rules, "stats": out_stats}

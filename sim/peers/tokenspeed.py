@@ -1,0 +1,343 @@
+"""Driving the released TokenSpeed scheduler (PyPI ``tokenspeed-scheduler``, extra ``peers``) with a workload.
+
+The loop (research on the 0.1.42 wheel): submit every request, then repeatedly take the next execution plan,
+answer its forward batch with synthetic results (``[]`` for an intermediate prefill chunk, one token for
+the final chunk and for each decode, ``Finish`` with the request's last token), acknowledge each cache op
+with its done event, ``advance`` and drain the KV events -- until nothing waits, prefills, decodes or is
+retracted. Every plan becomes cachetrace/1 records (``sim.trace.cachetrace``), judged as it happens by
+``sim.peers.contract`` and ``sim.peers.events``; optionally written to a file.
+
+Three clocks are kept apart: time inside scheduler calls, time spent observing (reading the plan out of the
+binding, building answers, recording) and time spent judging. The judge must cost no more than the scheduler.
+This module is the only one that imports ``tokenspeed_scheduler``.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.workload import VOCAB, Request
+from kvsim.sim.trace import cachetrace as ct
+
+__all__ = ["available", "version", "RunConfig", "RunOutcome", "unbounded_pages", "run"]
+
+GROUP = "full"
+SWA = "swa"
+
+
+def available() -> bool:
+    try:
+        import tokenspeed_scheduler  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as v
+    try:
+        return v("tokenspeed-scheduler")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass
+class RunConfig:
+    pages: int                       # num_device_pages, the null page 0 included
+    prefix_granularity: int = 64
+    max_batch_size: int = 256
+    max_scheduled_tokens: int = 8192
+    max_idle_plans: int = 64         # consecutive plans with nothing scheduled before the run counts as stalled
+    host_pages: int = 0              # Host (L2) pages; 0 disables the L2 tier and its write-back / load-back ops
+    swa_window: int | None = None    # add a sliding-window group "swa" (window in tokens) beside "full"
+    stagger: int = 0                 # submit request i before plan i*stagger (0: all before the first plan;
+                                     # -1: one at a time, each once the scheduler is idle)
+
+
+@dataclass
+class RunOutcome:
+    contract: Contract
+    events: EventChecker
+    plans: int = 0
+    stalled: list[str] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # refused at submission (over capacity)
+    sched_s: float = 0.0
+    observe_s: float = 0.0
+    judge_s: float = 0.0
+    plan_costs_ms: list[float] = field(default_factory=list)
+
+
+def unbounded_pages(requests: list[Request], p: int, groups: int = 1) -> int:
+    """A pool that never evicts: every request's prompt and output pages and a tail copy, in every group (the
+    groups share one pool of parents), and the null page."""
+    return 1 + groups * sum(-(-(len(r.tokens) + r.max_new_tokens) // p) + 2 for r in requests)
+
+
+def _config(cfg: RunConfig):
+    import tokenspeed_scheduler as ts
+    c = ts.SchedulerConfig()
+    c.prefix_granularity = cfg.prefix_granularity
+    c.cache_groups = [ts.CacheGroupConfig(GROUP, cfg.prefix_granularity, cfg.pages, ts.AttnKind.Full)]
+    if cfg.swa_window is not None:
+        c.cache_groups = c.cache_groups + [ts.CacheGroupConfig(SWA, cfg.prefix_granularity, cfg.pages,
+                                                               ts.AttnKind.SlidingWindow, cfg.swa_window)]
+    c.num_device_pages = cfg.pages
+    c.num_host_pages = cfg.host_pages
+    c.disable_l2_cache = cfg.host_pages == 0
+    c.max_batch_size = cfg.max_batch_size
+    c.max_scheduled_tokens = cfg.max_scheduled_tokens
+    c.enable_mixed_prefill_decode = True
+    c.enable_kv_cache_events = True
+    c.num_snapshot_pages = 1  # 0 is refused; 1 effectively disables retraction
+    return c
+
+
+def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
+    return ct.Header(format=ct.FORMAT, config=ct.Config(
+        scheduler=f"tokenspeed-scheduler {version()}", prefix_granularity=cfg.prefix_granularity,
+        groups=[ct.Group(GROUP, cfg.prefix_granularity, cfg.pages, "full")] + (
+            [ct.Group(SWA, cfg.prefix_granularity, cfg.pages, "sliding", cfg.swa_window)]
+            if cfg.swa_window is not None else []), num_device_pages=cfg.pages,
+        num_host_pages=cfg.host_pages,
+        max_batch_size=cfg.max_batch_size, max_scheduled_tokens=cfg.max_scheduled_tokens), meta=meta or {})
+
+
+def _token(rid: str, pos: int) -> int:
+    """A synthetic output token, deterministic in (request, position)."""
+    return zlib.crc32(f"{rid}:{pos}".encode()) % VOCAB
+
+
+def _kv_event(e) -> ct.KvEvent:
+    kind = e.kind
+    if kind == "BlockStored":
+        return ct.BlockStored(list(e.block_hashes), e.parent_block_hash, list(e.token_ids), e.block_size)
+    if kind == "BlockRemoved":
+        return ct.BlockRemoved(list(e.block_hashes))
+    return ct.AllBlocksCleared()
+
+
+def _cache_ops(op) -> list[ct.CacheOp]:
+    """One record per op id: a batched op carries, per id, its lists of source and destination pages."""
+    ids = [int(x) for x in op.op_ids]
+    src = list(getattr(op, "src_pages", None) or [[]] * len(ids))
+    dst = list(getattr(op, "dst_pages", None) or [[]] * len(ids))
+    return [ct.CacheOp(type(op).__name__, [oid], [(int(a), int(b)) for a, b in zip(s, d)])
+            for oid, s, d in zip(ids, src, dst)]
+
+
+def _done_event(op, oid: int):
+    import tokenspeed_scheduler as ts
+    name = type(op).__name__.removesuffix("Op") + "DoneEvent"
+    cls = getattr(ts.Cache, name)
+    if name == "LoadBackDoneEvent":
+        return cls(oid)
+    ev = cls()
+    ev.op_id = oid
+    if hasattr(ev, "success"):
+        ev.success = True
+    return ev
+
+
+def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta: dict | None = None,
+        max_plans: int | None = None, events_log: str | None = None) -> RunOutcome:
+    """Drive the scheduler through ``requests``; judge every plan; optionally record cachetrace/1 and write
+    the KV events as a subscriber log (object-form batches ``{"ts": plan, "events": [...]}``)."""
+    import msgspec
+    import tokenspeed_scheduler as ts
+
+    clock = time.perf_counter
+    hdr = header(cfg, meta)
+    contract = Contract(hdr.config)
+    events = EventChecker(block_size=cfg.prefix_granularity, capacity=cfg.pages - 1, partial_tails=True)
+    out = RunOutcome(contract, events)
+    writer = ct.CacheTraceWriter(record, hdr) if record else None
+    elog = open(events_log, "wb") if events_log else None
+    enc = msgspec.json.Encoder()
+    line = 1
+
+    t0 = clock()
+    sched = ts.Scheduler(_config(cfg))
+    out.sched_s += clock() - t0
+    budget = {r.id: r.max_new_tokens for r in requests}
+    produced: dict[str, int] = {}
+    queue = list(requests)
+    queue.reverse()
+
+    def submit_due(plan_no: int) -> None:
+        nonlocal line
+        due = []
+        if cfg.stagger < 0:
+            if queue and not (sched.waiting_size() + sched.prefilling_size() + sched.decoding_size()
+                              + sched.retracted_size()):
+                due.append(queue.pop())
+        while queue and cfg.stagger >= 0 and (cfg.stagger == 0 or
+                                              (len(requests) - len(queue)) * cfg.stagger <= plan_no):
+            due.append(queue.pop())
+        if not due:
+            return
+        t0 = clock()
+        specs = []
+        for r in due:
+            spec = ts.RequestSpec()
+            spec.request_id = r.id
+            spec.tokens = r.tokens
+            spec.max_new_tokens = r.max_new_tokens
+            specs.append(spec)
+        t1 = clock()
+        try:
+            sched.submit_requests(specs)
+        except ValueError:  # one request over the scheduler's capacity refuses the batch: submit one by one
+            kept = []
+            for r, spec in zip(due, specs):
+                try:
+                    sched.submit_requests([spec])
+                    kept.append(r)
+                except ValueError as exc:
+                    out.rejected.append((r.id, str(exc)))
+            due = kept
+        t2 = clock()
+        out.observe_s += t1 - t0
+        out.sched_s += t2 - t1
+        for r in due:
+            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens)
+            line += 1
+            if writer:
+                writer.write(rec)
+            t3 = clock()
+            contract.submit(rec, line)
+            out.judge_s += clock() - t3
+
+    last_rows: dict[str, bytes] = {}
+    idle = 0
+    plan_no = 0
+    while True:
+        submit_due(plan_no)
+        t0 = clock()
+        busy = sched.waiting_size() + sched.prefilling_size() + sched.decoding_size() + sched.retracted_size()
+        if (not busy and not queue) or (max_plans is not None and plan_no >= max_plans):
+            out.sched_s += clock() - t0
+            break
+        plan = sched.next_execution_plan()
+        t1 = clock()
+        out.sched_s += t1 - t0
+        cost = t1 - t0
+        # -- observe ------------------------------------------------------------------------------------------
+        ids: list[str] = []
+        ext, inl, pfx, pre = 0, [], [], []
+        tables: dict[str, list] = {}
+        for b in plan.forward:
+            bids = list(b.request_ids)
+            if not bids:
+                continue
+            if ids:
+                raise RuntimeError("more than one non-empty forward batch in a plan")
+            ids, ext = bids, b.num_extends()
+            inl, pfx, pre = list(b.input_lengths), list(b.extend_prefix_lens), list(b.prefill_lengths)
+            arrays = b.block_tables_arrays()
+            for g, arr in arrays.items():
+                rows = {}
+                for k, rid in enumerate(ids):
+                    row = arr[k]
+                    key = rid if g == GROUP else f"{g}\0{rid}"
+                    raw = row.tobytes()
+                    if last_rows.get(key) != raw:
+                        last_rows[key] = raw
+                        nz = np.flatnonzero(row != -1)
+                        rows[rid] = row[: nz[-1] + 1].tolist() if len(nz) else []
+                if rows:
+                    tables[g] = rows
+        zero = {g: [int(x) for x in v] for g, v in plan.pages_to_zero_arrays().items() if len(v)}
+        copy = {g: [(int(a), int(b)) for a, b in np.asarray(v).reshape(-1, 2)]
+                for g, v in plan.pages_to_copy_arrays().items() if len(v)}
+        ops = list(plan.cache)
+        cache = [c for op in ops for c in _cache_ops(op)]
+        aborts = [ct.Abort(a.request_id, str(a.reason)) for a in plan.aborts]
+        rec = ct.Plan(plan_no, ct.Batch(ids, ext, inl, pfx, pre), tables, zero, copy, cache, aborts)
+        line += 1
+        if writer:
+            writer.write(rec)
+        t2 = clock()
+        contract.plan(rec, line)
+        t3 = clock()
+        out.judge_s += t3 - t2
+        # -- answer -------------------------------------------------------------------------------------------
+        event = ts.ExecutionEvent()
+        toks: list[list[int]] = []
+        finish: list[str] = []
+        for k, rid in enumerate(ids):
+            er = ts.ForwardEvent.ExtendResult()
+            er.request_id = rid
+            if k < ext and pfx[k] + inl[k] < pre[k]:
+                er.tokens = []
+                toks.append([])
+            else:
+                n = produced.get(rid, 0)
+                tok = _token(rid, n)
+                er.tokens = [tok]
+                toks.append([tok])
+                produced[rid] = n + 1
+            event.add_event(er)
+            if produced.get(rid, 0) >= budget[rid] and toks[-1]:
+                fin = ts.ForwardEvent.Finish()
+                fin.request_id = rid
+                event.add_event(fin)
+                finish.append(rid)
+        done = []
+        for op in ops:
+            for oid in op.op_ids:
+                event.add_event(_done_event(op, int(oid)))
+                done.append(int(oid))
+        for a in plan.aborts:
+            last_rows.pop(a.request_id, None)
+        for rid in finish:
+            last_rows.pop(rid, None)
+        res = ct.Result(plan_no, toks, finish, done)
+        line += 1
+        if writer:
+            writer.write(res)
+        t4 = clock()
+        contract.result(res, line)
+        t5 = clock()
+        out.judge_s += t5 - t4
+        out.observe_s += (t2 - t1) + (t4 - t3)
+        sched.advance(event)
+        drained = sched.drain_kv_events()
+        t6 = clock()
+        out.sched_s += t6 - t5
+        cost += t6 - t5
+        out.plan_costs_ms.append(cost * 1e3)
+        if drained:
+            kv = ct.KvEvents(plan_no, [_kv_event(e) for e in drained])
+            line += 1
+            if writer:
+                writer.write(kv)
+            if elog:
+                elog.write(enc.encode({"ts": plan_no, "events": kv.events}) + b"\n")
+            t7 = clock()
+            events.batch(kv.events, line)
+            t8 = clock()
+            out.judge_s += t8 - t7
+            out.observe_s += t7 - t6
+        else:
+            out.observe_s += clock() - t6
+        plan_no += 1
+        idle = 0 if ids or ops else idle + 1
+        if idle >= cfg.max_idle_plans:
+            refused = {rid for rid, _ in out.rejected}
+            out.stalled = sorted((set(budget) - set(produced) - refused) | {r for r in produced if produced[r] < budget[r]})
+            break
+    t0 = clock()
+    contract.finish(line)
+    out.judge_s += clock() - t0
+    out.plans = plan_no
+    if writer:
+        writer.close()
+    if elog:
+        elog.close()
+    return out

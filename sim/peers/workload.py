@@ -1,0 +1,83 @@
+"""Request workloads as token prompts: Mooncake JSON Lines rows turned into deterministic token lists.
+
+A Mooncake row (``input_length``, ``output_length``, ``hash_ids``) names one id per 512-token prompt block;
+equal ids at the same position are a shared prefix. Block i becomes 512 tokens drawn from splitmix64 keyed by
+(id, j), truncated to ``input_length``: a well-mixed generator, so distinct ids never alias (a weak formula
+inflates hit ratios). Knows nothing of schedulers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "WorkloadError"]
+
+MOONCAKE_BLOCK = 512
+VOCAB = 151_936  # a real tokenizer's vocabulary size: token ids stay in [0, VOCAB)
+
+
+class WorkloadError(Exception):
+    """A workload file that cannot be read; ``str()`` is ``path:line: reason``."""
+
+
+class _Row(msgspec.Struct):
+    input_length: int
+    output_length: int
+    hash_ids: list[int]
+    timestamp: int = 0
+
+
+@dataclass(frozen=True)
+class Request:
+    id: str
+    tokens: np.ndarray  # int64 token ids (a list of 145M Python ints would not fit in memory)
+    max_new_tokens: int
+    blocks: tuple[int, ...]
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def block_tokens(block_ids: list[int], length: int) -> np.ndarray:
+    """The prompt of a row: block i is 512 tokens keyed by ``block_ids[i]``, the whole cut to ``length``."""
+    ids = np.asarray(block_ids, dtype=np.uint64)
+    j = np.arange(MOONCAKE_BLOCK, dtype=np.uint64)
+    keys = (ids[:, None] << np.uint64(10)) | j[None, :]
+    return (_splitmix64(keys.ravel()) % np.uint64(VOCAB)).astype(np.int64)[:length]
+
+
+def read_mooncake(path: str | Path, limit: int | None = None, max_output: int | None = None) -> list[Request]:
+    """The first ``limit`` rows of a Mooncake trace as requests ``m0, m1, ...``."""
+    dec = msgspec.json.Decoder(_Row)
+    out: list[Request] = []
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise WorkloadError(f"{path}:0: cannot read: {exc.strerror or exc}") from None
+    with f:
+        for n, raw in enumerate(f, start=1):
+            if limit is not None and len(out) >= limit:
+                break
+            if not raw.strip():
+                continue
+            try:
+                row = dec.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise WorkloadError(f"{path}:{n}: not a Mooncake row: {exc}") from None
+            if row.input_length <= 0 or len(row.hash_ids) * MOONCAKE_BLOCK < row.input_length:
+                raise WorkloadError(f"{path}:{n}: hash_ids do not cover input_length {row.input_length}")
+            if min(row.hash_ids, default=0) < 0 or row.output_length < 0:
+                raise WorkloadError(f"{path}:{n}: negative hash id or output length")
+            out_len = max(1, row.output_length if max_output is None else min(row.output_length, max_output))
+            out.append(Request(f"m{len(out)}", block_tokens(row.hash_ids, row.input_length), out_len,
+                               tuple(row.hash_ids)))
+    return out

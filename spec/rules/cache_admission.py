@@ -1,0 +1,74 @@
+"""TS-ADM-1: the AdmissionPlanner — zero-eviction fast path, hits protected, eviction order, minimal set.
+
+The checker recounts the fit from the recorded shadow counts with its own arithmetic and re-sorts the
+recorded candidates; it does not call the planner.
+"""
+
+from __future__ import annotations
+
+from kvsim.kvmodel.cache.journal import AdmitRecord
+
+from kvsim.spec.catalogue import state_rule
+
+
+def fit(shadow, need, victims) -> bool:
+    """Σ_g ceil(max(need_g − free_g, 0) / slots_per_parent_g) ≤ empty parents, after the victims leave."""
+    occ = dict(shadow.occupancy)
+    free = list(shadow.free_slots)
+    empty = shadow.empty_parents
+    for v in victims:
+        occ[v.parent] -= 1
+        if occ[v.parent] == 0:
+            empty += 1
+            free[v.group] -= shadow.slots_per_parent[v.group] - 1
+        else:
+            free[v.group] += 1
+    parents = 0
+    for g, n in enumerate(need):
+        short = max(n - free[g], 0)
+        parents += (short + shadow.slots_per_parent[g] - 1) // shadow.slots_per_parent[g]
+    return parents <= empty
+
+
+def _key(c):
+    return (c.epoch, int(c.tier), c.rank, c.group, c.parent, c.child)
+
+
+@state_rule("TS-ADM-1", "Admission: zero-eviction fast path; hits protected; victims in eviction order; a minimal "
+            "eviction set",
+            'cache concepts: "first check whether existing local holes plus empty parents fit with zero eviction"; '
+            '"while protecting the current prefix hits"; "walk the selected blocks in reverse and restore every '
+            'block that is not strictly required, yielding a minimal eviction set"', scope="cache",
+            decisions="Order: (access epoch, tier uncached < probationary < established < closed prefix, rank, "
+                      "group, parent, child). The victims lie within the shortest fitting prefix of that order and "
+                      "include its last element; dropping any one victim breaks the fit; a refusal means even "
+                      "every candidate does not fit.")
+def ts_adm_1(st, _entity=None, full=True):
+    seen = False
+    for r in st.journal:
+        if not isinstance(r, AdmitRecord):
+            continue
+        seen = True
+        victims = r.plan.victims
+        hit = [v for v in victims if (v.group, v.block) in r.protected]
+        if hit or any((c.group, c.block) in r.protected for c in r.candidates):
+            return "a current prefix hit is an eviction candidate"
+        if fit(r.shadow, r.need, ()):
+            if victims or not r.plan.fits:
+                return f"need {list(r.need)} fits with zero eviction, yet the plan evicts {len(victims)} / refuses"
+            continue
+        order = sorted(r.candidates, key=_key)
+        k = next((i + 1 for i in range(len(order)) if fit(r.shadow, r.need, order[:i + 1])), None)
+        if not r.plan.fits:
+            if k is not None:
+                return f"admission refused though evicting the first {k} candidates fits"
+            continue
+        if k is None or not fit(r.shadow, r.need, victims):
+            return f"the plan's {len(victims)} victims do not make need {list(r.need)} fit"
+        prefix = set(map(_key, order[:k]))
+        if any(_key(v) not in prefix for v in victims) or _key(order[k - 1]) not in set(map(_key, victims)):
+            return "victims are not drawn from the shortest fitting prefix of the eviction order"
+        for v in victims:
+            if fit(r.shadow, r.need, [x for x in victims if x is not v]):
+                return f"victim block {v.block} of group {v.group} is not required (the set is not minimal)"
+    return True if seen else None

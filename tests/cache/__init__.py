@@ -1,0 +1,1 @@
+"""Tests of the cache-concepts model (kvmodel.cache) and its TS-* rules."""

@@ -1,0 +1,213 @@
+"""The `cache` stateful machine: pool, prefix index and admission planner under random operations.
+
+Random admit / grow / publish / reclaim / free / evict / probe, plus raw acquire and release on the pool,
+over a few configurations (hybrid full + sliding + Mamba, packed and sharded full groups, a replayable
+sliding group). After every step: every TS-* rule (spec.cache_checking.check_cache on the drained
+journal) and a naive oracle — a dict of cached keys and their blocks, kept from the operations' results,
+and a recount of every block's holders (tables, cache entries, raw holdings) against the pool's
+occupancy and the reference counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvsim.kvmodel.cache import journal as J
+from kvsim.kvmodel.cache.admission import Tier
+from kvsim.kvmodel.cache.cache_key import CacheKey
+from kvsim.kvmodel.cache.config import CacheConfig
+from kvsim.kvmodel.cache.coordinator import CacheCoordinator
+from kvsim.kvmodel.cache.group_spec import full, sliding, state
+from kvsim.kvmodel.cache.layer_binding import LayerBinding
+from kvsim.spec.cache_checking import check_cache
+
+P = 4
+CONFIGS = {
+    "hybrid": lambda n: CacheConfig(P, (full("full", 4), sliding("swa", 2, 4), state("mamba", 4)), (2, 2, 1), n),
+    "packed": lambda n: CacheConfig(P, (full("a", 2), full("b", 4)), (3, 1), n),
+    "sharded": lambda n: CacheConfig(P, (full("kv", 4, shard_count=2), sliding("swa", 4, 5)), (2, 1), n),
+    "replay": lambda n: CacheConfig(P, (full("kv", 4), sliding("swa", 2, 3, replayable=True), state("m", 2)),
+                                    (1, 2, 2), n),
+}
+# prompts share prefixes: each is a few pages drawn from a small set, then a short tail
+PAGES = [[100 * i + j for j in range(P)] for i in range(5)]
+prompts = st.tuples(st.lists(st.integers(0, 4), min_size=0, max_size=4),
+                    st.lists(st.integers(1, 3), max_size=3)).map(
+    lambda t: [tok for i in t[0] for tok in PAGES[i]] + t[1])
+
+
+class CacheMachine(RuleBasedStateMachine):
+    @initialize(name=st.sampled_from(sorted(CONFIGS)), parents=st.integers(10, 30))
+    def setup(self, name, parents):
+        cfg = CONFIGS[name](parents)
+        layers = [LayerBinding(g, g, None if s.sliding_window_tokens is None else s.sliding_window_tokens - 1,
+                               None if s.family == "state" else s.block_granularity)
+                  for g, s in enumerate(cfg.groups)]
+        self.c = CacheCoordinator(cfg, journal=[], layers=layers)
+        self.requests: dict[str, dict] = {}  # id -> {"tokens", "extent", "computed"}
+        self.raw: list[tuple[int, int]] = []  # (group, block) acquired straight from the pool
+        self.keys: dict[CacheKey, int] = {}  # the oracle: cached key -> its canonical block
+        self.fifo = self.c.pool.empty_parents()  # the empty-parent FIFO after the last step
+        self.n = 0
+
+    # -- operations -------------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.requests) < 3)  # few live requests: the cache fills, eviction follows
+    @rule(tokens=prompts, reserve=st.integers(0, 5))
+    def admit(self, tokens, reserve):
+        if not tokens:
+            tokens = [7]
+        rid = f"r{self.n}"
+        self.n += 1
+        before = self.c.pool.snapshot()
+        res = self.c.admit(rid, tokens, len(tokens), reserve)
+        if res is None:
+            assert self.c.pool.snapshot() == before and rid not in self.c.tables
+            return
+        self._forget_victims(res.victims)
+        self.requests[rid] = {"tokens": list(tokens), "extent": len(tokens), "computed": res.hit_tokens}
+
+    @rule(tokens=prompts)
+    def warm(self, tokens):
+        """A whole request in one step: admit, compute, publish, free — the cache keeps its pages."""
+        rid = f"r{self.n}"
+        self.admit(tokens or [7], 0)
+        if rid in self.requests:
+            self.requests[rid]["computed"] = self.requests[rid]["extent"]
+            self._publish(rid)
+            self.c.free(rid)
+            del self.requests[rid]
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data(), more=st.integers(1, 6))
+    def grow(self, data, more):
+        rid = data.draw(st.sampled_from(sorted(self.requests)))
+        r = self.requests[rid]
+        toks = r["tokens"] + [9] * max(r["extent"] + more - len(r["tokens"]), 0)
+        res = self.c.admit(rid, toks, r["extent"] + more, num_computed_tokens=r["computed"])
+        if res is not None:
+            self._forget_victims(res.victims)
+            r["tokens"], r["extent"] = toks, r["extent"] + more
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def compute_and_publish(self, data):
+        rid = data.draw(st.sampled_from(sorted(self.requests)))
+        r = self.requests[rid]
+        r["computed"] = data.draw(st.integers(r["computed"], r["extent"]))
+        self._publish(rid)
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def reclaim(self, data):
+        rid = data.draw(st.sampled_from(sorted(self.requests)))
+        self.c.reclaim_expired(rid, self.requests[rid]["computed"])
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def free(self, data):
+        rid = data.draw(st.sampled_from(sorted(self.requests)))
+        self.c.free(rid)
+        del self.requests[rid]
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def finish(self, data):
+        """Compute and publish everything, then free: the cache alone keeps the pages (eviction fodder)."""
+        rid = data.draw(st.sampled_from(sorted(self.requests)))
+        self.requests[rid]["computed"] = self.requests[rid]["extent"]
+        self._publish(rid)
+        self.c.free(rid)
+        del self.requests[rid]
+
+    def _publish(self, rid):
+        """Publish, then extend the oracle: a newly cached key maps to the block the index now holds, and a
+        key already cached keeps its canonical block."""
+        r = self.requests[rid]
+        self.c.publish(rid, r["tokens"], r["computed"])
+        pages = min(r["computed"], len(r["tokens"])) // P
+        hashes = self.c.page_hashes(r["tokens"], pages)
+        for g, spec in enumerate(self.c.config.groups):
+            m = P // spec.block_granularity
+            for s in range(pages * m):
+                key = CacheKey(g, hashes[s // m], s % m)
+                entry = self.c.indexes[g].find(key)
+                if key in self.keys:
+                    assert entry is not None and entry.block == self.keys[key]
+                elif entry is not None:
+                    assert not spec.replayable
+                    self.keys[key] = entry.block
+
+    @precondition(lambda self: self.keys)
+    @rule(data=st.data())
+    def evict(self, data):
+        key = data.draw(st.sampled_from(sorted(self.keys)))
+        pinned = self.c.refs.count(key.group, self.keys[key]) > 1  # a table holds it too
+        assert self.c.evict(key.group, key) is not pinned
+        if not pinned:
+            del self.keys[key]
+
+    @rule(tokens=prompts)
+    def probe(self, tokens):
+        before = self.c.pool.snapshot()
+        res = self.c.probe(tokens or [7])
+        assert self.c.pool.snapshot() == before and res.hit_tokens % P == 0
+
+    @precondition(lambda self: len(self.raw) < 8)
+    @rule(data=st.data(), num=st.integers(0, 4))
+    def raw_acquire(self, data, num):
+        g = data.draw(st.integers(0, len(self.c.config.groups) - 1))
+        mine = [b for gg, b in self.raw if gg == g]
+        ids = J.acquire_recorded(self.c.pool, self.c.journal, g, num, mine)
+        if ids is not None:
+            self.c.refs.adopt(g, ids)
+            self.raw.extend((g, b) for b in ids)
+
+    @precondition(lambda self: self.raw)
+    @rule(data=st.data())
+    def raw_release(self, data):
+        i = data.draw(st.integers(0, len(self.raw) - 1))
+        g, b = self.raw.pop(i)
+        assert self.c.refs.drop(g, b)
+
+    def _forget_victims(self, victims):
+        for v in victims:
+            if v.tier != Tier.UNCACHED:
+                gone = [k for k, b in self.keys.items() if k.group == v.group and b == v.block]
+                assert len(gone) == 1, (v, gone)
+                del self.keys[gone[0]]
+
+    # -- checks after every step ----------------------------------------------------------------
+
+    @invariant()
+    def rules_hold(self):
+        found = check_cache(self.c.state())
+        assert not found, found
+
+    @invariant()
+    def oracle_agrees(self):
+        c = self.c
+        cached = {k: e.block for idx in c.indexes for k, e in idx.entries()}
+        assert cached == self.keys
+        holders = Counter(self.raw)
+        for tables in c.tables.values():
+            for g, t in enumerate(tables):
+                holders.update((g, b) for b in t.ids if b)
+        holders.update((k.group, b) for k, b in self.keys.items())
+        assert dict(holders) == c.refs.live()
+        occupied = {(g, c.pool.block_id(g, p, ch)) for p in range(1, c.pool.num_parents + 1)
+                    for g, occ in [c.pool.parent(p)] if g is not None for ch, u in enumerate(occ) if u}
+        assert occupied == set(holders)
+        # parents leave the FIFO from the front and return at the back: the survivors keep order and lead
+        now, prev = c.pool.empty_parents(), self.fifo
+        assert any(now[:len(prev) - j] == prev[j:] for j in range(len(prev) + 1)), (prev, now)
+        self.fifo = now
+
+
+TestCacheMachine = CacheMachine.TestCase
+TestCacheMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
+                                     suppress_health_check=[HealthCheck.too_slow])
