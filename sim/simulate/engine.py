@@ -8,15 +8,18 @@ The loop, one engine iteration (one GPU unit) at a time:
 
 * **Admission** (FIFO, one prefill at a time): the prefix index names the retained checkpoint holding the
   longest prefix of the prompt (m full pages, at most floor((prompt-1)/64): the last prompt token is always
-  computed). The request's prefill sequence activates from it at the matched frontier: Fork when the
-  checkpoint stays useful (its partial tail is copied, COW), Move when the prompt's own checkpoint will
-  supersede it ("not needed again"); a checkpoint frontier beyond 64·m is cut by a truncate. When the
-  checkpoint's frontier exceeds the prompt (activation requires frontier <= prompt), a helper sequence
-  activates from it, truncates to 64·m and retains a checkpoint there, which the request then Moves.
+  computed). The request's prefill sequence activates from it at the matched frontier: Move when the
+  prompt's own checkpoint will hold every key of it ("not needed again"), Fork otherwise (a partial tail is
+  copied, COW); a checkpoint frontier beyond 64·m is cut by a truncate. When the checkpoint holds full
+  pages beyond the match, or its frontier exceeds the prompt (activation requires frontier <= prompt), a
+  helper sequence activates from it, truncates to 64·m and retains a "split" checkpoint there (indexed: a
+  shared prefix is cut once), which the request then Forks.
   Admission waits until the pool's available pages cover the activation, its restores and COW, the
-  request's whole reservation (prompt + output) and one page for the decode continuation's tail copy;
-  least-recently-used checkpoints are evicted to make room (offloaded to Host when an arena is configured,
-  released otherwise). A request that cannot fit in an empty store is rejected.
+  request's whole reservation (prompt + output) and one page for the decode continuation's tail copy.
+  Least-recently-used checkpoints are evicted (offloaded to Host when an arena is configured, released
+  otherwise; the source checkpoint's pages are kept) only for what the decoding lanes will not return
+  when they finish; a waiting head is retried when pages were freed. A request that cannot fit in an
+  empty store is rejected.
 * **Chunked prefill**: at most `prefill_chunk` prompt tokens per iteration, pages mapped just ahead.
 * **Decode rounds**: every decoding lane writes one token per iteration in the same unit, mapping a page
   when it crosses a page boundary.
