@@ -107,12 +107,15 @@ class SequenceKVBundle:
 class Checkpoint:
     """A retained immutable inactive continuation: one inactive space per enabled pool + StateImage."""
 
-    __slots__ = ("ckpt", "spaces", "state_image")
+    __slots__ = ("ckpt", "spaces", "state_image", "refused_from")
 
     def __init__(self, ckpt: str, spaces: dict, state_image: bool):
         self.ckpt = ckpt
         self.spaces = spaces
         self.state_image = state_image
+        # an activation from this checkpoint was refused: it must still be the complete inactive end state
+        # (judgment history for `observe`, not model state: snapshots leave it out)
+        self.refused_from = False
 
     @property
     def frontier(self) -> int:

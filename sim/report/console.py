@@ -30,6 +30,7 @@ __all__ = ["print_report", "print_rules", "MAX_VIOLATION_ROWS"]
 
 MAX_VIOLATION_ROWS = 50
 COUNTERS = ("checked", "exercised", "violated")
+EVIDENCE_WORDS = {"engine": "judges the engine", "model": "guards the model", "none": "not checkable"}
 
 
 def _t(value: object, style: str = "") -> Text:
@@ -131,13 +132,20 @@ def print_rules(rules: Iterable[dict], console: Console) -> None:
     table = Table(title=f"kvsim rules ({len(rules)})", title_justify="left")
     table.add_column("id", no_wrap=True)
     table.add_column("kind", no_wrap=True)
+    table.add_column("evidence", no_wrap=True)
     table.add_column("title", overflow="fold", ratio=3)
     table.add_column("seed clause", overflow="fold", ratio=2)
     if with_counters:
         for name in COUNTERS:
             table.add_column(name, justify="right", no_wrap=True)
     for rule in rules:
-        cells = [_t(rule.get("id", ""), "bold"), _t(rule.get("kind", "")), _t(rule.get("title", "")),
+        title = rule.get("title", "")
+        if rule.get("subsumed_by"):
+            title += f" (subsumed by {', '.join(rule['subsumed_by'])})"
+        if rule.get("not_checkable"):
+            title += f" — not checkable from traces: {rule['not_checkable']}"
+        cells = [_t(rule.get("id", ""), "bold"), _t(rule.get("kind", "")),
+                 _t(EVIDENCE_WORDS.get(rule.get("evidence", ""), rule.get("evidence", ""))), _t(title),
                  _t(rule.get("clause", ""), "dim")]
         if with_counters:
             cells += [_n(rule[key]) if key in rule else Text("") for key in COUNTERS]

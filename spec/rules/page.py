@@ -69,8 +69,9 @@ def page_3(st, page, full):
 
 @state_rule("PAGE-4", "A descriptor is reclaimed only at zero references, replicas and pins; nothing leaks",
             'store contract: "只有当 references、replicas 和 transaction pins 均为零时，descriptor 才能回收并推进 generation"',
-            scope="page", full=leaked,
-            decisions="The audit builds the ownership graph (networkx) from live address spaces and open "
+            scope="page", full=leaked, evidence="model",
+            decisions="Guards the model: reclamation and leases are the model's own bookkeeping (a trace reports no "
+                      "descriptors). The audit builds the ownership graph (networkx) from live address spaces and open "
                       "transfers; every lease and Host slice must be reachable.")
 def page_4(st, page, full):
     if not page.alive:
@@ -103,8 +104,9 @@ def distinct_identities(st):
 
 @state_rule("PAGE-5", "Logical identity, content epoch and physical page id are independent",
             'store contract: "Logical page identity、content epoch与physical page ID彼此独立"', scope="page",
-            full=distinct_identities,
-            decisions="Checked as: a page sits at its own block index in every holder (its physical id may "
+            full=distinct_identities, evidence="model",
+            decisions="Guards the model (a trace names physical ids only; identities and epochs are the model's). "
+                      "Checked as: a page sits at its own block index in every holder (its physical id may "
                       "change, its identity does not); the audit also checks that a space never maps one "
                       "descriptor twice and that live pages of a pool have distinct content epochs.")
 def page_5(st, page, full):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvsim.kvmodel.store import settle, units
 
-from kvsim.spec.catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import clause_rule, state_rule, transition_rule
 
 
 def _units_hold_their_rows(st):
@@ -51,3 +51,9 @@ transition_rule("UNIT-4", "A speculative settle commits accepted frontiers befor
                 'store contract: "投机终止先...等待 GPU 工作完成后 发布 committed frontier，再裁掉未提交的尾页"',
                 settle.truncate,
                 decisions="A truncate (trim) of a space whose unit is still in flight is the violation.")
+
+clause_rule("UNIT-5", "Pages added at one boundary are published in one batch, before the consumer",
+            'store contract: "同一 boundary新增多个 pages或重新激活完整 membership时使用批量 publication"',
+            not_checkable="A trace records the mapping request (`map`) and the unit (`launch`), not the table "
+                          "publications between them, so their batching is invisible; the order (mapping before "
+                          "the consumer, no rewrite of a row in flight) is judged by UNIT-1 and UNIT-3.")
