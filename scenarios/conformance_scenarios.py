@@ -469,14 +469,211 @@ def growth_beyond_capacity() -> Trace:
     return t
 
 
+# -- 5. bounded completion in every pool that writes ------------------------------------------------------------
+
+DFLASH_GROWTH = dict(max_concurrency=2, kv_capacity=M64, prefill_chunk=128, backend={"kind": "dflash", "full_layers": 1},
+                     kv_lease_growth={"window": 128, "cushion_pages": 2})
+
+
+def _bounded_dflash(t: Trace) -> None:
+    """s0 (Main + Draft Full) grows no further: bounded completion at the window's frontier 1408."""
+    t.activate("s1", 2560, 0)
+    t.prefill("s1", 2560)  # 40 Main pages
+    t.finish("s1", retain="c1")
+    # s0: entitlement ceil((1280 + 128)/64) + 2 cushion pages = 24 per pool; Main has 24 available
+    t.activate("s0", 1280, 2816)
+    t.prefill("s0", 1280)
+    t.prefill("s0", 1280, pool="draft_full")
+    # the whole window is already held and nothing is available: the window ends at (24 - 2) * 64 = 1408
+    t.grow("s0", result={"ok": False, "bounded_at": 1408})
+
+
+def bounded_completion_every_pool() -> Trace:
+    t = Trace("bounded_completion_every_pool",
+              'Bounded completion with a 2-page cushion: the request completes at the window\'s frontier 1408 in '
+              'Main and Draft Full; the cushion covers the step about to launch at 1408 (store contract "cushion '
+              '是 reservation 中 cache 不得占用的一段，它保证「即将 launch 的那一步」以及一次 forced control span 已被覆盖")',
+              config(**DFLASH_GROWTH))
+    _bounded_dflash(t)
+    for a, b in ((1280, 1344), (1344, 1408), (1408, 1472)):  # the last step starts at F: the cushion's
+        t.advance("s0", a, b)
+        t.advance("s0", a, b, pool="draft_full")
+    t.row("s0", frontier=1472)
+    t.row("s0", "draft_full", frontier=1472)
+    t.finish("s0")
+    t.release("c1")
+    t.pool(allocated=0, reserved=0, available=64)
+    return t
+
+
+def draft_full_write_after_bounded_completion() -> Trace:
+    t = Trace("ENT-3_draft_full_write_after_bounded_completion",
+              'After bounded completion at 1408 the engine keeps appending draft context: a Draft Full write '
+              'starting at 1472, inside the cushion, after the step the cushion covered (store contract "request '
+              '在 window 覆盖的 frontier 上以 length 结束（bounded completion）", "各阶段只保障自己会写入的 pool")',
+              config(**DFLASH_GROWTH))
+    _bounded_dflash(t)
+    t.advance("s0", 1280, 1408, pool="draft_full")
+    t.advance("s0", 1408, 1472, pool="draft_full")
+    t.map("s0", 1536, "draft_full")
+    t.launch(t.unit(), [("s0", "draft_full", 1472, 1536)], expect="ENT-3")
+    t.row("s0", "draft_full", frontier=1472)
+    t.finish("s0")
+    t.release("c1")
+    return t
+
+
+# -- 7. writes beyond S ----------------------------------------------------------------------------------------------
+
+S4000 = dict(max_context=4000, kv_capacity=M128)  # L = ceil(4000/64) = 63 pages: the last page has 32 spare columns
+
+
+def writes_up_to_s() -> Trace:
+    t = Trace("writes_up_to_s",
+              'S = 4000 is not a page multiple: the last page maps positions up to 4032, but the sequence writes '
+              'and commits exactly up to S (store contract "Page rounding 只增加 physical padding， 不会扩大单 '
+              'sequence 的 logical ceiling (S)")', config(**S4000))
+    t.activate("s0", 3900, 100)
+    t.prefill("s0", 3900)
+    t.advance("s0", 3900, 4000)
+    t.row("s0", frontier=4000)
+    t.finish("s0")
+    return t
+
+
+def write_beyond_s() -> Trace:
+    t = Trace("AS-6_write_beyond_s",
+              'An off-by-one stop condition: the engine writes position 4000 of a sequence whose ceiling is S = 4000, '
+              'into the padding of its last page (store contract "不会扩大单 sequence 的 logical ceiling (S)")',
+              config(**S4000))
+    t.activate("s0", 3900, 100)
+    t.prefill("s0", 3900)
+    t.advance("s0", 3900, 4000)
+    t.launch(t.unit(), [("s0", "main", 4000, 4001)], expect="AS-6")
+    t.row("s0", frontier=4000)
+    t.finish("s0")
+    return t
+
+
+# -- 8. writes into pinned pages ---------------------------------------------------------------------------------------
+
+def move_while_copying() -> Trace:
+    t = Trace("move_while_copying",
+              'A private checkpoint resumes by Move while a D2H copy of it is in flight; the sequence appends '
+              'into its tail only after the copy is published (store contract "Copy 进行时 source 与 destination 都'
+              '被 pin", "Private tail 的唯一 writer 可以继续在未保护 suffix append")', config(**HOST))
+    _confirmed_checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
+    t.activate("s0", 200, 56, src="c0", keep_source=False)  # reading pinned pages is legal
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "verify")
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "publish")
+    t.step("s0", 200, 256)  # the pins are gone
+    t.row("s0", table=[0, 1, 2, 3], frontier=256)
+    t.finish("s0")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
+def write_into_pinned_page() -> Trace:
+    t = Trace("REP-2_write_into_pinned_page",
+              'The engine resumes c0 by Move during a D2H copy and appends into its tail page while the copy still '
+              'pins it: the copied payload no longer matches what verify checks (store contract "Copy 进行时 '
+              'source 与 destination 都被 pin", "source/destination pins")', config(**HOST))
+    _confirmed_checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
+    t.activate("s0", 200, 56, src="c0", keep_source=False)
+    t.launch(t.unit(), [("s0", "main", 200, 201)], expect="REP-2")
+    t.row("s0", table=[0, 1, 2, 3], frontier=200)
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "verify")
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "publish")
+    t.finish("s0")
+    return t
+
+
+# -- 11. the provisional frontier -----------------------------------------------------------------------------------------
+
+def verify_mapping_kept() -> Trace:
+    t = Trace("verify_mapping_kept",
+              'A verify maps Main to 190 before it launches; only after it ran and settled at 127 is the rejected '
+              'tail trimmed (store contract "NeededPages_s= \\left\\lceil \\frac{\\max(CommittedFrontier_s,'
+              'ProvisionalFrontier_s)}{P}", "不能为满足某个后续阶段更短的覆盖需求而提前裁剪 verify 的映射")',
+              config(kv_capacity=M128))
+    t.activate("s0", 125, 128)
+    t.prefill("s0", 125)
+    t.map("s0", 190)  # the verify's provisional frontier: 3 pages
+    t.row("s0", table=[0, 1, 2], frontier=125)
+    t.step("s0", 125, 190, commit=127)
+    t.truncate("s0", 127)  # settle: the rejected tail page goes
+    t.row("s0", table=[0, 1, -1], frontier=127)
+    t.finish("s0")
+    return t
+
+
+def trim_mapping_verify_needs() -> Trace:
+    t = Trace("UNIT-4_trim_mapping_verify_needs",
+              'The engine maps Main to 190 for a verify, then trims back to the committed frontier 100 for a '
+              'shorter draft-stage requirement before the verify launches (store contract "不能为满足某个后续阶段'
+              '更短的覆盖需求而提前裁剪 verify 的映射")', config(kv_capacity=M128))
+    t.activate("s0", 100, 128)
+    t.prefill("s0", 100)
+    t.map("s0", 190)
+    t.truncate("s0", 100, expect="UNIT-4")
+    t.row("s0", table=[0, 1, 2], frontier=100)
+    t.step("s0", 100, 190, commit=104)
+    t.finish("s0")
+    return t
+
+
+# -- 17. readers share a space ---------------------------------------------------------------------------------------------
+
+def concurrent_readers() -> Trace:
+    t = Trace("concurrent_readers",
+              'Decision 17: two in-flight units read the same sequence (read-only rows) at once; mutation waits '
+              'until both ended (store contract "从 block-table publication 到 GPU unit 完成", "logical memberships '
+              '和 readable frontiers 对该 unit 冻结")', config(kv_capacity=M128))
+    t.activate("s0", 128, 64)
+    t.prefill("s0", 128)
+    t.launch("r1", [("s0", "main")])
+    t.launch("r2", [("s0", "main")])
+    t.complete("r1", [])
+    t.complete("r2", [("s0", "main", 128)])
+    t.advance("s0", 128, 129)
+    t.row("s0", frontier=129)
+    t.finish("s0")
+    return t
+
+
+def write_while_read() -> Trace:
+    t = Trace("UNIT-1_write_while_read",
+              'Decision 17: a unit writes s0 while another unit still reads it: the reader\'s frozen frontier '
+              'would move under it (store contract "logical memberships 和 readable frontiers 对该 unit 冻结")',
+              config(kv_capacity=M128))
+    t.activate("s0", 128, 64)
+    t.prefill("s0", 128)
+    t.map("s0", 129)
+    t.launch("r1", [("s0", "main")])
+    t.launch("w1", [("s0", "main", 128, 129)], expect="UNIT-1")
+    t.row("s0", frontier=128)
+    t.complete("r1", [])
+    t.step("s0", 128, 129)
+    t.finish("s0")
+    return t
+
+
 def legal() -> list[Trace]:
     return [restore_engine_destinations(), host_placement_engine_offsets(), fork_while_copying(),
             explicit_capacity_fp8(), context_ceiling(), cow_answers(), failed_activation_keeps_checkpoint(),
-            truncate_into_forked_prefix(), failed_launch_retried(), growth_engine_steps()]
+            truncate_into_forked_prefix(), failed_launch_retried(), growth_engine_steps(),
+            bounded_completion_every_pool(), writes_up_to_s(), move_while_copying(), verify_mapping_kept(),
+            concurrent_readers()]
 
 
 def violations() -> list[Trace]:
     return [restore_onto_leased_page(), offload_beyond_free_bytes(), drop_source_while_fork_reads(),
             fp8_counters_off_capacity(), activation_beyond_max_context(), cow_refused_with_capacity(),
             failed_activation_loses_source(), stale_entry_reused_page(), map_beyond_shrunk_entitlement(),
-            move_copies_tail(), failed_launch_writes_shared_page(), growth_beyond_capacity()]
+            move_copies_tail(), failed_launch_writes_shared_page(), growth_beyond_capacity(),
+            draft_full_write_after_bounded_completion(), write_beyond_s(), write_into_pinned_page(),
+            trim_mapping_verify_needs(), write_while_read()]

@@ -258,9 +258,10 @@ GROWTH = dict(max_concurrency=2, kv_capacity=M64, prefill_chunk=128,
 
 def ent_3_bounded() -> Trace:
     t = Trace("ENT-3_write_after_bounded_completion",
-              'Shortfall escaping a step: growth was refused with bounded completion at 1536, yet the engine '
-              'launches a decode step writing position 1536 (store contract "request 在 window 覆盖的 frontier 上'
-              '以 length 结束（bounded completion）", "shortfall不通过异常离开该步")', config(**GROWTH))
+              'Shortfall escaping a step: growth was refused with bounded completion at 1472, the cushion covered '
+              'the step in progress, yet the engine launches a decode step writing position 1536 (store contract '
+              '"request 在 window 覆盖的 frontier 上以 length 结束（bounded completion）", "shortfall不通过异常离开该步")',
+              config(**GROWTH))
     _checkpoint(t, "s1", 2560, "c1", budget=0)  # 40 pages retained; 24 available
     t.activate("s0", 1344, 2752)  # ceil(1472/64) + 1 = 24 pages: the rest of the pool
     t.prefill("s0", 1344)
@@ -268,7 +269,7 @@ def ent_3_bounded() -> Trace:
     t.advance("s0", 1344, 1408)
     t.grow("s0", result={"ok": True})  # 64-token rung: 24 pages, held
     t.advance("s0", 1408, 1472)
-    t.grow("s0", result={"ok": False, "bounded_at": 1536})  # 64-token rung needs 25 pages
+    t.grow("s0", result={"ok": False, "bounded_at": 1472})  # 64-token rung needs 25 pages; window ends at 1472
     t.advance("s0", 1472, 1536)
     t.launch(t.unit(), [("s0", "main", 1536, 1537)], expect="ENT-3")
     t.row("s0", frontier=1536)  # the rejected fact changed nothing

@@ -43,7 +43,7 @@ def writer_token(*parts) -> int:
 
 class KVAddressSpace:
     __slots__ = ("uid", "pool", "owner", "pages", "committed", "protected", "active", "reservation",
-                 "row", "in_flight", "token", "rewrites")
+                 "row", "in_flight", "token", "rewrites", "provisional", "readers")
 
     def __init__(self, uid: int, pool: str, owner: str):
         self.uid = uid
@@ -60,6 +60,10 @@ class KVAddressSpace:
         self.in_flight = None
         self.token = writer_token(owner, pool, 0)  # content-key lineage of what this space writes
         self.rewrites = 0  # destructive truncations so far (a rewrite gets a new token)
+        # the provisional frontier ("max(CommittedFrontier_s,ProvisionalFrontier_s)"): tokens a coming stage
+        # mapped (ensure_mapped_to_tokens) and has not yet launched; 0 when none
+        self.provisional = 0
+        self.readers = 0  # read-only rows of further in-flight units beyond `in_flight` (kvmodel.store.units)
 
     @property
     def unit(self) -> str | None:
@@ -83,7 +87,8 @@ class KVAddressSpace:
 
     def snapshot(self) -> tuple:
         return (self.uid, self.pool, self.owner, tuple(p.handle for p in self.pages), self.committed,
-                self.protected, self.active, self.reservation, self.row, self.unit, self.token, self.rewrites)
+                self.protected, self.active, self.reservation, self.row, self.unit, self.token, self.rewrites,
+                self.provisional)
 
 
 class SequenceKVBundle:

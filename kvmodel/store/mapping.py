@@ -67,6 +67,9 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
         if engine_pages:
             raise violation("ENT-2", f"membership already covers {tokens} tokens ({have} pages), yet the engine "
                             f"mapped {len(engine_pages)} new pages", seq=seq, pool=pool, tokens=tokens)
+        if tokens > space.provisional and tokens > space.committed:
+            space.provisional = tokens  # the coverage the coming stage needs (UNIT-4: never trimmed before it runs)
+            st.t_spaces[space] = None
         return []
     if needed > space.entitlement:
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
@@ -97,6 +100,8 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
         space.pages.append(page)
         st.t_pages[page] = None
     st.tables[pool].publish(space.row, have, out, pp.generation)
+    if tokens > space.provisional:
+        space.provisional = tokens
     st.touch_space(space)
     return out
 
@@ -150,8 +155,13 @@ def _fits(st, bundle, target) -> bool:
 
 
 def covered(st, bundle) -> int:
-    """The frontier of bounded completion: what the current entitlement covers (capped by the ceiling)."""
-    return min(bundle.ceiling, bundle.spaces["main"].entitlement * st.P)
+    """The frontier of bounded completion: the window's ("request 在 window 覆盖的 frontier 上以 length 结束"),
+    i.e. the Main entitlement without the cushion (the cushion is "reservation 中 cache 不得占用的一段" that
+    covers the step about to launch and one forced control span), never below the committed frontier, capped
+    by the request's ceiling."""
+    main = bundle.spaces["main"]
+    window = (main.entitlement - st.config.growth.cushion_pages) * st.P
+    return min(bundle.ceiling, max(main.committed, window))
 
 
 def check_engine_growth(st, seq: str, ok: bool, entitlement: dict | None):

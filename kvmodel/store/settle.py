@@ -32,6 +32,16 @@ def truncate(st, seq: str, pool: str, frontier: int) -> None:
     if frontier > space.committed:
         raise violation("UNIT-2", f"truncate to {frontier} would advance {seq!r} ({pool}) beyond its committed "
                         f"frontier {space.committed}", seq=seq, pool=pool, frontier=frontier)
+    # "每个 pool 根据自己的 canonical/provisional frontier计算保留 membership" and "不能为满足某个后续阶段更短的覆盖
+    # 需求而提前裁剪 verify 的映射": mappings a provisional frontier (a stage mapped, not yet launched: the MTP
+    # lead, a verify) still needs are not trailing; trimming them is UNIT-4.
+    keep = ceil_div(frontier, st.P)
+    prov = space.provisional
+    cov.check("UNIT-4", exercised=prov > 0 and keep < len(space.pages))
+    if prov > 0 and keep < min(len(space.pages), ceil_div(prov, st.P)):
+        raise violation("UNIT-4", f"truncate to {frontier} unmaps block {keep} of {seq!r} ({pool}), which the "
+                        f"provisional frontier {prov} (mapped for a stage not yet launched) still needs",
+                        seq=seq, pool=pool, frontier=frontier, provisional=prov)
     # No WR-3 check here: only active spaces truncate and they protect nothing (a checkpoint's protected
     # columns are shared pages, never cut: WR-3's entry records that WR-2 / UNIT-3 subsume it).
     cut_to(st, space, frontier)

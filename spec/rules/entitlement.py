@@ -36,10 +36,16 @@ transition_rule("ENT-2", "ensure_mapped_to_tokens is a lower bound that fails on
 
 transition_rule("ENT-3", "Launches are covered by entitlement at the round boundary; growth only there; bounded completion",
                 'store contract: "每个 launch 在 round boundary 上要求 entitlement 覆盖该步所需 pages"', units.launch,
-                decisions="kv_lease_growth: window max(prefill_chunk, window) tokens + cushion pages, rungs of "
-                          "extra tokens (window, 128, 64) as NInfer, all pools atomically; a refused growth fixes "
-                          "the covered frontier min(ceiling, Main entitlement·P) and later writes beyond it are "
-                          "violations (kvmodel.store.mapping.grow enforces the boundary and bounded_at).")
+                decisions="kv_lease_growth: window max(prefill_chunk, window) tokens + cushion pages. The contract "
+                          "fixes no growth step (\"按需扩充\"): an engine's accepted growth is judged only by whether "
+                          "it fits global available (and adopted when the `grow` result names the new entitlement), "
+                          "its refusal only when the whole window would have fit (TRACE-1); without the engine's "
+                          "word the model grows by rungs of extra tokens (window, 128, 64) like NInfer, all pools "
+                          "atomically (kvmodel.store.mapping). Bounded completion: a refused growth fixes the "
+                          "window's frontier F = min(ceiling, max(committed, (Main entitlement − cushion)·P)) (the "
+                          "cushion is not part of the window: it covers the step about to launch and one forced "
+                          "control span); in every pool that writes (Main, Draft Full; MTP with its K−1 lead) a write "
+                          "starting beyond F is the violation, and every write stays within the entitlement.")
 
 
 @state_rule("ENT-4", "Truncated leases return to the same reservation; the last partial page is kept",
