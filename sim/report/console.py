@@ -90,11 +90,15 @@ def _refusals_table(report: dict) -> Table:
 
 
 def _coverage_table(report: dict) -> Table:
-    """One row per rule family: totals, and every rule id coloured by its state."""
+    """One row per rule family and evidence kind (rules judging the engine apart from those guarding the model
+    and from clauses not checkable from traces): totals, and every rule id coloured by its state."""
     rules = report.get("rules", {})
     families: dict[str, list[str]] = {}
-    for rule_id in rule_order(report):
-        families.setdefault(rule_family(rule_id), []).append(rule_id)
+    marks = {"engine": "", "model": " (guards the model)", "none": " (not checkable)"}
+    for kind in ("engine", "model", "none"):  # engine-judging rows first, self-checks and clauses after
+        for rule_id in rule_order(report):
+            if rules.get(rule_id, {}).get("evidence", "engine") == kind:
+                families.setdefault(rule_family(rule_id) + marks[kind], []).append(rule_id)
     table = Table(title="Rule coverage", title_justify="left", caption=LEGEND, caption_justify="left")
     table.add_column("family")
     for name in COUNTERS:
