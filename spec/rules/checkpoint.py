@@ -38,7 +38,12 @@ transition_rule("CKPT-3", "Move only when no immutable reference to the source s
                 activation.plan_activation,
                 decisions="keep_source=false consumes the checkpoint (Move); pages another checkpoint still "
                           "references stay shared and a shared partial tail is copied. An engine that reuses the "
-                          "source's partial tail while the source survives broke the rule.")
+                          "source's partial tail while the source survives broke the rule. Decision 17: a Move "
+                          "copies no payload (store contract \"Move 不复制 KV payload，也不改变 logical page "
+                          "identity\"): a Move whose result maps any private member, its partial tail included, "
+                          "to another Device page than the one it is on is a violation (unless the model had only "
+                          "guessed that page's id, which is then adopted). Counted only where the engine's "
+                          "Move/Fork choice is judged (an activation result naming pages).")
 
 clause_rule("CKPT-4", "DFlash local cyclic K/V and boundary snapshots live in fixed StateImages, not growing pools",
             'store contract: "DFlash/DFlash2 cyclic K/V 使用自己的 CyclicKVCacheLayerView 与 modulo/window 语义"',

@@ -16,8 +16,10 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
 @state_rule("REP-2", "Source and destination are pinned during a copy; pinned pages are not evicted or reused",
             'store contract: "Copy 进行时 source 与 destination 都被 pin"', scope="page",
             decisions="A transfer pins its destination from reserve and its source from copy until publish; "
-                      "drop/offload/transfer of a pinned page is a violation, and activation of a checkpoint "
-                      "with pinned pages is refused (busy).")
+                      "drop/offload/transfer of a pinned page, and a launch writing into a pinned page (store "
+                      "contract \"source/destination pins\"), are violations. Pins do not forbid reading: Fork or "
+                      "Move from a checkpoint an in-flight copy pins is legal; only a page whose h2d restore is "
+                      "still in flight (no Device replica yet) makes an activation wait (refusal `busy`).")
 def rep_2(st, page, full):
     if not page.alive:
         return None
