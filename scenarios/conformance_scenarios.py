@@ -662,12 +662,44 @@ def write_while_read() -> Trace:
     return t
 
 
+def growth_step_from_counters() -> Trace:
+    t = Trace("growth_step_from_counters",
+              'An accepted growth of unstated size: the engine leases 4 pages at a time, the model\'s own rung '
+              'would take 1; the pool counters the engine reports next show its step, which is adopted (store '
+              'contract "在每个 decode-round 边界按需扩充该 window")', config(**GROWTH))
+    t.activate("s0", 1280, 2816)  # ceil(1408/64) + 1 = 23 pages
+    t.prefill("s0", 1280)
+    t.advance("s0", 1280, 1344)
+    t.grow("s0", result={"ok": True})  # the engine: 23 -> 27 pages (the model's rung: 24)
+    t.pool(allocated=21, reserved=6, available=37)
+    t.advance("s0", 1344, 1408)
+    t.pool(allocated=22, reserved=5, available=37)
+    t.finish("s0")
+    t.pool(allocated=0, reserved=0, available=64)
+    return t
+
+
+def growth_counters_shrink() -> Trace:
+    t = Trace("TRACE-1_growth_counters_shrink",
+              'After an accepted growth the engine\'s counters show s0 holding less than before it (reserved 1 '
+              'where the entitlement of 23 pages leaves 2): a growth never shrinks the window (store contract '
+              '"Entitlement 保证的是当前已取得的容量")', config(**GROWTH))
+    t.activate("s0", 1280, 2816)
+    t.prefill("s0", 1280)
+    t.advance("s0", 1280, 1344)
+    t.grow("s0", result={"ok": True})
+    t.pool(allocated=21, reserved=1, available=42, expect="TRACE-1")
+    t.pool(allocated=21, reserved=3, available=40)  # the model's own step stands
+    t.finish("s0")
+    return t
+
+
 def legal() -> list[Trace]:
     return [restore_engine_destinations(), host_placement_engine_offsets(), fork_while_copying(),
             explicit_capacity_fp8(), context_ceiling(), cow_answers(), failed_activation_keeps_checkpoint(),
             truncate_into_forked_prefix(), failed_launch_retried(), growth_engine_steps(),
             bounded_completion_every_pool(), writes_up_to_s(), move_while_copying(), verify_mapping_kept(),
-            concurrent_readers()]
+            concurrent_readers(), growth_step_from_counters()]
 
 
 def violations() -> list[Trace]:
@@ -676,4 +708,4 @@ def violations() -> list[Trace]:
             failed_activation_loses_source(), stale_entry_reused_page(), map_beyond_shrunk_entitlement(),
             move_copies_tail(), failed_launch_writes_shared_page(), growth_beyond_capacity(),
             draft_full_write_after_bounded_completion(), write_beyond_s(), write_into_pinned_page(),
-            trim_mapping_verify_needs(), write_while_read()]
+            trim_mapping_verify_needs(), write_while_read(), growth_counters_shrink()]

@@ -94,7 +94,7 @@ class KVAddressSpace:
 class SequenceKVBundle:
     """An active sequence: one address space per enabled pool (Main first), and its request limits."""
 
-    __slots__ = ("seq", "spaces", "prompt", "budget", "ceiling", "bounded_at")
+    __slots__ = ("seq", "spaces", "prompt", "budget", "ceiling", "bounded_at", "growth_guess")
 
     def __init__(self, seq: str, spaces: dict, prompt: int, budget: int, ceiling: int):
         self.seq = seq
@@ -103,10 +103,13 @@ class SequenceKVBundle:
         self.budget = budget
         self.ceiling = ceiling  # min(S, prompt + budget): the request's own token ceiling
         self.bounded_at = None  # kv_lease_growth: frontier of bounded completion once growth failed
+        # {pool: entitlement before} while an accepted growth of unstated size is the model's guess
+        # (kvmodel.store.mapping.grow); the engine's pool counters at `observe` settle it
+        self.growth_guess = None
 
     def snapshot(self) -> tuple:
         return (self.seq, tuple((k, s.uid) for k, s in self.spaces.items()), self.prompt, self.budget,
-                self.ceiling, self.bounded_at)
+                self.ceiling, self.bounded_at, None if self.growth_guess is None else tuple(self.growth_guess.items()))
 
 
 class Checkpoint:

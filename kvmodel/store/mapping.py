@@ -231,6 +231,11 @@ def grow(st, seq: str, engine_bounded_at: int | None = None, engine: tuple | Non
                                 covered=plan.bounded_at)
             bundle.bounded_at = plan.bounded_at
         return plan
+    if engine is not None and engine[0] and engine[1] is None:  # the engine's step is unknown: a guess
+        before = {p: s.entitlement for p, s in bundle.spaces.items()}
+        bundle.growth_guess = before if bundle.growth_guess is None else bundle.growth_guess
+    elif engine is not None:
+        bundle.growth_guess = None  # the engine said what it holds
     for p, target in plan.items():
         s = bundle.spaces[p]
         d = target - s.entitlement

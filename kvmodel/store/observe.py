@@ -30,9 +30,41 @@ def observe_pool(st, pool: str, allocated=None, reserved=None, available=None) -
                         f"{available} = {sum(seen.values())} != capacity {mine['capacity']}", pool=pool, **seen)
     cov.check("TRACE-1", exercised=True)
     diff = {k: [v, mine[k]] for k, v in seen.items() if v != mine[k]}
-    if diff:
+    adopt_growth = _growth_settled_by(st, pool, seen, mine) if diff else None
+    if diff and adopt_growth is None:
         text = ", ".join(f"{k} {v[0]} (model {v[1]})" for k, v in diff.items())
         raise violation("TRACE-1", f"engine reports {pool} {text}", pool=pool, diff=diff)
+    if adopt_growth is not None:  # the engine's own growth step, read from its counters
+        space, delta = adopt_growth
+        space.reservation += delta
+        st.pools[pool].reserved += delta
+        st.touch_space(space)
+    for b in st.bundles.values():  # counters seen: a guessed growth in this pool is settled either way
+        if b.growth_guess is not None and pool in b.growth_guess:
+            del b.growth_guess[pool]
+            if not b.growth_guess:
+                b.growth_guess = None
+
+
+def _growth_settled_by(st, pool: str, seen: dict, mine: dict):
+    """(space, reservation delta) when the only difference is the size of one sequence's accepted growth whose
+    step the trace did not state (the contract fixes none: "按需扩充"): allocated agrees, reserved and
+    available differ by the same amount, and the engine's entitlement lies between the one before the
+    growth and L. None otherwise."""
+    if "reserved" not in seen or seen.get("allocated", mine["allocated"]) != mine["allocated"]:
+        return None
+    delta = seen["reserved"] - mine["reserved"]
+    if "available" in seen and seen["available"] - mine["available"] != -delta:
+        return None
+    guessed = [b for b in st.bundles.values() if b.growth_guess is not None and pool in b.growth_guess]
+    if len(guessed) != 1:
+        return None
+    space = guessed[0].spaces[pool]
+    ent = space.entitlement + delta
+    if not guessed[0].growth_guess[pool] <= ent <= st.L or space.reservation + delta < 0 \
+            or mine["available"] - delta < 0:
+        return None
+    return space, delta
 
 
 def observe_row(st, seq: str, pool: str, table=None, frontier=None) -> None:
