@@ -38,7 +38,8 @@ transition_rule("ENT-3", "Launches are covered by entitlement at the round bound
                 'store contract: "每个 launch 在 round boundary 上要求 entitlement 覆盖该步所需 pages"', units.launch,
                 decisions="kv_lease_growth: window max(prefill_chunk, window) tokens + cushion pages. The contract "
                           "fixes no growth step (\"按需扩充\"): an engine's accepted growth is judged only by whether "
-                          "it fits global available (and adopted when the `grow` result names the new entitlement), "
+                          "it fits global available (and adopted when the `grow` result names the new entitlement, or "
+                          "else read from the engine's next pool counters, kvmodel.store.observe), "
                           "its refusal only when the whole window would have fit (TRACE-1); without the engine's "
                           "word the model grows by rungs of extra tokens (window, 128, 64) like NInfer, all pools "
                           "atomically (kvmodel.store.mapping). Bounded completion: a refused growth fixes the "
