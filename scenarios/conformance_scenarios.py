@@ -491,14 +491,16 @@ def _bounded_dflash(t: Trace) -> None:
 def bounded_completion_every_pool() -> Trace:
     t = Trace("bounded_completion_every_pool",
               'Bounded completion with a 2-page cushion: the request completes at the window\'s frontier 1408 in '
-              'Main and Draft Full; the cushion covers the step about to launch at 1408 (store contract "cushion '
-              '是 reservation 中 cache 不得占用的一段，它保证「即将 launch 的那一步」以及一次 forced control span 已被覆盖")',
+              'Main and Draft Full; the cushion covers the step about to launch at 1408 and one forced control '
+              'span after it (store contract "cushion 是 reservation 中 cache 不得占用的一段，它保证「即将 launch 的'
+              '那一步」以及一次 forced control span 已被覆盖")',
               config(**DFLASH_GROWTH))
     _bounded_dflash(t)
     for a, b in ((1280, 1344), (1344, 1408), (1408, 1472)):  # the last step starts at F: the cushion's
         t.advance("s0", a, b)
         t.advance("s0", a, b, pool="draft_full")
-    t.row("s0", frontier=1472)
+    t.advance("s0", 1472, 1476)  # the one forced control span the cushion also covers
+    t.row("s0", frontier=1476)
     t.row("s0", "draft_full", frontier=1472)
     t.finish("s0")
     t.release("c1")
@@ -508,16 +510,17 @@ def bounded_completion_every_pool() -> Trace:
 
 def draft_full_write_after_bounded_completion() -> Trace:
     t = Trace("ENT-3_draft_full_write_after_bounded_completion",
-              'After bounded completion at 1408 the engine keeps appending draft context: a Draft Full write '
-              'starting at 1472, inside the cushion, after the step the cushion covered (store contract "request '
-              '在 window 覆盖的 frontier 上以 length 结束（bounded completion）", "各阶段只保障自己会写入的 pool")',
+              'After bounded completion at 1408 the engine keeps appending draft context: after the step at 1408 '
+              'and one forced control span, a third Draft Full write starting at 1480, still inside the cushion '
+              '(store contract "request 在 window 覆盖的 frontier 上以 length 结束（bounded completion）", "cushion '
+              '... 保证「即将 launch 的那一步」以及一次 forced control span 已被覆盖")',
               config(**DFLASH_GROWTH))
     _bounded_dflash(t)
     t.advance("s0", 1280, 1408, pool="draft_full")
-    t.advance("s0", 1408, 1472, pool="draft_full")
-    t.map("s0", 1536, "draft_full")
-    t.launch(t.unit(), [("s0", "draft_full", 1472, 1536)], expect="ENT-3")
-    t.row("s0", "draft_full", frontier=1472)
+    t.advance("s0", 1408, 1472, pool="draft_full")  # the step about to launch at F
+    t.advance("s0", 1472, 1480, pool="draft_full")  # the one forced control span
+    t.launch(t.unit(), [("s0", "draft_full", 1480, 1481)], expect="ENT-3")
+    t.row("s0", "draft_full", frontier=1480)
     t.finish("s0")
     t.release("c1")
     return t

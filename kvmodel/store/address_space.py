@@ -43,7 +43,7 @@ def writer_token(*parts) -> int:
 
 class KVAddressSpace:
     __slots__ = ("uid", "pool", "owner", "pages", "committed", "protected", "active", "reservation",
-                 "row", "in_flight", "token", "rewrites", "provisional", "readers")
+                 "row", "in_flight", "token", "rewrites", "provisional", "readers", "forced_used")
 
     def __init__(self, uid: int, pool: str, owner: str):
         self.uid = uid
@@ -64,6 +64,7 @@ class KVAddressSpace:
         # mapped (ensure_mapped_to_tokens) and has not yet launched; 0 when none
         self.provisional = 0
         self.readers = 0  # read-only rows of further in-flight units beyond `in_flight` (kvmodel.store.units)
+        self.forced_used = False  # bounded completion: its one forced control span beyond the frontier is spent
 
     @property
     def unit(self) -> str | None:
@@ -88,7 +89,7 @@ class KVAddressSpace:
     def snapshot(self) -> tuple:
         return (self.uid, self.pool, self.owner, tuple(p.handle for p in self.pages), self.committed,
                 self.protected, self.active, self.reservation, self.row, self.unit, self.token, self.rewrites,
-                self.provisional)
+                self.provisional, self.forced_used)
 
 
 class SequenceKVBundle:

@@ -117,6 +117,7 @@ class KVStore:
         """A fresh content-key lineage for an activation (new incarnation of `seq`)."""
         space.owner = seq
         space.rewrites = 0
+        space.forced_used = False
         space.token = writer_token(seq, space.pool, self.activations)
 
     def lease_device(self, page, page_id=None, from_reservation=False) -> int:

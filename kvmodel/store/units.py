@@ -82,6 +82,7 @@ class Unit(msgspec.Struct, frozen=True, gc=False):
     num_written: int  # rows with a write range (the coverage apply_launch counts, in rows)
     num_shared: int  # written rows meeting a shared page (WR-2's premise)
     num_protected: int  # written rows meeting checkpoint-protected columns (WR-3's premise)
+    forced: tuple = ()  # spaces spending their one forced control span after bounded completion (ENT-3)
 
 
 class Commit(msgspec.Struct, frozen=True, gc=False):
@@ -110,6 +111,7 @@ def plan_launch(st, unit: str, rows) -> Unit:
     bundles = st.bundles
     max_context = st.config.max_context
     written = shared = protected = 0
+    forced = []  # spaces whose write is their one forced control span after bounded completion
     for r in rows:
         seq, pool, write = r.seq, r.pool, r.write
         bundle = bundles.get(seq)
@@ -151,9 +153,11 @@ def plan_launch(st, unit: str, rows) -> Unit:
                     f.context.setdefault("unit", unit)
                 raise ContractViolation(findings)
             shared += flags & 1
-            protected += flags >> 1
+            protected += (flags >> 1) & 1
+            if flags & 4:
+                forced.append(space)
         planned.append(UnitRow(unit, space, a, b, len(pages), space.committed, space.row, space.reservation))
-    return Unit(unit, tuple(planned), written, shared, protected)
+    return Unit(unit, tuple(planned), written, shared, protected, tuple(forced))
 
 
 def apply_launch(st, plan: Unit) -> None:
@@ -173,6 +177,8 @@ def apply_launch(st, plan: Unit) -> None:
         wr_3.checked += written
         wr_3.exercised += plan.num_protected
     st.units[plan.uid] = plan
+    for sp in plan.forced:
+        sp.forced_used = True
     t = st.t_spaces
     for r in plan.rows:
         sp = r.space
@@ -193,14 +199,19 @@ def _write_findings(st, space, a: int, b: int) -> tuple[list[Finding], int]:
         return [Finding("ENT-3", f"write up to position {b} needs {need} pages, beyond the entitlement of "
                         f"{space.entitlement} pages at this round boundary", ctx)], 0
     bounded = st.bundles[space.owner].bounded_at
+    forced = 0
     if bounded is not None:
         # bounded completion ("request 在 window 覆盖的 frontier 上以 length 结束"): the request completes at the
-        # window's frontier F in every pool that writes; the cushion covers only the step about to launch and one
-        # forced control span, so no write may start beyond F (MTP: beyond F plus its provisional lead)
+        # window's frontier F in every pool that writes; the cushion covers "即将 launch 的那一步" (a write starting
+        # at or before F; MTP: F plus its provisional lead) and "一次 forced control span" (one more write per
+        # space), nothing after
         limit = bounded + (st.config.backend.draft_window - 1 if space.pool == "mtp" else 0)
         if a > limit:
-            return [Finding("ENT-3", f"write [{a}, {b}) starts beyond the frontier {limit} where the request "
-                            f"completed (bounded completion at {bounded})", ctx)], 0
+            if space.forced_used:
+                return [Finding("ENT-3", f"write [{a}, {b}) starts beyond the frontier {limit} where the request "
+                                f"completed (bounded completion at {bounded}), after its one forced control span",
+                                ctx)], 0
+            forced = 4
     if b > st.config.max_context:
         return [Finding("AS-6", f"write [{a}, {b}) reaches beyond the per-sequence ceiling S = "
                         f"{st.config.max_context}", ctx)], 0
@@ -242,7 +253,7 @@ def _write_findings(st, space, a: int, b: int) -> tuple[list[Finding], int]:
         findings.append(Finding("CONS-1", f"the unit reads [0, {b}) but positions [{committed}, {a}) hold no "
                                 "valid content (the write starts beyond the committed frontier)",
                                 dict(ctx, frontier=committed)))
-    return findings, flags
+    return findings, flags | forced
 
 
 # -- complete / fail ------------------------------------------------------------------------------------

@@ -45,8 +45,10 @@ transition_rule("ENT-3", "Launches are covered by entitlement at the round bound
                           "atomically (kvmodel.store.mapping). Bounded completion: a refused growth fixes the "
                           "window's frontier F = min(ceiling, max(committed, (Main entitlement − cushion)·P)) (the "
                           "cushion is not part of the window: it covers the step about to launch and one forced "
-                          "control span); in every pool that writes (Main, Draft Full; MTP with its K−1 lead) a write "
-                          "starting beyond F is the violation, and every write stays within the entitlement.")
+                          "control span); in every pool that writes (Main, Draft Full; MTP with its K−1 lead) writes "
+                          "starting at or before F are the step about to launch, one write per space may start "
+                          "beyond F (the forced control span), any further one is the violation, and every write "
+                          "stays within the entitlement.")
 
 
 @state_rule("ENT-4", "Truncated leases return to the same reservation; the last partial page is kept",
