@@ -572,7 +572,9 @@ def move_while_copying() -> Trace:
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "verify")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "publish")
     t.step("s0", 200, 256)  # the pins are gone
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "release_source")  # s0 still reads them: the sources stay
     t.row("s0", table=[0, 1, 2, 3], frontier=256)
+    t.pool(allocated=4, reserved=0, available=124)
     t.finish("s0")
     t.pool(allocated=0, reserved=0, available=128)
     return t

@@ -76,7 +76,9 @@ def rep_3(st, _entity, full):
             'store contract: "唯一有效 source 也不能先释放"', scope="page",
             decisions="State form: every referenced page has a replica valid for its committed columns. A "
                       "Device replica may drop only with a current Host replica and no active reference or pin "
-                      "(kvmodel.store.transfers).")
+                      "(kvmodel.store.transfers). A d2h transfer's `release_source` releases the Device sources "
+                      "no longer required (store contract \"release source when no longer required\"): a page "
+                      "an active sequence still reads keeps its Device replica.")
 def rep_4(st, page, full):
     if not page.alive or not page.holders:
         return None
