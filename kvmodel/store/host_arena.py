@@ -73,7 +73,8 @@ class HostKVArena:
                 if o < offset:
                     self._free.insert(i, [o, offset - o])
                 return
-        raise AssertionError(f"host arena: [{offset}, {offset + size}) is not free")
+        raise InvariantError("host placement takes a free extent", f"host arena: [{offset}, {offset + size}) is not "
+                             "free (plan it first)")
 
     def is_free(self, offset: int, size: int) -> bool:
         return any(o <= offset and offset + size <= o + s for o, s in self._free)

@@ -107,7 +107,9 @@ class DevicePagePool:
         heapq.heappush(self._free_heap, page_id)
 
     def occupy(self, page_id: int, holder) -> None:
-        assert self._is_free[page_id], f"{self.name}: page {page_id} is not free"
+        if not self._is_free[page_id]:
+            raise InvariantError("a lease takes a free page", f"{self.name}: page {page_id} is not free (adoption "
+                                 "vacates it first)")
         self._is_free[page_id] = 0
         self.holder[page_id] = holder
 
