@@ -38,6 +38,7 @@ class KVStore:
         self.resolution = resolve_capacity(config)
         self.P = PAGE_SIZE
         self.L = config.logical_pages
+        self.S = config.max_context  # the per-sequence ceiling (AS-6)
         self.geometry = {g.name: g for g in self.resolution.layout.pools}
         self.pool_names = config.pool_names
         self.pools = {n: DevicePagePool(n, g.pages, g.page_bytes) for n, g in self.geometry.items()}

@@ -109,7 +109,7 @@ def plan_launch(st, unit: str, rows) -> Unit:
         raise violation("TRACE-2", f"unit {unit!r} is already in flight", unit=unit)
     planned = []
     bundles = st.bundles
-    max_context = st.config.max_context
+    max_context = st.S
     written = shared = protected = 0
     forced = []  # spaces whose write is their one forced control span after bounded completion
     for r in rows:
@@ -186,7 +186,7 @@ def apply_launch(st, plan: Unit) -> None:
             sp.in_flight = r  # the cache of st.units (this module is its only writer)
         else:
             sp.readers += 1  # another unit's read-only row of a space already read in flight
-        if r.a is not None:
+        if sp.provisional and r.a is not None:
             sp.provisional = 0  # the stage that needed the mapping has launched (UNIT-4's premise ends)
         t[sp] = None
 

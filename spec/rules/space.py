@@ -27,7 +27,7 @@ def as_1(st, space, full):
             decisions="Membership may exceed the committed frontier (pre-materialized chunk or speculative window).")
 def as_2(st, space, full):
     if not (0 <= space.protected <= space.committed <= len(space.pages) * PAGE_SIZE <= st.L * PAGE_SIZE
-            and space.committed <= st.config.max_context):
+            and space.committed <= st.S):
         return (f"{space.owner!r} ({space.pool}): protected {space.protected}, committed {space.committed}, mapped "
                 f"{len(space.pages) * PAGE_SIZE}, L·P {st.L * PAGE_SIZE} are out of order")
     return True
