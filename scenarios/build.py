@@ -18,13 +18,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # run as a script: find tracebook and the project packages
 
+import conformance_scenarios as conformance  # noqa: E402
 import legal_scenarios as legal  # noqa: E402
 import violation_scenarios as violations  # noqa: E402
 
 
 def scenarios():
     """(subfolder, Trace) for every scenario, in a fixed order."""
-    out = [("", t) for t in legal.build()] + [("violations", t) for t in violations.build()]
+    out = ([("", t) for t in legal.build() + conformance.legal()]
+           + [("violations", t) for t in violations.build() + conformance.violations()])
     names = [(sub, t.name) for sub, t in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -209,8 +209,9 @@ def lease_growth_bounded_completion() -> Trace:
     t = Trace("lease_growth_bounded_completion",
               'kv_lease_growth: the window grows at decode-round boundaries while the pool can cover it, then a '
               'retained prefix holds the rest, growth is refused and the request ends with length at the '
-              'covered frontier 1536 (store contract "启用 ContextCacheOptions::kv_lease_growth", "bounded '
-              'completion")',
+              'window\'s frontier 1472; the cushion covers the step about to launch (store contract "启用 '
+              'ContextCacheOptions::kv_lease_growth", "bounded completion", "cushion 是 reservation 中 cache 不得占用的'
+              '一段")',
               config(max_concurrency=2, kv_capacity={"tokens": 4096}, prefill_chunk=128,
                      kv_lease_growth={"window": 128, "cushion_pages": 1}))
     # M = 64; window = max(prefill_chunk, 128) = 128 tokens, cushion 1 page; decode rounds of 64 steps
@@ -238,8 +239,9 @@ def lease_growth_bounded_completion() -> Trace:
     t.grow("s0", result={"ok": True})
     t.map("s0", 1472)
     t.step("s0", 1408, 1472)
-    # Round 4 at 1472: even the 64-token rung needs 25 pages: bounded completion at 24 * 64 = 1536.
-    t.grow("s0", result={"ok": False, "bounded_at": 1536})
+    # Round 4 at 1472: even the 64-token rung needs 25 pages: bounded completion at the window's frontier
+    # (24 - 1 cushion page) * 64 = 1472; the cushion page covers the step about to launch.
+    t.grow("s0", result={"ok": False, "bounded_at": 1472})
     t.map("s0", 1536)
     t.step("s0", 1472, 1536)
     t.row("s0", table=range(40, 64), frontier=1536)  # c1 holds pages 0..39

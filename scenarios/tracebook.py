@@ -136,8 +136,10 @@ class Trace:
     def release(self, ckpt, expect=None) -> int:
         return self.ev("release", expect, ckpt=ckpt)
 
-    def offload(self, ckpt, blocks, pool="main", expect=None) -> int:
-        return self.ev("offload", expect, ckpt=ckpt, pool=pool, blocks=list(blocks))
+    def offload(self, ckpt, blocks, pool="main", offsets=None, expect=None) -> int:
+        """D2H copies; `offsets`: the engine's Host placement, one per block (extension)."""
+        result = None if offsets is None else {"ok": True, "offsets": list(offsets)}
+        return self.ev("offload", expect, ckpt=ckpt, pool=pool, blocks=list(blocks), result=result)
 
     def drop_device(self, ckpt, blocks, pool="main", expect=None) -> int:
         return self.ev("drop_device", expect, ckpt=ckpt, pool=pool, blocks=list(blocks))
@@ -145,9 +147,15 @@ class Trace:
     def drop_host(self, ckpt, blocks, pool="main", expect=None) -> int:
         return self.ev("drop_host", expect, ckpt=ckpt, pool=pool, blocks=list(blocks))
 
-    def xfer(self, xid, direction, ckpt, blocks, phase, pool="main", expect=None) -> int:
+    def xfer(self, xid, direction, ckpt, blocks, phase, pool="main", pages=None, offsets=None, expect=None) -> int:
+        """One transfer phase; at `reserve`, `pages` (h2d destinations) / `offsets` (d2h Host placement) are the
+        engine's choice (extension)."""
+        result = None
+        if pages is not None or offsets is not None:
+            result = {"ok": True, **({"pages": list(pages)} if pages is not None else {}),
+                      **({"offsets": list(offsets)} if offsets is not None else {})}
         return self.ev("xfer", expect, xfer=xid, dir=direction, ckpt=ckpt, pool=pool, blocks=list(blocks),
-                       phase=phase)
+                       phase=phase, result=result)
 
     def xfer_all(self, xid, direction, ckpt, blocks, pool="main") -> None:
         """Every phase of one transfer, in the publication order."""
@@ -157,6 +165,11 @@ class Trace:
     def pool(self, pool="main", allocated=None, reserved=None, available=None, expect=None) -> int:
         """Observe pool counters."""
         return self.ev("observe", expect, pool=pool, allocated=allocated, reserved=reserved, available=available)
+
+    def ckpt(self, ckpt, pool="main", table=None, frontier=None, replicas=None, expect=None) -> int:
+        """Observe a retained checkpoint (extension): its members' Device ids (-1: none), frontier, replicas."""
+        return self.ev("observe", expect, ckpt=ckpt, pool=pool, table=None if table is None else list(table),
+                       frontier=frontier, replicas=None if replicas is None else list(replicas))
 
     def row(self, seq, pool="main", table=None, frontier=None, expect=None) -> int:
         """Observe a sequence's row: the first len(table) block-table entries (-1 a hole) and/or its frontier."""

@@ -34,6 +34,7 @@ def cap_3() -> Trace:
     _checkpoint(t, "s0", 1000, "c0")  # pages 0..15
     t.activate("s1", 1020, 44, src="c0")  # tail copy on page 16; reservation 1
     t.pool(allocated=32, reserved=1, available=110, expect="CAP-3")  # true: 17 / 1 / 110
+    t.pool(allocated=17, reserved=1, available=110)  # the rejected fact changed nothing
     t.step("s1", 1000, 1020)
     t.finish("s1")
     t.release("c0")
@@ -51,6 +52,7 @@ def page_1() -> Trace:
     t.step("s0", 0, 200)
     t.activate("s1", 100, 28, result={"ok": True, "rows": {"main": 1}, "pages": {"main": []}})
     t.map("s1", 100, result={"ok": True, "pages": [20, 7]}, expect="PAGE-1")
+    t.row("s1", table=[-1, -1], frontier=0)  # the rejected fact changed nothing
     t.step("s0", 200, 256)
     t.row("s0", table=[4, 7, 9, 12], frontier=256)
     t.finish("s0")
@@ -68,6 +70,7 @@ def page_2() -> Trace:
     t.step("s0", 300, 400)  # pages 0..6
     t.truncate("s0", 200)  # pages 4, 5, 6 return to the reservation
     t.row("s0", table=range(7), frontier=200, expect="PAGE-2")
+    t.row("s0", table=[0, 1, 2, 3, -1], frontier=200)  # the rejected fact changed nothing
     t.map("s0", 264)
     t.step("s0", 200, 264)
     t.row("s0", table=[0, 1, 2, 3, 4, -1], frontier=264)
@@ -85,6 +88,7 @@ def page_3() -> Trace:
     t.offload("c0", [0, 1, 2, 3])
     t.drop_device("c0", [0, 1, 2, 3])
     t.xfer("x1", "d2h", "c0", [0, 1], "reserve", expect="PAGE-3")
+    t.ckpt("c0", table=[-1, -1, -1, -1], replicas=["host"] * 4)  # the rejected fact changed nothing
     t.release("c0")
     t.pool(allocated=0, reserved=0, available=128)
     return t
@@ -98,6 +102,7 @@ def as_1() -> Trace:
     t.map("s0", 100, result={"ok": True, "pages": [0, 1]})
     t.step("s0", 0, 100)
     t.activate("s1", 100, 28, result={"ok": True, "rows": {"main": 0}, "pages": {"main": []}}, expect="AS-1")
+    t.row("s0", table=[0, 1], frontier=100)  # the rejected fact changed nothing
     t.step("s0", 100, 101)
     t.finish("s0")
     return t
@@ -111,6 +116,7 @@ def as_2() -> Trace:
     _checkpoint(t, "s0", 1000, "c0")
     t.activate("s1", 1000, 64, src="c0")
     t.row("s1", table=[*range(15), 16], frontier=960, expect="AS-2")
+    t.row("s1", table=[*range(15), 16], frontier=1000)  # the rejected fact changed nothing
     t.step("s1", 1000, 1001)
     t.finish("s1")
     t.release("c0")
@@ -123,10 +129,14 @@ def as_3() -> Trace:
               'its own page 4 (store contract "block table只是 active Device mapping 的执行镜像")',
               config(kv_capacity=M128))
     t.activate("s0", 150, 42)
-    t.prefill("s0", 150)  # pages 0, 1, 2
+    t.map("s0", 150, result={"ok": True, "pages": [0, 1, 2]})  # the engine names its ids: no guesses
+    t.step("s0", 0, 150)
     t.activate("s1", 100, 28)
-    t.prefill("s1", 100)  # pages 3, 4
+    t.map("s1", 100, result={"ok": True, "pages": [3, 4]})
+    t.step("s1", 0, 100)
     t.row("s1", table=[3, 1], expect="AS-3")
+    t.row("s1", table=[3, 4], frontier=100)  # the rejected report changed nothing
+    t.row("s0", table=[0, 1, 2], frontier=150)
     t.finish("s0")
     t.finish("s1")
     return t
@@ -138,6 +148,7 @@ def as_4() -> Trace:
               'space (store contract "任一 pool 失败都不能发布部分 Active bundle", "Active sequence 不能按 request '
               '临时关闭 selected backend")', config(kv_capacity=M128, backend=MTP))
     t.activate("s0", 100, 28, result={"ok": True, "rows": {"main": 0}, "pages": {"main": []}}, expect="AS-4")
+    t.pool(allocated=0, reserved=0, available=128)  # the rejected fact changed nothing
     t.activate("s1", 100, 28, result={"ok": True, "rows": {"main": 0, "mtp": 0}, "pages": {"main": [], "mtp": []}})
     t.map("s1", 100, "main")
     t.map("s1", 100, "mtp")
@@ -156,6 +167,7 @@ def as_5() -> Trace:
     t.activate("s0", 200, 56)
     t.prefill("s0", 200)
     t.map("s0", 200, "draft_full", expect="AS-5")
+    t.row("s0", table=[0, 1, 2, 3], frontier=200)  # the rejected fact changed nothing
     t.step("s0", 200, 201)
     t.finish("s0")
     return t
@@ -173,6 +185,7 @@ def wr_2() -> Trace:
     t.release("c0")  # the 16 pages stay shared by s1 and s2
     t.truncate("s1", 1000)  # block 15 stays a shared, immutable member of s1
     t.launch(t.unit(), [("s1", "main", 1000, 1001)], expect="WR-2")
+    t.row("s1", table=range(16), frontier=1000)  # the rejected fact changed nothing
     t.map("s2", 1025)
     t.step("s2", 1024, 1025)
     t.finish("s2")
@@ -188,6 +201,7 @@ def wr_3() -> Trace:
     t.activate("s1", 1024, 64, src="c0")
     t.truncate("s1", 1000)
     t.launch(t.unit(), [("s1", "main", 1000, 1001)], expect=("WR-2", "WR-3"))
+    t.row("s1", table=range(16), frontier=1000)  # the rejected fact changed nothing
     t.cow("s1", 15)  # what the engine should have done first: a private copy of the 40 columns
     t.step("s1", 1000, 1001)
     t.finish("s1")
@@ -203,6 +217,7 @@ def wr_4() -> Trace:
     _checkpoint(t, "s0", 1000, "c0")
     t.activate("s1", 1000, 64, src="c0",
                result={"ok": True, "rows": {"main": 1}, "pages": {"main": list(range(15))}}, expect="WR-4")
+    t.pool(allocated=16, reserved=0, available=112)  # the rejected fact changed nothing
     t.activate("s2", 1000, 64, src="c0")
     t.row("s2", table=[*range(15), 16], frontier=1000)
     t.finish("s2")
@@ -217,6 +232,7 @@ def ent_2_refused() -> Trace:
     t.activate("s0", 300, 200)  # ceil(500/64) = 8 pages
     t.prefill("s0", 300)
     t.map("s0", 400, result={"ok": False, "error": "entitlement"}, expect="ENT-2")
+    t.row("s0", table=range(5), frontier=300)  # the rejected fact changed nothing
     t.finish("s0")  # the engine preempts s0
     t.pool(allocated=0, reserved=0, available=64)
     return t
@@ -230,6 +246,7 @@ def ent_2_beyond() -> Trace:
     t.activate("s0", 300, 200)
     t.prefill("s0", 300)  # pages 0..4
     t.map("s0", 600, result={"ok": True, "pages": [5, 6, 7, 8, 9]}, expect="ENT-2")
+    t.row("s0", table=range(5), frontier=300)  # the rejected fact changed nothing
     t.step("s0", 300, 301)
     t.finish("s0")
     return t
@@ -241,9 +258,10 @@ GROWTH = dict(max_concurrency=2, kv_capacity=M64, prefill_chunk=128,
 
 def ent_3_bounded() -> Trace:
     t = Trace("ENT-3_write_after_bounded_completion",
-              'Shortfall escaping a step: growth was refused with bounded completion at 1536, yet the engine '
-              'launches a decode step writing position 1536 (store contract "request 在 window 覆盖的 frontier 上'
-              '以 length 结束（bounded completion）", "shortfall不通过异常离开该步")', config(**GROWTH))
+              'Shortfall escaping a step: growth was refused with bounded completion at 1472, the cushion covered '
+              'the step in progress, yet the engine launches a decode step writing position 1536 (store contract '
+              '"request 在 window 覆盖的 frontier 上以 length 结束（bounded completion）", "shortfall不通过异常离开该步")',
+              config(**GROWTH))
     _checkpoint(t, "s1", 2560, "c1", budget=0)  # 40 pages retained; 24 available
     t.activate("s0", 1344, 2752)  # ceil(1472/64) + 1 = 24 pages: the rest of the pool
     t.prefill("s0", 1344)
@@ -251,9 +269,10 @@ def ent_3_bounded() -> Trace:
     t.advance("s0", 1344, 1408)
     t.grow("s0", result={"ok": True})  # 64-token rung: 24 pages, held
     t.advance("s0", 1408, 1472)
-    t.grow("s0", result={"ok": False, "bounded_at": 1536})  # 64-token rung needs 25 pages
+    t.grow("s0", result={"ok": False, "bounded_at": 1472})  # 64-token rung needs 25 pages; window ends at 1472
     t.advance("s0", 1472, 1536)
     t.launch(t.unit(), [("s0", "main", 1536, 1537)], expect="ENT-3")
+    t.row("s0", frontier=1536)  # the rejected fact changed nothing
     t.release("c1")
     return t
 
@@ -268,6 +287,7 @@ def ent_3_grow_in_step() -> Trace:
     t.map("s0", 1344)
     t.launch(u, [("s0", "main", 1280, 1344)])
     t.grow("s0", expect="ENT-3")
+    t.pool(allocated=21, reserved=2, available=41)  # the rejected fact changed nothing
     t.complete(u, [("s0", "main", 1344)])
     t.grow("s0", result={"ok": True})  # at the boundary: 24 pages
     t.finish("s0")
@@ -284,6 +304,7 @@ def unit_1() -> Trace:
     u = t.unit()
     t.launch(u, [("s0", "main", 0, 128)])
     t.map("s0", 256, expect="UNIT-1")
+    t.row("s0", table=[0, 1, -1], frontier=0)  # the rejected fact changed nothing
     t.complete(u, [("s0", "main", 128)])
     t.map("s0", 256)
     t.step("s0", 128, 256)
@@ -304,6 +325,7 @@ def unit_2() -> Trace:
     u = t.unit()
     t.launch(u, [("s0", "main", 100, 104)])
     t.complete(u, [("s0", "main", 106)], expect="UNIT-2")
+    t.row("s0", frontier=100)  # the rejected fact changed nothing
     t.map("s1", 65)
     t.step("s1", 64, 65)
     t.finish("s1")
@@ -317,6 +339,7 @@ def unit_3() -> Trace:
     t.activate("s0", 100, 28)
     t.prefill("s0", 100)
     t.launch(t.unit(), [("s0", "main", 99, 101)], expect="UNIT-3")
+    t.row("s0", frontier=100)  # the rejected fact changed nothing
     t.step("s0", 100, 101)
     t.finish("s0")
     return t
@@ -337,6 +360,7 @@ def unit_4() -> Trace:
     u = t.unit()
     t.launch(u, [("s0", "main", 125, 130), ("s0", "mtp", 125, 130)])
     t.truncate("s0", 127, "main", expect="UNIT-4")
+    t.row("s0", "main", table=[0, 1, 2], frontier=125)  # the rejected fact changed nothing
     t.complete(u, [("s0", "main", 127), ("s0", "mtp", 126)])
     t.truncate("s0", 127, "main")
     t.truncate("s0", 126, "mtp")
@@ -357,6 +381,7 @@ def rep_1() -> Trace:
     for phase in ("reserve", "copy", "verify"):
         t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], phase)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "release_source", expect="REP-1")
+    t.ckpt("c0", replicas=["device"] * 4)  # the rejected fact changed nothing
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "publish")
     return t
 
@@ -370,6 +395,7 @@ def rep_2() -> Trace:
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
     t.drop_device("c0", [1], expect="REP-2")
+    t.ckpt("c0", table=[0, 1, 2, 3], replicas=["device"] * 4)  # the rejected fact changed nothing
     for phase in ("verify", "publish", "release_source"):
         t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], phase)
     t.release("c0")
@@ -380,15 +406,19 @@ def rep_2() -> Trace:
 def rep_3() -> Trace:
     t = Trace("REP-3_host_plan_on_free_bytes_only",
               'The engine plans a 2-page offload because the Host arena has 2 pages of free bytes, but they are '
-              'two separate 1-page extents (store contract "free_bytes 只是占用摘要，不是可分配性的充分证明")',
+              'two separate 1-page extents: the packed extent it places at offset 0 overlaps c0\'s live block 1 '
+              '(store contract "free_bytes 只是占用摘要，不是可分配性的充分证明", "Plan 必须针对完整 '
+              'release/allocation recipe 验证 extent geometry")',
               config(kv_capacity=M128, host_arena_bytes=4 * BF16_PAGE))
     _checkpoint(t, "s0", 128, "c0", budget=0)  # 2 pages
     _checkpoint(t, "s1", 64, "c1", budget=0)  # 1 page
     _checkpoint(t, "s2", 128, "c2", budget=0)  # 2 pages
-    t.offload("c0", [0, 1])  # Host extent [0, 2 strides)
-    t.offload("c1", [0])  # [2, 3)
+    t.offload("c0", [0, 1], offsets=[0, BF16_PAGE])  # Host extent [0, 2 strides)
+    t.offload("c1", [0], offsets=[2 * BF16_PAGE])  # [2, 3)
     t.drop_host("c0", [0])  # free: [0, 1) and [3, 4): 2 strides of free bytes, largest extent 1
-    t.offload("c2", [0, 1], expect="REP-3")
+    t.offload("c2", [0, 1], offsets=[0, BF16_PAGE], expect="REP-3")
+    t.ckpt("c2", replicas=["device", "device"])  # the rejected copy published nothing
+    t.ckpt("c0", replicas=["device", "both"])
     t.release("c2")
     t.release("c1")
     t.release("c0")
@@ -404,6 +434,7 @@ def rep_4_device() -> Trace:
     t.offload("c0", [0, 1, 2])
     t.drop_device("c0", [0, 1, 2])
     t.drop_device("c0", [3], expect="REP-4")
+    t.ckpt("c0", table=[-1, -1, -1, 3], replicas=["host", "host", "host", "device"])  # the rejected fact changed nothing
     t.release("c0")
     t.pool(allocated=0, reserved=0, available=128)
     return t
@@ -418,6 +449,7 @@ def rep_4_host() -> Trace:
     t.offload("c0", [0, 1, 2, 3])
     t.drop_device("c0", [0, 1, 2, 3])
     t.drop_host("c0", [2], expect="REP-4")
+    t.ckpt("c0", replicas=["host"] * 4)  # the rejected fact changed nothing
     t.release("c0")
     t.pool(allocated=0, reserved=0, available=128)
     return t
@@ -432,6 +464,7 @@ def ckpt_1() -> Trace:
     t.activate("s0", 300, 20)
     t.prefill("s0", 300)
     t.finish("s0", retain="c0", state_image=False, expect="CKPT-1")
+    t.row("s0", frontier=300)  # the rejected fact changed nothing
     t.prefill("s1", 64)
     t.finish("s1")
     return t
@@ -456,6 +489,7 @@ def ckpt_2_after_release() -> Trace:
     _checkpoint(t, "s0", 300, "c0")
     t.release("c0")
     t.activate("s1", 320, 64, src="c0", expect="CKPT-2")
+    t.pool(allocated=0, reserved=0, available=128)  # the rejected fact changed nothing
     t.activate("s1", 320, 64)  # the engine falls back to a cold prefill
     t.prefill("s1", 320)
     t.finish("s1")
@@ -471,6 +505,7 @@ def ckpt_3() -> Trace:
     _checkpoint(t, "s0", 1000, "c0")
     t.activate("s1", 1000, 64, src="c0",
                result={"ok": True, "rows": {"main": 0}, "pages": {"main": list(range(16))}}, expect="CKPT-3")
+    t.ckpt("c0", table=range(16), frontier=1000)  # the rejected fact changed nothing
     t.activate("s1", 1000, 64, src="c0")
     t.row("s1", table=[*range(15), 16], frontier=1000)
     t.finish("s1")
@@ -486,6 +521,7 @@ def cons_1() -> Trace:
     t.activate("s0", 1000, 24)
     t.prefill("s0", 1000)
     t.launch(t.unit(), [("s0", "main", 1001, 1002)], expect="CONS-1")
+    t.row("s0", frontier=1000)  # the rejected fact changed nothing
     t.step("s0", 1000, 1001)
     t.finish("s0")
     return t
@@ -498,6 +534,7 @@ def trace_1_refusal() -> Trace:
               config(kv_capacity=M128))
     t.activate("s0", 300, 200)  # 8 pages
     t.activate("s1", 100, 28, result={"ok": False, "error": "capacity"}, expect="TRACE-1")
+    t.pool(allocated=0, reserved=8, available=120)  # the rejected fact changed nothing
     t.prefill("s0", 300)
     t.finish("s0")
     t.activate("s1", 100, 28)
@@ -517,6 +554,7 @@ def trace_1_counters() -> Trace:
     t.step("s0", 300, 400)
     t.truncate("s0", 200)
     t.pool(allocated=7, reserved=1, available=56, expect="TRACE-1")  # required: 4 / 4 / 56
+    t.pool(allocated=4, reserved=4, available=56)  # the rejected fact changed nothing
     t.finish("s0")
     return t
 
@@ -529,6 +567,7 @@ def trace_2_moved() -> Trace:
     _checkpoint(t, "s0", 300, "c0")
     t.activate("s1", 300, 64, src="c0", keep_source=False)
     t.activate("s2", 300, 64, src="c0", expect="TRACE-2")
+    t.row("s1", table=range(5), frontier=300)  # the rejected fact changed nothing
     t.step("s1", 300, 301)
     t.finish("s1")
     return t
@@ -545,6 +584,7 @@ def trace_2_finished() -> Trace:
     t.prefill("s1", 100)
     t.finish("s0")
     t.launch(t.unit(), [("s1", "main", 100, 101), ("s0", "main", 100, 101)], expect="TRACE-2")
+    t.row("s1", frontier=100)  # the rejected fact changed nothing
     t.step("s1", 100, 101)
     t.finish("s1")
     return t

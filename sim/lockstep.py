@@ -30,7 +30,7 @@ from kvsim.gpu.planes import PagedKVPool
 from kvsim.gpu.transfer import copy_pages, pack_pages, unpack_pages
 from kvsim.kvmodel.store.address_space import KEY_STRIDE, MASK64
 from kvsim.kvmodel.store.config import PAGE_SIZE
-from kvsim.kvmodel.store.effects import CopyColumns, DeviceToHost, HostToDevice
+from kvsim.kvmodel.store.effects import CopyColumns, DeviceToHost, HostMove, HostToDevice, Relabel
 from kvsim.kvmodel.store.errors import Finding, InvariantError
 
 GQA_GROUP = 2  # query heads per KV head in the lockstep's attention checks
@@ -97,6 +97,10 @@ class Lockstep:
     def applied(self, ev, outcome, index: int, line: int) -> None:
         st = self.st
         for eff in st.take_effects():
+            if isinstance(eff, HostMove):  # a guessed Host placement moved: its payload moves with it
+                if eff.old in self.host:
+                    self.host[eff.new] = self.host.pop(eff.old)
+                continue
             pool = self.pools[eff.pool]
             if isinstance(eff, CopyColumns):
                 copy_pages(pool, [eff.src], [eff.dst], columns=eff.columns)
@@ -104,6 +108,11 @@ class Lockstep:
                 unpack_pages(pool, self.host[eff.host_offset], [eff.dst])
             elif isinstance(eff, DeviceToHost):
                 self.host[eff.host_offset] = np.array(pack_pages(pool, [eff.src]), copy=True)
+            elif isinstance(eff, Relabel):  # the engine's ids adopted for guessed leases: payloads follow
+                pairs = [(a, b) for a, b in eff.pairs if a >= 0]
+                if pairs:
+                    buf = np.array(pack_pages(pool, [a for a, _ in pairs]), copy=True)
+                    unpack_pages(pool, buf, [b for _, b in pairs])
             else:  # FreeLease: scribble over its payload so a missing copy or restore cannot pass
                 unpack_pages(pool, self._poison(pool), [eff.page])
         for space in st.t_spaces:

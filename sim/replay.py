@@ -18,10 +18,11 @@ import os
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.store import ContractViolation, Finding, Refusal
-from kvsim.kvmodel.store.activation import plan_activation
+from kvsim.kvmodel.store.activation import note_refused, plan_activation
 from kvsim.kvmodel.store.coverage import Coverage
 from kvsim.kvmodel.store.errors import violation
-from kvsim.kvmodel.store.mapping import plan_grow, would_map
+from kvsim.kvmodel.store import units
+from kvsim.kvmodel.store.mapping import active_space, would_cow, would_map
 from kvsim.spec.checking import Checker
 
 from kvsim.sim.trace import records as kt
@@ -104,6 +105,7 @@ class TraceReplay:
         try:
             if res is not None and op not in kt.REQUEST_OPS and not res.ok:
                 self._refusal(index, op, "engine" + (f": {res.error}" if res.error else ""))
+                self._unapplied(ev, op)
             else:
                 outcome = handler(ev)
                 if outcome is not None and isinstance(outcome, Refusal):
@@ -154,6 +156,34 @@ class TraceReplay:
         r.timeline = self.timeline.as_dict()
         return r
 
+    def _unapplied(self, ev, op: str) -> None:
+        """A fact the engine says did not take effect is not applied, but the checks that do not depend on
+        its effect still run: stale handles (TRACE-2) and, for a launch, the write set itself (a unit that
+        never ran still shows the engine tried an illegal write)."""
+        st = self.st
+        try:
+            self._stale_or_illegal(ev, op)
+        except ContractViolation as exc:
+            st.cov.count((f.rule, True) for f in exc.findings)
+            for f in exc.findings:
+                st.cov.violate(f.rule)
+            raise
+
+    def _stale_or_illegal(self, ev, op: str) -> None:
+        st = self.st
+        if op == "launch":
+            units.plan_launch(st, ev.unit, ev.rows)  # validated, never applied: the unit did not run
+        elif op in ("complete", "fail"):
+            units._live_unit(st, ev.unit, op)
+        elif op in ("truncate", "finish") or (op == "observe" and ev.seq is not None):
+            if ev.seq not in st.bundles:
+                active_space(st, ev.seq, getattr(ev, "pool", "main"), op)
+        elif op in ("release", "offload", "drop_device", "drop_host") or (op == "xfer" and ev.phase == "reserve"):
+            st.resolve_blocks(ev.ckpt, getattr(ev, "pool", "main"), getattr(ev, "blocks", ()))
+        elif op == "xfer" and ev.xfer not in st.xfers:
+            raise violation("TRACE-2", f"transfer {ev.xfer!r} phase {ev.phase}: the transfer " +
+                            ("has ended" if ev.xfer in st.ended_xfers else "was never reserved"), xfer=ev.xfer)
+
     # -- requests -------------------------------------------------------------------------------------
     def _diverged(self, rule: str, message: str, **ctx):
         self.st.cov.check(rule, exercised=True)
@@ -163,6 +193,7 @@ class TraceReplay:
     def _activate(self, ev):
         st, res = self.st, ev.result
         if res is not None and not res.ok:
+            note_refused(st, ev.from_)
             try:
                 planned = plan_activation(st, ev.seq, ev.prompt, ev.budget, ev.from_, ev.keep_source, None, None)
             except ContractViolation:
@@ -175,7 +206,8 @@ class TraceReplay:
         pages = None if res is None or res.pages is None else {k: list(v) for k, v in res.pages.items()}
         out = st.activate(ev.seq, ev.prompt, ev.budget, ev.from_, ev.keep_source, rows, pages)
         if isinstance(out, Refusal) and res is not None:
-            raise self._diverged("TRACE-1", f"engine activated {ev.seq!r}, the contract requires a refusal "
+            rule = "AS-6" if out.reason == "context" else "TRACE-1"
+            raise self._diverged(rule, f"engine activated {ev.seq!r}, the contract requires a refusal "
                                  f"({out.reason}: {out.detail})", seq=ev.seq, reason=out.reason)
         return out
 
@@ -195,27 +227,34 @@ class TraceReplay:
         return out
 
     def _grow(self, ev):
-        st, res = self.st, ev.result
-        if res is not None and res.ok:
-            planned = plan_grow(st, ev.seq)
-            if isinstance(planned, Refusal):
-                raise self._diverged("TRACE-1", f"engine grew {ev.seq!r}'s window, the contract requires a refusal "
-                                     f"({planned.reason}: {planned.detail})", seq=ev.seq)
-        elif res is not None:
-            planned = plan_grow(st, ev.seq)
-            if not isinstance(planned, Refusal):
-                raise self._diverged("TRACE-1", f"engine refused growing {ev.seq!r}'s window, but every pool can "
-                                     "cover the next rung", seq=ev.seq)
-        return st.grow(ev.seq, None if res is None else res.bounded_at)
+        """The engine's growth answer is judged by what the contract fixes (kvmodel.store.mapping.
+        check_engine_growth), never by the model's own step choices."""
+        res = ev.result
+        if res is None:
+            return self.st.grow(ev.seq)
+        return self.st.grow(ev.seq, res.bounded_at, (res.ok, None if res.entitlement is None else dict(res.entitlement)))
 
     def _cow(self, ev):
-        res = ev.result
-        page = None
+        """`cow` is judged like every request: a refusal where the contract copies, or an ok where it must
+        refuse, is TRACE-1; an accepted destination page is adopted after the PAGE-1 check."""
+        st, res = self.st, ev.result
         if res is not None and not res.ok:
-            return Refusal(res.error or "engine")
-        if res is not None and res.page is not None:
-            page = res.page
-        return self.st.cow(ev.seq, ev.pool, ev.block, page)
+            outcome = would_cow(st, ev.seq, ev.pool, ev.block)
+            if outcome is None:
+                raise self._diverged("TRACE-1", f"engine refused the COW of {ev.seq!r} ({ev.pool}) block {ev.block} "
+                                     f"({res.error or 'no reason'}), but a page is available for the private copy",
+                                     seq=ev.seq, pool=ev.pool, block=ev.block)
+            if not isinstance(outcome, Refusal):
+                raise self._diverged("TRACE-1", f"engine refused the COW of {ev.seq!r} ({ev.pool}) block {ev.block}, "
+                                     "which is already private (nothing to copy, nothing to refuse)",
+                                     seq=ev.seq, pool=ev.pool, block=ev.block)
+            return outcome
+        out = st.cow(ev.seq, ev.pool, ev.block, None if res is None else res.page)
+        if isinstance(out, Refusal) and res is not None:
+            raise self._diverged("TRACE-1", f"engine copied {ev.seq!r} ({ev.pool}) block {ev.block}, the contract "
+                                 f"requires a refusal ({out.reason}: {out.detail})", seq=ev.seq, pool=ev.pool,
+                                 block=ev.block)
+        return out
 
     # -- facts ------------------------------------------------------------------------------------
     def _launch(self, ev):  # the trace's LaunchRow records have the model's LaunchRow fields (seq, pool, write)
@@ -237,7 +276,8 @@ class TraceReplay:
         return self.st.release(ev.ckpt)
 
     def _offload(self, ev):
-        return self.st.offload(ev.ckpt, ev.pool, ev.blocks)
+        res = ev.result
+        return self.st.offload(ev.ckpt, ev.pool, ev.blocks, None if res is None else res.offsets)
 
     def _drop_device(self, ev):
         return self.st.drop_device(ev.ckpt, ev.pool, ev.blocks)
@@ -246,9 +286,14 @@ class TraceReplay:
         return self.st.drop_host(ev.ckpt, ev.pool, ev.blocks)
 
     def _xfer(self, ev):
-        return self.st.xfer(ev.xfer, ev.dir, ev.ckpt, ev.pool, ev.blocks, ev.phase)
+        res = ev.result
+        return self.st.xfer(ev.xfer, ev.dir, ev.ckpt, ev.pool, ev.blocks, ev.phase,
+                            None if res is None else res.pages, None if res is None else res.offsets)
 
     def _observe(self, ev):
+        if ev.ckpt is not None:
+            return self.st.observe_checkpoint(ev.ckpt, ev.pool, None if ev.table is None else list(ev.table),
+                                              ev.frontier, None if ev.replicas is None else list(ev.replicas))
         if ev.seq is None:
             return self.st.observe_pool(ev.pool, ev.allocated, ev.reserved, ev.available)
         return self.st.observe_row(ev.seq, ev.pool, None if ev.table is None else list(ev.table), ev.frontier)

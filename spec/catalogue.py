@@ -17,7 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-KINDS = ("state", "transition")
+KINDS = ("state", "transition", "clause")
+# What a rule's firing is evidence of: "engine" (reachable from trace facts: it judges the engine that
+# recorded the trace), "model" (only hand-edited or buggy model state can fire it: it guards the model
+# itself, and its counters are no engine coverage), "none" (a clause recorded but not checkable from
+# traces; `not_checkable` says why).
+EVIDENCE = ("engine", "model", "none")
 SCOPES = ("config", "pool", "page", "space", "row", "store", "none")
 _ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE)-[1-9][0-9]*$")
 
@@ -32,15 +37,22 @@ class Rule:
     scope: str = "none"  # what a state checker is applied to
     decisions: str = ""  # how the model fills what the seed leaves open
     full_checker: Callable | None = None  # audit-only global form (recounts, reachability)
+    evidence: str = "engine"  # see EVIDENCE
+    not_checkable: str = ""  # why no kvtrace/1 trace can carry what the clause requires
+    subsumed_by: tuple = ()  # rules that fire first wherever this one's premise holds in a trace
 
     @property
     def checker_name(self) -> str:
         fn = self.checker
+        if fn is None:
+            return ""
         return fn if isinstance(fn, str) else f"{fn.__module__}.{fn.__qualname__}"
 
     def as_dict(self) -> dict:
         return {"id": self.id, "title": self.title, "clause": self.clause, "kind": self.kind,
-                "checker": self.checker_name, "decisions": self.decisions}
+                "checker": self.checker_name, "decisions": self.decisions, "evidence": self.evidence,
+                "not_checkable": self.not_checkable, "subsumed_by": list(self.subsumed_by),
+                "state_form": "guards the model" if self.kind == "state" and self.evidence == "engine" else ""}
 
 
 class InvalidRule(ValueError):
@@ -59,7 +71,14 @@ def _register(r: Rule) -> Rule:
         raise InvalidRule(f"rule {r.id}: kind {r.kind!r} / scope {r.scope!r} is not one of {KINDS} / {SCOPES}")
     if not r.title or "\n" in r.title or not r.clause:
         raise InvalidRule(f"rule {r.id}: a one-line title and a seed clause are required")
-    if not (callable(r.checker) or (isinstance(r.checker, str) and r.kind == "transition" and "." in r.checker)):
+    if r.evidence not in EVIDENCE:
+        raise InvalidRule(f"rule {r.id}: evidence {r.evidence!r} is not one of {EVIDENCE}")
+    if (r.kind == "clause") != (r.evidence == "none") or (r.evidence == "none") != bool(r.not_checkable):
+        raise InvalidRule(f"rule {r.id}: a clause rule (evidence 'none') and only it gives a not_checkable reason")
+    if r.kind == "clause":
+        if r.checker is not None:
+            raise InvalidRule(f"rule {r.id}: a clause rule has no checker")
+    elif not (callable(r.checker) or (isinstance(r.checker, str) and r.kind == "transition" and "." in r.checker)):
         raise InvalidRule(f"rule {r.id}: checker must be callable (or, for a transition rule checked by the "
                           "simulator, a dotted name)")
     if isinstance(r.checker, str) and not resolves(r.checker):
@@ -102,22 +121,31 @@ def require(ids, where: str) -> None:
 
 
 def state_rule(rule_id: str, title: str, clause: str, scope: str, decisions: str = "",
-               full: Callable | None = None):
+               full: Callable | None = None, evidence: str = "engine", subsumed_by: tuple = ()):
     """Decorator: register the decorated predicate as the checker of a state rule.
 
     The predicate is called as fn(store, entity, full) and returns None (premise vacuous, pass), True
     (premise held, pass) or a one-line message (violated).
     """
     def deco(fn):
-        _register(Rule(rule_id, title, clause, "state", fn, scope, decisions, full))
+        _register(Rule(rule_id, title, clause, "state", fn, scope, decisions, full, evidence,
+                       subsumed_by=tuple(subsumed_by)))
         return fn
     return deco
 
 
-def transition_rule(rule_id: str, title: str, clause: str, checker: Callable | str, decisions: str = "") -> Rule:
+def transition_rule(rule_id: str, title: str, clause: str, checker: Callable | str, decisions: str = "",
+                    evidence: str = "engine") -> Rule:
     """Register a transition rule whose checker is the model function enforcing it; a rule checked by the
     simulator (lockstep) names its checker by dotted path, so the catalogue never imports `sim`."""
-    return _register(Rule(rule_id, title, clause, "transition", checker, "none", decisions))
+    return _register(Rule(rule_id, title, clause, "transition", checker, "none", decisions, evidence=evidence))
+
+
+def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decisions: str = "") -> Rule:
+    """Register a contract clause that no kvtrace/1 trace can carry, with the reason (nothing silently left
+    out): it has no checker and no counters."""
+    return _register(Rule(rule_id, title, clause, "clause", None, "none", decisions, evidence="none",
+                          not_checkable=not_checkable))
 
 
 FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE")

@@ -93,6 +93,9 @@ def _perturbed(event: dict) -> dict:
         if key in out:
             out[key] += 1
             return out
+    if "table" not in out:
+        out["replicas"] = ["none" if r != "none" else "host" for r in out["replicas"]]
+        return out
     table = list(out["table"])
     table[0] = table[0] + 1 if table[0] >= 0 else 0
     out["table"] = table

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from kvsim.kvmodel.store import adopt
 from kvsim.kvmodel.store.address_space import SequenceKVBundle
 from kvsim.kvmodel.store.config import ceil_div
 from kvsim.kvmodel.store.effects import CopyColumns, HostToDevice
@@ -53,6 +54,8 @@ class PoolPlan(NamedTuple):
     cows: int  # CopyTail members
     reservation: int  # pages reserved beyond the members
     row: int = -1
+    adopt: list = ()  # (page, engine id) for members on a guessed Device id (a list from plan_pool)
+    fresh: list = ()  # engine ids of new pages: COW tails, restores (a list from plan_pool)
 
     @property
     def need(self) -> int:
@@ -97,16 +100,15 @@ def plan_pool(st, pool: str, source, move: bool, entitlement: int, engine_pages)
         for b, page in enumerate(source.pages):
             refs_after = page.refs if move else page.refs + 1
             is_tail = b == n - 1 and tail_cols
-            engine_new = (engine_pages is not None and b < len(engine_pages) and page.device >= 0
-                          and engine_pages[b] != page.device)
-            if is_tail and (refs_after > 1 or (move and engine_new)):
+            if is_tail and refs_after > 1:
                 members.append(CopyTail(page, tail_cols))
                 cows += 1
             else:
                 members.append(Keep(page))
                 if page.device < 0:
                     restores += 1
-    return PoolPlan(pool, source, move, tuple(members), restores, cows, max(0, entitlement - len(members)))
+    return PoolPlan(pool, source, move, tuple(members), restores, cows, max(0, entitlement - len(members)),
+                    -1, [], [])
 
 
 def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages, checks: list | None = None):
@@ -129,15 +131,24 @@ def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages, c
                 raise violation("CKPT-2", f"activation from checkpoint {source!r} after its release", seq=seq, ckpt=source)
             raise violation("TRACE-2", f"activation from checkpoint {source!r}, which "
                             + ("was consumed by a Move" if why else "is unknown"), seq=seq, ckpt=source)
-    if prompt > cfg.max_context:
-        return Refusal("context", f"prompt {prompt} exceeds max_context {cfg.max_context}")
-    ceiling = min(cfg.max_context, prompt + budget)
+    cov.check("AS-6", exercised=True)
+    if prompt + budget > cfg.max_context:  # "不会扩大单 sequence 的 logical ceiling (S)"
+        return Refusal("context", f"prompt {prompt} + budget {budget} exceeds max_context S = {cfg.max_context}")
+    ceiling = prompt + budget
     if ckpt is not None:
+        # a hit reuses only a complete continuation (evaluated here; `finish` never retains another)
         cov.check("CKPT-1", exercised=True)
+        if not ckpt.state_image or tuple(ckpt.spaces) != st.pool_names:
+            raise violation("CKPT-1", f"activation from checkpoint {source!r}, which is no complete continuation",
+                            seq=seq, ckpt=source)
         if ckpt.frontier > prompt:
             return Refusal("frontier", f"checkpoint frontier {ckpt.frontier} is beyond the prompt {prompt}")
-        if any(p.pins for s in ckpt.spaces.values() for p in s.pages):
-            return Refusal("busy", f"checkpoint {source!r} has pages pinned by an in-flight transfer")
+        # Copy pins forbid releasing the sole valid source and publishing the destination before the copy
+        # completes ("Copy 完成前，destination 不进入 address space 或 execution table；唯一有效 source 也不能
+        # 先释放"), not reading: Fork or Move from pages an in-flight copy pins is legal. Only a page with no
+        # Device replica whose h2d restore is still in flight cannot be mapped yet (its destination is unpublished).
+        if any(p.pins and p.device < 0 for s in ckpt.spaces.values() for p in s.pages):
+            return Refusal("busy", f"checkpoint {source!r} has a page whose Host-to-Device restore is in flight")
     _check_engine_pools(st, seq, rows, pages, cov)
     ent = entitlements(st, prompt, ceiling)
     move = ckpt is not None and not keep_source
@@ -152,7 +163,6 @@ def _plan_rows_and_pages(st, seq, ceiling, plans, rows, pages, keep_source, cov)
     """Capacity, then one execution row per pool, then the engine's page ids (when it chose them)."""
     for plan in plans:
         pool = st.pools[plan.pool]
-        cov.check("CAP-3", exercised=True)
         if plan.need > pool.available:
             return Refusal("capacity", f"{plan.pool}: needs {plan.need} pages, {pool.available} available")
     for i, plan in enumerate(plans):
@@ -187,6 +197,14 @@ class _Checks:
         self.out.append((rule, exercised))
 
 
+def note_refused(st, source) -> None:
+    """A refused activation from `source` leaves it the complete inactive end state ("任一失败都回到完整
+    inactive 终态"); later reports of it are judged under AS-4."""
+    ck = None if source is None else st.checkpoints.get(source)
+    if ck is not None:
+        ck.refused_from = True
+
+
 def _check_engine_pools(st, seq, rows, pages, cov: _Checks) -> None:
     """AS-4: the engine's activation result must cover every enabled pool (no partial bundle)."""
     for what, d in (("rows", rows), ("pages", pages)):
@@ -219,24 +237,40 @@ def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool
         page = m.page
         copied = isinstance(m, CopyTail)
         fresh = copied or page.device < 0
+        if (copied and src is not None) or (plan.move and not fresh):  # the engine's Move/Fork choice, judged
+            cov.check("CKPT-3", exercised=True)
         if not fresh:
             if pid != page.device:
+                if adopt.is_guess(st, plan.pool, page.device):
+                    plan.adopt.append((page, pid))  # the model guessed the member's id: the engine names it
+                    continue
+                if plan.move:  # "Move 不复制 KV payload，也不改变 logical page identity" (decision: CKPT-3)
+                    raise violation("CKPT-3", f"block {b}: a Move maps page {pid}, but the moved {plan.pool} "
+                                    f"member is on Device page {page.device}: Move copies no payload",
+                                    seq=seq, pool=plan.pool, block=b, page=pid)
                 raise violation("TRACE-1", f"block {b}: the engine maps page {pid}, but the {plan.pool} member "
-                                f"page is on Device page {page.device} (Move/Fork never copies a full page)",
+                                f"page is on Device page {page.device} (Fork never copies a full page)",
                                 seq=seq, pool=plan.pool, block=b)
             continue
         cov.check("PAGE-1", exercised=True)
         if copied and src is not None and pid == page.device:
-            cov.check("CKPT-3", exercised=True)
             raise violation("CKPT-3", f"block {b}: the partial tail (page {pid}) was moved, not copied, "
                             "although the source survives with an immutable reference", seq=seq, pool=plan.pool,
                             block=b, page=pid)
-        if not pool.is_free(pid) or pid in seen:
+        if not adopt.free_for_engine(st, plan.pool, pid) or pid in seen:
             why = ("chosen twice" if pid in seen else "outside the pool" if not 0 <= pid < pool.capacity
-                   else f"already carries logical page {pool.holder[pid].handle}")
+                   else f"already leased to logical page {pool.holder[pid].handle}")
             raise violation("PAGE-1", f"block {b}: {plan.pool} page {pid} is {why}", seq=seq, pool=plan.pool,
                             block=b, page=pid)
         seen.add(pid)
+        plan.fresh.append(pid)
+    if plan.adopt:
+        cov.check("PAGE-1", exercised=True)
+        adopt.check_adoption(st, plan.pool, plan.adopt, seq=seq)
+        taken = {pid for _, pid in plan.adopt} & seen
+        if taken:  # a fresh page and an adopted member cannot get the same id
+            raise violation("PAGE-1", f"{plan.pool} page {min(taken)} is chosen twice", seq=seq, pool=plan.pool,
+                            page=min(taken))
 
 
 def activate(st, seq: str, prompt: int, budget: int, source: str | None = None, keep_source: bool = True,
@@ -248,6 +282,7 @@ def activate(st, seq: str, prompt: int, budget: int, source: str | None = None, 
     finally:
         st.cov.count(checks)
     if isinstance(planned, Refusal):
+        note_refused(st, source)
         return planned
     ceiling, plans = planned
     st.activations += 1
@@ -262,13 +297,13 @@ def activate(st, seq: str, prompt: int, budget: int, source: str | None = None, 
     if source is not None and not keep_source:
         del st.checkpoints[source]
         st.ended_ckpts.add(source, "moved")
-    elif source is not None:
-        st.cov.check("CKPT-3", exercised=True)
     return {"rows": {p: s.row for p, s in spaces.items()},
             "pages": {p: [pg.device for pg in s.pages] for p, s in spaces.items()}, "mode": modes}
 
 
 def _apply_pool(st, seq, plan: PoolPlan, engine):
+    adopt.adopt(st, plan.pool, plan.adopt)
+    adopt.make_room(st, plan.pool, plan.fresh)
     pool = st.pools[plan.pool]
     store = st.page_stores[plan.pool]
     src = plan.source
@@ -317,6 +352,6 @@ def _apply_pool(st, seq, plan: PoolPlan, engine):
     space.row = plan.row
     table = st.tables[plan.pool]
     table.lease(space, plan.row)
-    table.publish(plan.row, 0, [p.device for p in members])
+    table.publish(plan.row, 0, [p.device for p in members], pool.generation)
     st.touch_space(space)
     return space

@@ -43,7 +43,7 @@ def writer_token(*parts) -> int:
 
 class KVAddressSpace:
     __slots__ = ("uid", "pool", "owner", "pages", "committed", "protected", "active", "reservation",
-                 "row", "in_flight", "token", "rewrites")
+                 "row", "in_flight", "token", "rewrites", "provisional", "readers", "forced_used")
 
     def __init__(self, uid: int, pool: str, owner: str):
         self.uid = uid
@@ -60,6 +60,11 @@ class KVAddressSpace:
         self.in_flight = None
         self.token = writer_token(owner, pool, 0)  # content-key lineage of what this space writes
         self.rewrites = 0  # destructive truncations so far (a rewrite gets a new token)
+        # the provisional frontier ("max(CommittedFrontier_s,ProvisionalFrontier_s)"): tokens a coming stage
+        # mapped (ensure_mapped_to_tokens) and has not yet launched; 0 when none
+        self.provisional = 0
+        self.readers = 0  # read-only rows of further in-flight units beyond `in_flight` (kvmodel.store.units)
+        self.forced_used = False  # bounded completion: its one forced control span beyond the frontier is spent
 
     @property
     def unit(self) -> str | None:
@@ -83,13 +88,14 @@ class KVAddressSpace:
 
     def snapshot(self) -> tuple:
         return (self.uid, self.pool, self.owner, tuple(p.handle for p in self.pages), self.committed,
-                self.protected, self.active, self.reservation, self.row, self.unit, self.token, self.rewrites)
+                self.protected, self.active, self.reservation, self.row, self.unit, self.token, self.rewrites,
+                self.provisional, self.forced_used)
 
 
 class SequenceKVBundle:
     """An active sequence: one address space per enabled pool (Main first), and its request limits."""
 
-    __slots__ = ("seq", "spaces", "prompt", "budget", "ceiling", "bounded_at")
+    __slots__ = ("seq", "spaces", "prompt", "budget", "ceiling", "bounded_at", "growth_guess")
 
     def __init__(self, seq: str, spaces: dict, prompt: int, budget: int, ceiling: int):
         self.seq = seq
@@ -98,21 +104,27 @@ class SequenceKVBundle:
         self.budget = budget
         self.ceiling = ceiling  # min(S, prompt + budget): the request's own token ceiling
         self.bounded_at = None  # kv_lease_growth: frontier of bounded completion once growth failed
+        # {pool: entitlement before} while an accepted growth of unstated size is the model's guess
+        # (kvmodel.store.mapping.grow); the engine's pool counters at `observe` settle it
+        self.growth_guess = None
 
     def snapshot(self) -> tuple:
         return (self.seq, tuple((k, s.uid) for k, s in self.spaces.items()), self.prompt, self.budget,
-                self.ceiling, self.bounded_at)
+                self.ceiling, self.bounded_at, None if self.growth_guess is None else tuple(self.growth_guess.items()))
 
 
 class Checkpoint:
     """A retained immutable inactive continuation: one inactive space per enabled pool + StateImage."""
 
-    __slots__ = ("ckpt", "spaces", "state_image")
+    __slots__ = ("ckpt", "spaces", "state_image", "refused_from")
 
     def __init__(self, ckpt: str, spaces: dict, state_image: bool):
         self.ckpt = ckpt
         self.spaces = spaces
         self.state_image = state_image
+        # an activation from this checkpoint was refused: it must still be the complete inactive end state
+        # (judgment history for `observe`, not model state: snapshots leave it out)
+        self.refused_from = False
 
     @property
     def frontier(self) -> int:

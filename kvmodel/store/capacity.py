@@ -121,7 +121,7 @@ class CapacityResolution:
 
 
 def resolve_capacity(config: StoreConfig) -> CapacityResolution:
-    """Resolve M once at startup and verify the final layout lies on the affine curve."""
+    """Resolve M once at startup; under the automatic policy, verify the final layout lies on the affine curve."""
     config.validate()
     curve = capacity_curve(config)
     policy = config.capacity.kind
@@ -132,7 +132,10 @@ def resolve_capacity(config: StoreConfig) -> CapacityResolution:
     else:
         m = curve.m_max
     layout = build_layout(config, m)
-    if layout.reservation_bytes != curve.bytes_at(m):
+    # Only the automatic policy resolves M from the curve, so only it verifies the curve ("Target 用同一生产
+    # layout builder 生成 (B_{min})、(B_{step}) 和最终 layout，并验证 capacity curve"); the explicit policy needs
+    # K_main >= S and M in range and nothing more ("并要求 (K_{main}\ge S) 且 (M\in[M_{min},M_{max}])").
+    if policy == "automatic" and layout.reservation_bytes != curve.bytes_at(m):
         raise ConfigError("CAP-1", f"capacity curve is not affine for this geometry: B({m}) = "
                                    f"{layout.reservation_bytes} B but B_min + (M - M_min)·B_step = {curve.bytes_at(m)} B")
     return CapacityResolution(policy, m, curve, layout)

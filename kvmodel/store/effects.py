@@ -43,3 +43,19 @@ class FreeLease(msgspec.Struct, frozen=True, gc=False):
 
     pool: str
     page: int
+
+
+class Relabel(msgspec.Struct, frozen=True, gc=False):
+    """Guessed Device ids moved to the ids the engine named (kvmodel.store.adopt): each payload at `old`
+    moves to `new`, all read before any is written (the moves may form a permutation)."""
+
+    pool: str
+    pairs: tuple  # ((old, new), ...)
+
+
+class HostMove(msgspec.Struct, frozen=True, gc=False):
+    """A guessed Host placement moved (kvmodel.store.host_place): the slice at `old` is now at `new`."""
+
+    pool: str
+    old: int
+    new: int

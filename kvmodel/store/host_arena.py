@@ -63,6 +63,22 @@ class HostKVArena:
         _take(self._free, i, size)
         return off
 
+    def take(self, offset: int, size: int) -> None:
+        """Allocate exactly [offset, offset + size), which must lie inside one free extent."""
+        for i, (o, s) in enumerate(self._free):
+            if o <= offset and offset + size <= o + s:
+                del self._free[i]
+                if offset + size < o + s:
+                    self._free.insert(i, [offset + size, o + s - offset - size])
+                if o < offset:
+                    self._free.insert(i, [o, offset - o])
+                return
+        raise InvariantError("host placement takes a free extent", f"host arena: [{offset}, {offset + size}) is not "
+                             "free (plan it first)")
+
+    def is_free(self, offset: int, size: int) -> bool:
+        return any(o <= offset and offset + size <= o + s for o, s in self._free)
+
     def release(self, offset: int, size: int) -> None:
         if offset < 0 or offset + size > self.capacity:
             raise InvariantError("host extents in bounds", f"host arena: release [{offset}, {offset + size}) "

@@ -7,8 +7,10 @@ allocation), "ContextCacheOptions::kv_lease_growth" (current frontier + a bounde
 cushion, extended only at decode-round boundaries; when the window cannot grow the request ends with
 `length` at the covered frontier: bounded completion) and "需要写入 shared partial tail 时必须先 COW".
 
-Decisions left open by the seed (ENT-3 / WR-2 entries): growth tries rungs of extra tokens (window,
-128, 64) like NInfer and grows every pool of the bundle atomically; the covered frontier of bounded
+Decisions left open by the seed (ENT-3 / WR-2 entries): the contract fixes no growth step ("按需扩充"), so
+an engine's accepted growth is judged only by whether it fits capacity (and adopted when the trace says the
+new entitlement), a refusal only by its bounded completion; without the engine's word the model's own step
+tries rungs of extra tokens (window, 128, 64) like NInfer and grows every pool of the bundle atomically; the covered frontier of bounded
 completion is min(ceiling, Main entitlement · P) and stays fixed once reached; `cow` replaces a shared
 member with a private copy of the columns this space has committed in that block, taking one page from
 global available (the shared member was billed once, to its owner, never to this reservation).
@@ -16,6 +18,7 @@ global available (the shared member was billed once, to its owner, never to this
 
 from __future__ import annotations
 
+from kvsim.kvmodel.store import adopt
 from kvsim.kvmodel.store.activation import backend_entitlements
 from kvsim.kvmodel.store.config import ceil_div
 from kvsim.kvmodel.store.effects import CopyColumns
@@ -64,6 +67,9 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
         if engine_pages:
             raise violation("ENT-2", f"membership already covers {tokens} tokens ({have} pages), yet the engine "
                             f"mapped {len(engine_pages)} new pages", seq=seq, pool=pool, tokens=tokens)
+        if tokens > space.provisional and tokens > space.committed:
+            space.provisional = tokens  # the coverage the coming stage needs (UNIT-4: never trimmed before it runs)
+            st.t_spaces[space] = None
         return []
     if needed > space.entitlement:
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
@@ -76,11 +82,12 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
         seen = set()
         for pid in engine_pages:
             st.cov.check("PAGE-1", exercised=True)
-            if not pp.is_free(pid) or pid in seen:
+            if not adopt.free_for_engine(st, pool, pid) or pid in seen:
                 why = ("chosen twice" if pid in seen else "outside the pool" if not 0 <= pid < pp.capacity
-                       else f"already carries logical page {pp.holder[pid].handle}")
+                       else f"already leased to logical page {pp.holder[pid].handle}")
                 raise violation("PAGE-1", f"{pool} page {pid} is {why}", seq=seq, pool=pool, page=pid)
             seen.add(pid)
+        adopt.make_room(st, pool, engine_pages)
     store = st.page_stores[pool]
     out = []
     for i in range(new):
@@ -92,48 +99,125 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
         page.dev_epoch = page.epoch
         space.pages.append(page)
         st.t_pages[page] = None
-    st.tables[pool].publish(space.row, have, out)
+    st.tables[pool].publish(space.row, have, out, pp.generation)
+    if tokens > space.provisional:
+        space.provisional = tokens
     st.touch_space(space)
     return out
 
 
 def plan_grow(st, seq: str):
-    """Pure: {pool: new entitlement} for the first rung that fits every pool, or a Refusal(bounded_at).
+    """Pure: {pool: new entitlement} for the model's own growth step (the first rung that fits every pool), or
+    a Refusal(bounded_at). The contract fixes no step ("按需扩充"): an engine's own step is judged by
+    `check_engine_growth`, never against these rungs. Reads only and counts nothing: `grow` counts
+    TRACE-2 and ENT-3 when it applies the plan."""
+    bundle, full = _growth_frame(st, seq)
+    if isinstance(full, Refusal):
+        return full
+    cfg, P = st.config, st.P
+    main = bundle.spaces["main"]
+    ceiling_pages = ceil_div(bundle.ceiling, P)
+    for extra in (cfg.growth_window, 128, 64):
+        want = ceil_div(min(bundle.ceiling, main.committed + extra), P) + cfg.growth.cushion_pages
+        target = backend_entitlements(st, min(ceiling_pages, max(main.entitlement, want)))
+        target = {p: max(target[p], s.entitlement) for p, s in bundle.spaces.items()}
+        if _fits(st, bundle, target):
+            return target
+    return Refusal("capacity", f"the window cannot grow; {seq!r} completes at frontier {covered(st, bundle)}",
+                   bounded_at=covered(st, bundle))
 
-    Reads only and counts nothing: `grow` counts TRACE-2 and ENT-3 when it applies the plan.
-    """
+
+def _growth_frame(st, seq: str):
+    """(bundle, the full-window target {pool: pages}) or (bundle, Refusal) when growth cannot apply.
+    Reads only and counts nothing: `grow` counts TRACE-2 and ENT-3."""
     bundle = st.bundles.get(seq)
     if bundle is None:
         raise violation("TRACE-2", f"grow on sequence {seq!r}, which " +
                         ("has finished" if seq in st.ended_seqs else "is not active"), seq=seq)
     cfg = st.config
     if cfg.growth is None:
-        return Refusal("growth-disabled", "kv_lease_growth is off in this configuration")
+        return bundle, Refusal("growth-disabled", "kv_lease_growth is off in this configuration")
     busy = [s for s in bundle.spaces.values() if s.in_flight is not None]
     if busy:
         raise violation("ENT-3", f"grow for {seq!r} while unit {busy[0].unit!r} is in flight: the window grows "
                         "only at decode-round boundaries", seq=seq, unit=busy[0].unit)
-    main = bundle.spaces["main"]
-    P = st.P
     if bundle.bounded_at is not None:
-        return Refusal("capacity", f"{seq!r} already completes at frontier {bundle.bounded_at}",
-                       bounded_at=bundle.bounded_at)
-    ceiling_pages = ceil_div(bundle.ceiling, P)
-    for extra in (cfg.growth_window, 128, 64):
-        want = ceil_div(min(bundle.ceiling, main.committed + extra), P) + cfg.growth.cushion_pages
-        target = backend_entitlements(st, min(ceiling_pages, max(main.entitlement, want)))
-        target = {p: max(target[p], s.entitlement) for p, s in bundle.spaces.items()}
-        if all(target[p] - s.entitlement <= st.pools[p].available for p, s in bundle.spaces.items()):
-            return target
-    covered = min(bundle.ceiling, main.entitlement * P)
-    return Refusal("capacity", f"the window cannot grow; {seq!r} completes at frontier {covered}", bounded_at=covered)
+        return bundle, Refusal("capacity", f"{seq!r} already completes at frontier {bundle.bounded_at}",
+                               bounded_at=bundle.bounded_at)
+    P, main = st.P, bundle.spaces["main"]
+    want = ceil_div(min(bundle.ceiling, main.committed + cfg.growth_window), P) + cfg.growth.cushion_pages
+    full = backend_entitlements(st, min(ceil_div(bundle.ceiling, P), max(main.entitlement, want)))
+    return bundle, {p: max(full[p], s.entitlement) for p, s in bundle.spaces.items()}
 
 
-def grow(st, seq: str, engine_bounded_at: int | None = None):
-    """kv_lease_growth at a round boundary: new entitlements {pool: pages} or Refusal with bounded_at."""
+def _fits(st, bundle, target) -> bool:
+    return all(target[p] - s.entitlement <= st.pools[p].available for p, s in bundle.spaces.items())
+
+
+def covered(st, bundle) -> int:
+    """The frontier of bounded completion: the window's ("request 在 window 覆盖的 frontier 上以 length 结束"),
+    i.e. the Main entitlement without the cushion (the cushion is "reservation 中 cache 不得占用的一段" that
+    covers the step about to launch and one forced control span), never below the committed frontier, capped
+    by the request's ceiling."""
+    main = bundle.spaces["main"]
+    window = (main.entitlement - st.config.growth.cushion_pages) * st.P
+    return min(bundle.ceiling, max(main.committed, window))
+
+
+def check_engine_growth(st, seq: str, ok: bool, entitlement: dict | None):
+    """Judge an engine's growth answer by what the contract fixes, not by the model's rungs; returns the
+    entitlements to apply ({pool: pages}) for an accepted growth, or the Refusal for a refused one.
+
+    Refused: a divergence (TRACE-1) only when the whole window fits every pool (no step policy refuses that).
+    Accepted with the new `entitlement` per pool (a kvtrace/1 extension): each at least the current one, at
+    most L, and fitting global available (TRACE-1 otherwise). Accepted without it: a divergence only when the
+    window holds no further step (it ends at the frontier) and no pool that needs a page has one; the model
+    then applies its own largest fitting step (a guess; the engine's counters at `observe` are authoritative)."""
+    bundle, full = _growth_frame(st, seq)
+    if isinstance(full, Refusal):
+        if ok:
+            raise violation("TRACE-1", f"engine grew {seq!r}'s window, the contract requires a refusal "
+                            f"({full.reason}: {full.detail})", seq=seq)
+        return full
+    spaces = bundle.spaces
+    if not ok:
+        if any(full[p] > s.entitlement for p, s in spaces.items()) and _fits(st, bundle, full):
+            raise violation("TRACE-1", f"engine refused growing {seq!r}'s window, but every pool can cover the "
+                            f"whole window ({full})", seq=seq)
+        return Refusal("capacity", f"the window does not grow; {seq!r} completes at frontier "
+                       f"{covered(st, bundle)}", bounded_at=covered(st, bundle))
+    if entitlement is not None:
+        bad = [p for p in entitlement if p not in spaces]
+        if bad:
+            raise violation("AS-5", f"growth names pool {bad[0]!r}, which {seq!r}'s bundle does not hold", seq=seq)
+        target = {p: entitlement.get(p, s.entitlement) for p, s in spaces.items()}
+        for p, s in spaces.items():
+            if target[p] < s.entitlement or target[p] > st.L:
+                raise violation("TRACE-1", f"accepted growth sets {seq!r} ({p}) entitlement {target[p]}: it must "
+                                f"lie in [{s.entitlement}, L = {st.L}]", seq=seq, pool=p)
+        if not _fits(st, bundle, target):
+            raise violation("TRACE-1", f"accepted growth to {target} does not fit global available capacity",
+                            seq=seq)
+        return target
+    need = [p for p, s in spaces.items() if full[p] > s.entitlement]
+    main = spaces["main"]
+    window_end = (main.entitlement - st.config.growth.cushion_pages) * st.P
+    if need and main.committed >= window_end and all(st.pools[p].available == 0 for p in need):
+        raise violation("TRACE-1", f"engine grew {seq!r}'s window, but its window ends at the frontier "
+                        f"{main.committed} and no pool that needs a page has one available", seq=seq)
+    planned = plan_grow(st, seq)
+    if isinstance(planned, Refusal):  # no rung fits: as much of the window as every pool can cover
+        room = min(st.pools[p].available for p in need)
+        planned = {p: min(full[p], s.entitlement + room) for p, s in spaces.items()}
+    return planned
+
+
+def grow(st, seq: str, engine_bounded_at: int | None = None, engine: tuple | None = None):
+    """kv_lease_growth at a round boundary: new entitlements {pool: pages} or Refusal with bounded_at.
+    `engine` = (ok, entitlement) is the engine's answer, judged by `check_engine_growth`."""
     st.cov.check("TRACE-2")
     try:
-        plan = plan_grow(st, seq)
+        plan = plan_grow(st, seq) if engine is None else check_engine_growth(st, seq, *engine)
     except ContractViolation as exc:  # the planner counts nothing: its violation is an exercised check
         st.cov.count((f.rule, True) for f in exc.findings)
         raise
@@ -147,6 +231,11 @@ def grow(st, seq: str, engine_bounded_at: int | None = None):
                                 covered=plan.bounded_at)
             bundle.bounded_at = plan.bounded_at
         return plan
+    if engine is not None and engine[0] and engine[1] is None:  # the engine's step is unknown: a guess
+        before = {p: s.entitlement for p, s in bundle.spaces.items()}
+        bundle.growth_guess = before if bundle.growth_guess is None else bundle.growth_guess
+    elif engine is not None:
+        bundle.growth_guess = None  # the engine said what it holds
     for p, target in plan.items():
         s = bundle.spaces[p]
         d = target - s.entitlement
@@ -165,8 +254,9 @@ def would_map(st, seq: str, pool: str, tokens: int):
     return None
 
 
-def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):
-    """Replace the shared member at `block` with a private copy; returns the new page id or a Refusal."""
+def would_cow(st, seq: str, pool: str, block: int):
+    """Pure: the Refusal `cow` would give, None when it copies, or the page id when the block is already private
+    (nothing to copy); raises the TRACE-2 / AS-5 / UNIT-1 violation of a stale or frozen request."""
     _, space = active_space(st, seq, pool, "cow")
     frozen_check(st, space, "cow")
     st.cov.check("TRACE-2")
@@ -174,17 +264,37 @@ def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):
         raise violation("TRACE-2", f"cow of block {block}, beyond {seq!r}'s {len(space.pages)} {pool} pages",
                         seq=seq, pool=pool, block=block)
     old = space.pages[block]
-    st.cov.check("WR-2", exercised=old.refs > 1)
     if old.refs <= 1:
-        return old.device  # already private: nothing to copy
-    pp = st.pools[pool]
-    if pp.available < 1:
+        return old.device
+    if st.pools[pool].available < 1:
         return Refusal("capacity", f"{pool}: no page available for the COW destination")
+    return None
+
+
+def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):
+    """Replace the shared member at `block` with a private copy; returns the new page id or a Refusal.
+
+    A `cow` answer is judged like every other request: an engine page for a block that is already private
+    is a divergence (there is nothing to copy), and an accepted destination id is adopted after the usual
+    PAGE-1 check."""
+    outcome = would_cow(st, seq, pool, block)
+    space = st.bundles[seq].spaces[pool]
+    old = space.pages[block]
+    st.cov.check("WR-2", exercised=old.refs > 1)
+    if isinstance(outcome, int):
+        if engine_page is not None and engine_page != outcome:
+            raise violation("TRACE-1", f"cow of block {block}: the page ({outcome}) is already private to {seq!r}, "
+                            f"yet the engine copied it into page {engine_page}", seq=seq, pool=pool, block=block)
+        return outcome  # already private: nothing to copy
+    if outcome is not None:
+        return outcome
+    pp = st.pools[pool]
     if engine_page is not None:
         st.cov.check("PAGE-1", exercised=True)
-        if not pp.is_free(engine_page):
+        if not adopt.free_for_engine(st, pool, engine_page):
             raise violation("PAGE-1", f"{pool} page {engine_page} is not free for the COW destination",
                             seq=seq, pool=pool, page=engine_page)
+        adopt.make_room(st, pool, [engine_page])
     cols = max(0, min(st.P, space.committed - block * st.P))
     page = st.page_stores[pool].allocate(block)
     page.committed = cols
@@ -196,7 +306,7 @@ def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):
     page.writer = space
     space.pages[block] = page
     st.drop_ref(old, space)
-    st.tables[pool].publish(space.row, block, [pid])
+    st.tables[pool].publish(space.row, block, [pid], pp.generation)
     st.t_pages[page] = None
     st.touch_space(space)
     return pid

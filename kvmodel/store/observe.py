@@ -10,6 +10,7 @@ token exactness (AS-2, "Valid frontier精确到token"); any other difference is 
 
 from __future__ import annotations
 
+from kvsim.kvmodel.store import adopt
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.mapping import active_space
 from kvsim.kvmodel.store.tables import HOLE
@@ -29,30 +30,78 @@ def observe_pool(st, pool: str, allocated=None, reserved=None, available=None) -
                         f"{available} = {sum(seen.values())} != capacity {mine['capacity']}", pool=pool, **seen)
     cov.check("TRACE-1", exercised=True)
     diff = {k: [v, mine[k]] for k, v in seen.items() if v != mine[k]}
-    if diff:
+    adopt_growth = _growth_settled_by(st, pool, seen, mine) if diff else None
+    if diff and adopt_growth is None:
         text = ", ".join(f"{k} {v[0]} (model {v[1]})" for k, v in diff.items())
         raise violation("TRACE-1", f"engine reports {pool} {text}", pool=pool, diff=diff)
+    if adopt_growth is not None:  # the engine's own growth step, read from its counters
+        space, delta = adopt_growth
+        space.reservation += delta
+        st.pools[pool].reserved += delta
+        st.touch_space(space)
+    for b in st.bundles.values():  # counters seen: a guessed growth in this pool is settled either way
+        if b.growth_guess is not None and pool in b.growth_guess:
+            del b.growth_guess[pool]
+            if not b.growth_guess:
+                b.growth_guess = None
+
+
+def _growth_settled_by(st, pool: str, seen: dict, mine: dict):
+    """(space, reservation delta) when the only difference is the size of one sequence's accepted growth whose
+    step the trace did not state (the contract fixes none: "按需扩充"): allocated agrees, reserved and
+    available differ by the same amount, and the engine's entitlement lies between the one before the
+    growth and L. None otherwise."""
+    if "reserved" not in seen or seen.get("allocated", mine["allocated"]) != mine["allocated"]:
+        return None
+    delta = seen["reserved"] - mine["reserved"]
+    if "available" in seen and seen["available"] - mine["available"] != -delta:
+        return None
+    guessed = [b for b in st.bundles.values() if b.growth_guess is not None and pool in b.growth_guess]
+    if len(guessed) != 1:
+        return None
+    space = guessed[0].spaces[pool]
+    ent = space.entitlement + delta
+    if not guessed[0].growth_guess[pool] <= ent <= st.L or space.reservation + delta < 0 \
+            or mine["available"] - delta < 0:
+        return None
+    return space, delta
 
 
 def observe_row(st, seq: str, pool: str, table=None, frontier=None) -> None:
     cov = st.cov
     _, space = active_space(st, seq, pool, "observe")
+    moves = []
     if table is not None:
-        mine = st.tables[pool].table[space.row]
+        t = st.tables[pool]
+        mine, last = t.table[space.row], t.last[space.row]
         cov.check("AS-3", exercised=bool(table))
         if len(table) > len(mine):
             raise violation("AS-3", f"engine reports {len(table)} table entries; a row has {len(mine)}",
                             seq=seq, pool=pool)
         pp = st.pools[pool]
+        gen = pp.generation
         cov.add("PAGE-2", len(table), sum(1 for pid in table if pid >= 0))
         for b, pid in enumerate(table):
-            if pid != mine[b]:
-                stale = pid != HOLE and pp.is_free(pid)
-                rule = "PAGE-2" if stale else "AS-3"
-                what = "a released page (stale handle)" if stale else ("a hole" if pid == HOLE else f"page {pid}")
-                expect = "a hole" if mine[b] == HOLE else f"page {mine[b]}"
-                raise violation(rule, f"{seq!r} ({pool}) row {space.row} block {b}: engine maps {what}, the "
-                                f"membership requires {expect}", seq=seq, pool=pool, block=b, engine=pid, model=mine[b])
+            if pid == mine[b]:
+                continue
+            if pid != HOLE and mine[b] != HOLE and adopt.is_guess(st, pool, mine[b]):
+                moves.append((space.pages[b], pid))  # the model guessed this id: the engine's is adopted
+                continue
+            prev = last[b]
+            stale = pid != HOLE and ((prev is not None and prev[0] == pid and gen[pid] != prev[1])
+                                     or pp.is_free(pid))
+            rule = "PAGE-2" if stale else "AS-3"
+            what = (f"page {pid}, released since it was published there (stale handle: generation "
+                    f"{prev[1]}, now {gen[pid]})" if stale and prev is not None and prev[0] == pid
+                    else "a released page (stale handle)" if stale
+                    else "a hole" if pid == HOLE else f"page {pid}")
+            expect = "a hole" if mine[b] == HOLE else f"page {mine[b]}"
+            raise violation(rule, f"{seq!r} ({pool}) row {space.row} block {b}: engine maps {what}, the "
+                            f"membership requires {expect}", seq=seq, pool=pool, block=b, engine=pid, model=mine[b])
+        if moves:
+            _distinct(st, pool, table, seq=seq)
+            cov.check("PAGE-1", exercised=True)
+            adopt.check_adoption(st, pool, moves, seq=seq)
     if frontier is not None:
         cov.check("AS-2", exercised=True)
         if frontier != space.committed:
@@ -61,3 +110,96 @@ def observe_row(st, seq: str, pool: str, table=None, frontier=None) -> None:
             why = " (rounded down to a page boundary; frontiers are token-exact)" if rounded else ""
             raise violation(rule, f"engine reports {seq!r} ({pool}) frontier {frontier}, the model has "
                             f"{space.committed}{why}", seq=seq, pool=pool, engine=frontier, model=space.committed)
+    if table is not None:
+        adopt.adopt(st, pool, moves)
+        for pid in table:
+            if pid != HOLE:
+                adopt.confirm(st, pool, pid)
+
+
+REPLICAS = ("device", "host", "both")
+
+
+def observe_checkpoint(st, ckpt: str, pool: str, table=None, frontier=None, replicas=None) -> None:
+    """An engine's report of a retained checkpoint: its membership's Device ids (-1: no Device replica), its
+    frontier and where each page has a valid replica ("device", "host" or "both").
+
+    A checkpoint is the complete inactive end state of every failed activation from it ("Active publication
+    前，source 保持有效，任一失败都回到完整 inactive 终态"): a report that differs after a refused activation
+    from it breaks AS-4; otherwise a stale id is PAGE-2 and any other difference TRACE-1.
+    """
+    cov = st.cov
+    cov.check("TRACE-2")
+    ck = st.checkpoints.get(ckpt)
+    if ck is None:
+        why = st.ended_ckpts.get(ckpt)
+        raise violation("TRACE-2", f"observe of checkpoint {ckpt!r}, which " + (f"was {why}" if why else "is unknown"),
+                        ckpt=ckpt, pool=pool)
+    space = ck.spaces.get(pool)
+    if space is None:
+        cov.check("AS-5")
+        raise violation("AS-5", f"observe of checkpoint {ckpt!r} names pool {pool!r}, which it does not hold",
+                        ckpt=ckpt, pool=pool)
+    rule = "AS-4" if ck.refused_from else "TRACE-1"
+    cov.check("AS-4", exercised=ck.refused_from)
+    after = " after a refused activation from it (a failure must leave the source complete)" if ck.refused_from else ""
+    moves = []
+    pp = st.pools[pool]
+    if table is not None:
+        cov.check(rule, exercised=True)
+        if len(table) != len(space.pages):
+            raise violation(rule, f"engine reports {len(table)} member pages of checkpoint {ckpt!r} ({pool}), the "
+                            f"model has {len(space.pages)}{after}", ckpt=ckpt, pool=pool)
+        for b, (pid, page) in enumerate(zip(table, space.pages)):
+            if pid == page.device:
+                continue
+            if pid != HOLE and page.device >= 0 and adopt.is_guess(st, pool, page.device):
+                moves.append((page, pid))
+                continue
+            stale = pid != HOLE and pp.is_free(pid)
+            r = "PAGE-2" if stale and not ck.refused_from else rule
+            what = "no Device replica" if pid == HOLE else f"Device page {pid}" + (" (released)" if stale else "")
+            expect = "no Device replica" if page.device < 0 else f"Device page {page.device}"
+            raise violation(r, f"checkpoint {ckpt!r} ({pool}) block {b}: engine reports {what}, the model has "
+                            f"{expect}{after}", ckpt=ckpt, pool=pool, block=b, engine=pid, model=page.device)
+        if moves:
+            _distinct(st, pool, table, ckpt=ckpt)
+            cov.check("PAGE-1", exercised=True)
+            adopt.check_adoption(st, pool, moves, ckpt=ckpt)
+    if frontier is not None:
+        cov.check(rule, exercised=True)
+        if frontier != space.committed:
+            raise violation(rule, f"engine reports checkpoint {ckpt!r} ({pool}) frontier {frontier}, the model has "
+                            f"{space.committed}{after}", ckpt=ckpt, pool=pool, engine=frontier, model=space.committed)
+    if replicas is not None:
+        cov.check(rule, exercised=True)
+        mine = [_where(page) for page in space.pages]
+        if list(replicas) != mine:
+            b = next((i for i, (x, y) in enumerate(zip(replicas, mine)) if x != y), min(len(replicas), len(mine)))
+            raise violation(rule, f"checkpoint {ckpt!r} ({pool}): engine reports replicas {list(replicas)}, the "
+                            f"model has {mine} (first difference at block {b}){after}", ckpt=ckpt, pool=pool,
+                            block=b)
+    if table is not None:
+        adopt.adopt(st, pool, moves)
+        for pid in table:
+            if pid != HOLE:
+                adopt.confirm(st, pool, pid)
+
+
+def _distinct(st, pool: str, table, **ctx) -> None:
+    """Two blocks of one report naming the same id: one lease would carry two logical pages (PAGE-1)."""
+    seen = {}
+    for b, pid in enumerate(table):
+        if pid == HOLE:
+            continue
+        if pid in seen:
+            st.cov.check("PAGE-1", exercised=True)
+            raise violation("PAGE-1", f"engine maps {pool} page {pid} at blocks {seen[pid]} and {b}: one lease would "
+                            "carry two logical pages", pool=pool, page=pid, **ctx)
+        seen[pid] = b
+
+
+def _where(page) -> str:
+    """Where a checkpoint page has a replica valid for its committed columns."""
+    dev, host = page.device_valid(page.committed), page.host_valid(page.committed)
+    return "both" if dev and host else "device" if dev else "host" if host else "none"

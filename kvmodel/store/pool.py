@@ -99,6 +99,20 @@ class DevicePagePool:
         if to_reservation:
             self.reserved += 1
 
+    def vacate(self, page_id: int) -> None:
+        """Take a *guessed* lease off its id without ending it (allocated unchanged): the model chose the id
+        itself and the engine named another; `occupy` puts it back on the engine's id."""
+        self._is_free[page_id] = 1
+        self.holder[page_id] = None
+        heapq.heappush(self._free_heap, page_id)
+
+    def occupy(self, page_id: int, holder) -> None:
+        if not self._is_free[page_id]:
+            raise InvariantError("a lease takes a free page", f"{self.name}: page {page_id} is not free (adoption "
+                                 "vacates it first)")
+        self._is_free[page_id] = 0
+        self.holder[page_id] = holder
+
     def handle(self, page_id: int) -> DeviceKVPageLease:
         return DeviceKVPageLease(self.name, page_id, self.generation[page_id])
 

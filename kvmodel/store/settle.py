@@ -12,7 +12,7 @@ Decisions (ENT-4 / CKPT-1 / CKPT-2 entries): truncate never advances a frontier 
 never goes below the space's checkpoint-protected frontier (WR-3); a private page whose committed
 columns are cut gets a new content epoch and later writes a new content-key lineage; a shared page is
 never cut (it stays an immutable member) and unmapping it returns no lease, so the entitlement unit it
-filled goes with it; a retained checkpoint keeps ceil(frontier/P) pages, protects its committed
+filled goes with it (always, whatever the pool has left: ENT-4's entry); a retained checkpoint keeps ceil(frontier/P) pages, protects its committed
 frontier and drops uncommitted tail pages.
 """
 
@@ -32,10 +32,18 @@ def truncate(st, seq: str, pool: str, frontier: int) -> None:
     if frontier > space.committed:
         raise violation("UNIT-2", f"truncate to {frontier} would advance {seq!r} ({pool}) beyond its committed "
                         f"frontier {space.committed}", seq=seq, pool=pool, frontier=frontier)
-    cov.check("WR-3", exercised=space.protected > 0)
-    if frontier < space.protected:
-        raise violation("WR-3", f"truncate to {frontier} cuts below the checkpoint-protected frontier "
-                        f"{space.protected}", seq=seq, pool=pool, frontier=frontier, protected=space.protected)
+    # "每个 pool 根据自己的 canonical/provisional frontier计算保留 membership" and "不能为满足某个后续阶段更短的覆盖
+    # 需求而提前裁剪 verify 的映射": mappings a provisional frontier (a stage mapped, not yet launched: the MTP
+    # lead, a verify) still needs are not trailing; trimming them is UNIT-4.
+    keep = ceil_div(frontier, st.P)
+    prov = space.provisional
+    cov.check("UNIT-4", exercised=prov > 0 and keep < len(space.pages))
+    if prov > 0 and keep < min(len(space.pages), ceil_div(prov, st.P)):
+        raise violation("UNIT-4", f"truncate to {frontier} unmaps block {keep} of {seq!r} ({pool}), which the "
+                        f"provisional frontier {prov} (mapped for a stage not yet launched) still needs",
+                        seq=seq, pool=pool, frontier=frontier, provisional=prov)
+    # No WR-3 check here: only active spaces truncate and they protect nothing (a checkpoint's protected
+    # columns are shared pages, never cut: WR-3's entry records that WR-2 / UNIT-3 subsume it).
     cut_to(st, space, frontier)
 
 
@@ -100,8 +108,7 @@ def _exit_execution(st, space) -> None:
     table.release(space.row)
     st.t_rows[(space.pool, space.row)] = None
     space.row = -1
-    st.pools[space.pool].unreserve(space.reservation)
-    st.cov.check("ENT-1", exercised=space.reservation > 0)
+    st.pools[space.pool].unreserve(space.reservation)  # the terminal release ENT-1 waits for
     space.reservation = 0
     space.active = False
     for page in space.pages:

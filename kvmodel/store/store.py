@@ -11,7 +11,7 @@ This module knows nothing of traces, reports or the rule catalogue's text.
 
 from __future__ import annotations
 
-from kvsim.kvmodel.store import activation, mapping, observe, settle, transfers, units
+from kvsim.kvmodel.store import activation, host_place, mapping, observe, settle, transfers, units
 from kvsim.kvmodel.store.address_space import KVAddressSpace, writer_token
 from kvsim.kvmodel.store.capacity import resolve_capacity
 from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
@@ -38,6 +38,7 @@ class KVStore:
         self.resolution = resolve_capacity(config)
         self.P = PAGE_SIZE
         self.L = config.logical_pages
+        self.S = config.max_context  # the per-sequence ceiling (AS-6)
         self.geometry = {g.name: g for g in self.resolution.layout.pools}
         self.pool_names = config.pool_names
         self.pools = {n: DevicePagePool(n, g.pages, g.page_bytes) for n, g in self.geometry.items()}
@@ -45,6 +46,9 @@ class KVStore:
         self.tables = {n: ExecutionTablePool(n, config.max_concurrency, self.L) for n in self.pool_names}
         self.arena = HostKVArena(config.host_arena_bytes)
         self.host_slices: dict[int, object] = {}  # host offset -> page holding that slice (REP-3)
+        self.host_guessed: set = set()  # offsets the model placed itself (kvmodel.store.host_place)
+        self.host_virtual = 0  # bytes of guessed placeholders beyond the arena's end
+        self.host_virtual_end = 0
         self.bundles: dict = {}  # seq -> SequenceKVBundle
         self.checkpoints: dict = {}  # ckpt -> Checkpoint
         self.ended_seqs = EndedHandles()
@@ -55,6 +59,7 @@ class KVStore:
         self.ended_xfers = EndedHandles()
         self.activations = 0
         self._next_uid = 1
+        self.guessed: set = set()  # (pool, page id): leases whose id the model chose itself (kvmodel.store.adopt)
         self.cov = Coverage()
         # Page-payload effects (kvmodel.store.effects) not yet taken, in order; None until a consumer asks
         # for them (record_effects). Writers: the transactions, through `emit`; reader: `take_effects`.
@@ -113,16 +118,20 @@ class KVStore:
         """A fresh content-key lineage for an activation (new incarnation of `seq`)."""
         space.owner = seq
         space.rewrites = 0
+        space.forced_used = False
         space.token = writer_token(seq, space.pool, self.activations)
 
     def lease_device(self, page, page_id=None, from_reservation=False) -> int:
         pid = self.pools[page.pool].lease(page, page_id, from_reservation)
+        if page_id is None:  # the trace did not say which id: the model's guess, adopted at first sighting
+            self.guessed.add((page.pool, pid))
         page.device = pid
         self.t_pools[page.pool] = None
         return pid
 
     def free_device(self, page, to_reservation=False) -> None:
         self.emit(FreeLease(page.pool, page.device))
+        self.guessed.discard((page.pool, page.device))
         self.pools[page.pool].release(page.device, to_reservation)
         page.device = -1
         page.dev_epoch = page.dev_cov = 0
@@ -130,7 +139,7 @@ class KVStore:
 
     def free_host(self, page) -> None:
         h = page.host
-        self.arena.release(h.offset, h.size)
+        host_place.release(self, h.offset, h.size)
         del self.host_slices[h.offset]
         page.host = None
         self.t_host = True
@@ -141,9 +150,12 @@ class KVStore:
         "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas"
         With `to_reservation` (an active space unmapping a block), the entitlement unit goes back to the
         same reservation ("解除的 Device leases 回到同一 active reservation"): a freed lease is
-        dematerialized into it; for a page others still hold, no lease is freed, so the unit is
-        reserved again from global available — when the pool has none left, the entitlement shrinks
-        (recorded in ENT-4's entry). A page left with a single active holder becomes its private page.
+        dematerialized into it. For a page others still hold (a forked, shared member: kvtrace/1's
+        destructive truncate into a forked prefix) or one a copy still pins, no lease is freed; the
+        decision recorded in ENT-4's entry is that the entitlement then shrinks by that page, always:
+        nothing moves between the reservation and global available, so other requests' global capacity
+        never changes ("两者不改变其他 requests 可用的 global capacity"), and the outcome never depends on
+        how much the pool has left. A page left with a single active holder becomes its private page.
         """
         page.holders.remove(space)
         if page.writer is space:
@@ -154,22 +166,10 @@ class KVStore:
                 self.free_device(page, to_reservation)
                 if to_reservation:
                     space.reservation += 1
-            elif to_reservation:
-                self.rereserve(space)
             self.maybe_reclaim(page)
             return
-        if to_reservation:
-            self.rereserve(space)
         if len(page.holders) == 1 and page.holders[0].active:
             self.make_private(page, page.holders[0])
-
-    def rereserve(self, space) -> None:
-        pool = self.pools[space.pool]
-        if pool.available > 0:
-            pool.reserve(1)
-            space.reservation += 1
-            self.t_pools[space.pool] = None
-            self.t_spaces[space] = None
 
     def make_private(self, page, holder) -> None:
         """The sole (active) holder becomes the writer; columns beyond its frontier stop being canonical."""
@@ -241,8 +241,8 @@ class KVStore:
 
     ensure_mapped_to_tokens = map
 
-    def grow(self, seq, bounded_at=None):
-        return self._run(mapping.grow, seq, bounded_at)
+    def grow(self, seq, bounded_at=None, engine=None):
+        return self._run(mapping.grow, seq, bounded_at, engine)
 
     def cow(self, seq, pool, block, page=None):
         return self._run(mapping.cow, seq, pool, block, page)
@@ -286,8 +286,8 @@ class KVStore:
     def release(self, ckpt):
         return self._run(settle.release, ckpt)
 
-    def offload(self, ckpt, pool, blocks):
-        return self._run(transfers.offload, ckpt, pool, blocks)
+    def offload(self, ckpt, pool, blocks, offsets=None):
+        return self._run(transfers.offload, ckpt, pool, blocks, offsets)
 
     def drop_device(self, ckpt, pool, blocks):
         return self._run(transfers.drop_device, ckpt, pool, blocks)
@@ -295,14 +295,17 @@ class KVStore:
     def drop_host(self, ckpt, pool, blocks):
         return self._run(transfers.drop_host, ckpt, pool, blocks)
 
-    def xfer(self, xid, direction, ckpt, pool, blocks, phase):
-        return self._run(transfers.xfer, xid, direction, ckpt, pool, blocks, phase)
+    def xfer(self, xid, direction, ckpt, pool, blocks, phase, pages=None, offsets=None):
+        return self._run(transfers.xfer, xid, direction, ckpt, pool, blocks, phase, pages, offsets)
 
     def observe_pool(self, pool, allocated=None, reserved=None, available=None):
         return self._run(observe.observe_pool, pool, allocated, reserved, available)
 
     def observe_row(self, seq, pool, table=None, frontier=None):
         return self._run(observe.observe_row, seq, pool, table, frontier)
+
+    def observe_checkpoint(self, ckpt, pool, table=None, frontier=None, replicas=None):
+        return self._run(observe.observe_checkpoint, ckpt, pool, table, frontier, replicas)
 
     # -- queries ------------------------------------------------------------------------------------
     def space_of(self, seq: str, pool: str):
@@ -329,12 +332,13 @@ class KVStore:
         return (tuple(p.snapshot() for p in self.pools.values()),
                 tuple(s.snapshot() for s in self.page_stores.values()),
                 tuple(t.snapshot() for t in self.tables.values()),
-                self.arena.snapshot(), tuple(sorted(self.host_slices)),
+                self.arena.snapshot(), tuple(sorted(self.host_slices)), tuple(sorted(self.host_guessed)),
+                self.host_virtual,
                 tuple(b.snapshot() for b in self.bundles.values()),
                 tuple(c.snapshot() for c in self.checkpoints.values()),
                 tuple(s.snapshot() for s in self.all_spaces()),
                 self.ended_seqs.snapshot(), self.ended_ckpts.snapshot(),
                 tuple((u.uid, tuple((r.space.uid, r.a, r.b) for r in u.rows)) for u in self.units.values()),
                 tuple((x.xid, x.phase, tuple(x.dest), tuple(x.snap)) for x in self.xfers.values()),
-                self.ended_xfers.snapshot(), self.activations, self._next_uid)
+                self.ended_xfers.snapshot(), self.activations, self._next_uid, tuple(sorted(self.guessed)))
 

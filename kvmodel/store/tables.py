@@ -16,7 +16,7 @@ HOLE = -1
 
 
 class ExecutionTablePool:
-    __slots__ = ("pool", "rows", "logical_pages", "owner", "table")
+    __slots__ = ("pool", "rows", "logical_pages", "owner", "table", "last")
 
     def __init__(self, pool: str, rows: int, logical_pages: int):
         self.pool = pool
@@ -24,6 +24,9 @@ class ExecutionTablePool:
         self.logical_pages = logical_pages  # N_logical = L
         self.owner: list = [None] * rows  # the active address space leasing each row
         self.table = [[HOLE] * logical_pages for _ in range(rows)]
+        # per (row, block): the last (page id, lease generation) published there, kept after unmapping and
+        # row recycling, so a stale entry is told by generation (PAGE-2) however the id was reused since
+        self.last: list = [[None] * logical_pages for _ in range(rows)]
 
     def free_row(self) -> int:
         """Lowest free row, -1 when none."""
@@ -48,11 +51,12 @@ class ExecutionTablePool:
         for b in range(len(t)):
             t[b] = HOLE
 
-    def publish(self, row: int, begin: int, page_ids) -> None:
-        """Publish one contiguous table slice starting at logical block `begin`."""
-        t = self.table[row]
+    def publish(self, row: int, begin: int, page_ids, generations) -> None:
+        """Publish one contiguous table slice starting at logical block `begin` (ids and their lease generations)."""
+        t, last = self.table[row], self.last[row]
         for i, pid in enumerate(page_ids):
             t[begin + i] = pid
+            last[begin + i] = (pid, generations[pid])
 
     def unmap(self, row: int, begin: int) -> None:
         t = self.table[row]

@@ -16,6 +16,7 @@ released while a transfer pins its pages, and such pages are reclaimed when the 
 
 from __future__ import annotations
 
+from kvsim.kvmodel.store import adopt, host_place
 from kvsim.kvmodel.store.effects import DeviceToHost, HostToDevice
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.pages import HostReplica
@@ -46,19 +47,6 @@ def _not_pinned(st, pages, op, ckpt, pool):
                             "pins it", ckpt=ckpt, pool=pool, block=page.block)
 
 
-def _host_plan(st, n: int, pool: str, ckpt: str):
-    """Offset of one extent of n page strides, or a REP-3 violation naming the geometry."""
-    stride = st.pools[pool].page_bytes
-    st.cov.check("REP-3", exercised=True)
-    plan = st.arena.plan([], [n * stride])
-    if plan is None:
-        free, largest = st.arena.free_bytes, st.arena.largest_extent
-        why = (f"free {free} B < {n * stride} B" if free < n * stride else
-               f"free {free} B but the largest extent is {largest} B: free bytes alone prove nothing")
-        raise violation("REP-3", f"host arena cannot hold {n} {pool} pages ({why})", ckpt=ckpt, pool=pool)
-    return plan[0], stride
-
-
 def _publish_host(st, page, offset, stride, epoch, coverage):
     if page.host is not None:
         st.free_host(page)  # release the superseded (stale) source after publication
@@ -68,8 +56,10 @@ def _publish_host(st, page, offset, stride, epoch, coverage):
     st.t_pages[page] = None
 
 
-def offload(st, ckpt: str, pool: str, blocks) -> None:
-    """D2H copies of those blocks, published in the contract's order (one fact)."""
+def offload(st, ckpt: str, pool: str, blocks, offsets=None) -> None:
+    """D2H copies of those blocks, published in the contract's order (one fact); `offsets`: the engine's Host
+    placement, one per listed block (a block whose Host replica is already current is not copied again and
+    its offset is not used)."""
     pages = st.resolve_blocks(ckpt, pool, blocks)
     _not_pinned(st, pages, "offload", ckpt, pool)
     todo = []
@@ -80,13 +70,19 @@ def offload(st, ckpt: str, pool: str, blocks) -> None:
                             ckpt=ckpt, pool=pool, block=page.block)
         if not page.host_valid(page.committed):
             todo.append(page)
+    if offsets is not None:
+        if len(offsets) != len(pages):
+            st.cov.check("REP-3", exercised=True)
+            raise violation("REP-3", f"{len(offsets)} Host offsets for {len(pages)} offloaded blocks", ckpt=ckpt,
+                            pool=pool)
+        offsets = [o for o, page in zip(offsets, pages) if page in todo]
     if not todo:
         return
-    offset, stride = _host_plan(st, len(todo), pool, ckpt)
-    st.arena.allocate(len(todo) * stride)
-    for i, page in enumerate(todo):
-        st.emit(DeviceToHost(pool, page.device, offset + i * stride))
-        _publish_host(st, page, offset + i * stride, stride, page.epoch, page.committed)
+    dest = host_place.place(st, pool, len(todo), offsets, ckpt=ckpt)
+    stride = st.pools[pool].page_bytes
+    for page, off in zip(todo, dest):
+        st.emit(DeviceToHost(pool, page.device, off))
+        _publish_host(st, page, off, stride, page.epoch, page.committed)
 
 
 def drop_device(st, ckpt: str, pool: str, blocks) -> None:
@@ -124,16 +120,18 @@ def drop_host(st, ckpt: str, pool: str, blocks) -> None:
         st.t_pages[page] = None
 
 
-def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str) -> None:
-    """One phase of a logged Host/Device transfer; phases must follow the publication order (REP-1)."""
+def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str, pages=None, offsets=None) -> None:
+    """One phase of a logged Host/Device transfer; phases must follow the publication order (REP-1). At
+    `reserve`, an h2d transfer may name the destination Device `pages` and a d2h one the Host `offsets` the
+    engine chose (adopted after PAGE-1 / REP-3 checks; otherwise the model guesses, kvmodel.store.adopt)."""
     cov = st.cov
     if phase == "reserve":
         cov.check("TRACE-2")
         if xid in st.xfers:
             raise violation("TRACE-2", f"transfer {xid!r} is already open", xfer=xid)
-        pages = st.resolve_blocks(ckpt, pool, blocks)
-        _not_pinned(st, pages, "transfer", ckpt, pool)
-        _reserve(st, Transfer(xid, direction, ckpt, pool, pages))
+        resolved = st.resolve_blocks(ckpt, pool, blocks)
+        _not_pinned(st, resolved, "transfer", ckpt, pool)
+        _reserve(st, Transfer(xid, direction, ckpt, pool, resolved), pages, offsets)
         return
     cov.check("TRACE-2")
     x = st.xfers.get(xid)
@@ -153,7 +151,7 @@ def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str)
     st.t_host = True
 
 
-def _reserve(st, x: Transfer) -> None:
+def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:
     cov = st.cov
     for page in x.pages:
         cov.check("PAGE-3", exercised=True)
@@ -165,16 +163,32 @@ def _reserve(st, x: Transfer) -> None:
             raise violation("REP-1", f"transfer {x.xid!r}: block {page.block} already has a Device replica",
                             xfer=x.xid, block=page.block)
     if x.direction == "d2h":
-        offset, stride = _host_plan(st, len(x.pages), x.pool, x.ckpt)
-        st.arena.allocate(len(x.pages) * stride)
-        x.dest = [offset + i * stride for i in range(len(x.pages))]
+        x.dest = host_place.place(st, x.pool, len(x.pages), engine_offsets, xfer=x.xid)
     else:
         pool = st.pools[x.pool]
         cov.check("CAP-3", exercised=True)
         if pool.available < len(x.pages):
             raise violation("CAP-3", f"transfer {x.xid!r}: {len(x.pages)} Device pages reserved with "
                             f"{pool.available} available", xfer=x.xid, pool=x.pool)
-        x.dest = [pool.lease(page) for page in x.pages]
+        if engine_pages is not None:
+            engine_pages = list(engine_pages)
+            seen = set()
+            for page, pid in zip(x.pages, engine_pages):
+                cov.check("PAGE-1", exercised=True)
+                if not adopt.free_for_engine(st, x.pool, pid) or pid in seen:
+                    why = ("chosen twice" if pid in seen else "outside the pool" if not 0 <= pid < pool.capacity
+                           else f"already leased to logical page {pool.holder[pid].handle}")
+                    raise violation("PAGE-1", f"transfer {x.xid!r}: destination {x.pool} page {pid} (block "
+                                    f"{page.block}) is {why}", xfer=x.xid, pool=x.pool, page=pid)
+                seen.add(pid)
+            if len(engine_pages) != len(x.pages):
+                raise violation("TRACE-1", f"transfer {x.xid!r}: {len(engine_pages)} destination pages for "
+                                f"{len(x.pages)} blocks", xfer=x.xid, pool=x.pool)
+            adopt.make_room(st, x.pool, engine_pages)
+            x.dest = [pool.lease(page, pid) for page, pid in zip(x.pages, engine_pages)]
+        else:  # the restore destinations are the engine's: the model's lowest free ids are a guess
+            x.dest = [pool.lease(page) for page in x.pages]
+            st.guessed.update((x.pool, d) for d in x.dest)
         st.t_pools[x.pool] = None
     for page in x.pages:
         page.pins += 1  # destination pin
@@ -219,15 +233,14 @@ def _publish(st, x: Transfer) -> None:
 def _release_source(st, x: Transfer) -> None:
     # a page whose last reference went while it was pinned is reclaimed at publication (and its descriptor
     # may since carry another page): only the pages still ours (same generation) have a source to release
+    # "release source when no longer required": a Device source an active sequence still reads (a Fork or
+    # Move made while the copy ran) is still required and stays; the phase releases the others
     live = [p for p, g in zip(x.pages, x.generations) if p.alive and p.generation == g]
     for page in live:
-        if x.direction == "d2h":
+        if x.direction == "d2h" and page.device >= 0:
             st.cov.check("REP-4", exercised=True)
             if page.active_refs:
-                raise violation("REP-4", f"transfer {x.xid!r}: releasing the Device source of block {page.block}, "
-                                "which an active sequence references", xfer=x.xid, block=page.block)
-    for page in live:
-        if x.direction == "d2h" and page.device >= 0:
+                continue
             st.free_device(page)
         elif x.direction == "h2d" and page.host is not None:
             st.free_host(page)

@@ -9,9 +9,10 @@ writer。存在多个 address-space references 的 full page immutable；需要�
 sequence 的 frozen valid frontier".
 
 A launch row writes positions [a, b) and reads [0, b) (a read-only row reads [0, committed)). Decisions
-(UNIT-1 / CONS-1 entries): an address space belongs to at most one in-flight unit (a second unit would
-see the first one's commit mid-flight); a write starting beyond the committed frontier leaves stale
-columns inside the read domain, which the consumer rule forbids.
+(UNIT-1 / CONS-1 entries): several in-flight units may hold read-only rows of one address space (the
+contract freezes it against mutation, it does not forbid readers), but a written row needs the space to
+itself (a reader would see the writer's commit move its frozen frontier mid-flight); a write starting
+beyond the committed frontier leaves stale columns inside the read domain, which the consumer rule forbids.
 
 Plan, then execute: `plan_launch` / `plan_complete` only read the state and return an immutable plan (or
 raise the violation); `launch` / `complete` apply a plan completely and count its coverage. Nothing is
@@ -34,9 +35,10 @@ from kvsim.kvmodel.store.mapping import lookup_active
 
 P = PAGE_SIZE
 
-# Rules a launch evaluates: per row TRACE-2, UNIT-1; per written row ENT-3, WR-1, CONS-1, UNIT-3 (their
-# premise holds) and WR-2, WR-3 (premise: a shared / protected page, rare). Counted once per applied launch.
-LAUNCH_RULES = ("TRACE-2", "UNIT-1", "ENT-3", "WR-1", "CONS-1", "UNIT-3", "WR-2", "WR-3")
+# Rules a launch evaluates: per row TRACE-2, UNIT-1; per written row ENT-3, WR-1, CONS-1, UNIT-3, AS-6 (their
+# premise holds) and WR-2, WR-3, REP-2 (premise: a shared / protected / pinned page, rare). Counted once per
+# applied launch.
+LAUNCH_RULES = ("TRACE-2", "UNIT-1", "ENT-3", "WR-1", "CONS-1", "UNIT-3", "WR-2", "WR-3", "AS-6", "REP-2")
 COMMIT_RULES = ("TRACE-2", "UNIT-2")
 
 
@@ -80,6 +82,7 @@ class Unit(msgspec.Struct, frozen=True, gc=False):
     num_written: int  # rows with a write range (the coverage apply_launch counts, in rows)
     num_shared: int  # written rows meeting a shared page (WR-2's premise)
     num_protected: int  # written rows meeting checkpoint-protected columns (WR-3's premise)
+    forced: tuple = ()  # spaces spending their one forced control span after bounded completion (ENT-3)
 
 
 class CompletePlan(msgspec.Struct, frozen=True, gc=False):
@@ -103,7 +106,9 @@ def plan_launch(st, unit: str, rows) -> Unit:
         raise violation("TRACE-2", f"unit {unit!r} is already in flight", unit=unit)
     planned = []
     bundles = st.bundles
+    max_context = st.S
     written = shared = protected = 0
+    forced = []  # spaces whose write is their one forced control span after bounded completion
     for r in rows:
         seq, pool, write = r.seq, r.pool, r.write
         bundle = bundles.get(seq)
@@ -111,8 +116,11 @@ def plan_launch(st, unit: str, rows) -> Unit:
         if space is None:
             lookup_active(st, seq, pool, "launch")  # raises the TRACE-2 / AS-5 violation
         held = space.in_flight
-        if held is not None:
-            raise violation("UNIT-1", f"{seq!r} ({pool}) is already a row of in-flight unit {held.unit!r}",
+        if held is not None and (write is not None or held.a is not None):
+            # readers may share a space (the contract forbids mutation in flight, not readers); a writer may not
+            # join a unit reading it, nor a reader join the unit writing it (its commit would move the frontier)
+            raise violation("UNIT-1", f"{seq!r} ({pool}) is already a row of in-flight unit {held.unit!r}"
+                            + ("" if write is None else " (a written row needs the space to itself)"),
                             seq=seq, pool=pool, unit=unit)
         for p in planned:
             if p.space is space:
@@ -125,12 +133,14 @@ def plan_launch(st, unit: str, rows) -> Unit:
             continue
         a, b = write
         written += 1
-        # the common case inline (see _write_findings): at the frontier, mapped, sole writer, nothing protected
-        plain = a == space.committed and b <= len(pages) * P and not space.protected and \
-            (bundle.bounded_at is None or pool != "main")
+        # the common case inline (see _write_findings): at the frontier, mapped, within S, sole writer of
+        # unpinned pages, nothing protected, no bounded completion
+        plain = a == space.committed and b <= len(pages) * P and b <= max_context and not space.protected and \
+            bundle.bounded_at is None
         if plain:
             for blk in range(a // P, -(-b // P)):
-                if pages[blk].writer is not space:
+                page = pages[blk]
+                if page.writer is not space or page.pins:
                     plain = False
                     break
         if not plain:
@@ -140,31 +150,41 @@ def plan_launch(st, unit: str, rows) -> Unit:
                     f.context.setdefault("unit", unit)
                 raise ContractViolation(findings)
             shared += flags & 1
-            protected += flags >> 1
+            protected += (flags >> 1) & 1
+            if flags & 4:
+                forced.append(space)
         planned.append(UnitRow(unit, space, a, b, len(pages), space.committed, space.row, space.reservation))
-    return Unit(unit, tuple(planned), written, shared, protected)
+    return Unit(unit, tuple(planned), written, shared, protected, tuple(forced))
 
 
 def apply_launch(st, plan: Unit) -> None:
     n, written = len(plan.rows), plan.num_written
-    trace_2, unit_1, ent_3, wr_1, cons_1, unit_3, wr_2, wr_3 = st.launch_cells
+    trace_2, unit_1, ent_3, wr_1, cons_1, unit_3, wr_2, wr_3, as_6, rep_2 = st.launch_cells
     trace_2.checked += n
     trace_2.exercised += n
     unit_1.checked += n
     unit_1.exercised += n
     if written:
-        for cell in (ent_3, wr_1, cons_1, unit_3):
+        for cell in (ent_3, wr_1, cons_1, unit_3, as_6):
             cell.checked += written
             cell.exercised += written
+        rep_2.checked += written
         wr_2.checked += written
         wr_2.exercised += plan.num_shared
         wr_3.checked += written
         wr_3.exercised += plan.num_protected
     st.units[plan.uid] = plan
+    for sp in plan.forced:
+        sp.forced_used = True
     t = st.t_spaces
     for r in plan.rows:
         sp = r.space
-        sp.in_flight = r  # the cache of st.units (this module is its only writer)
+        if sp.in_flight is None:
+            sp.in_flight = r  # the cache of st.units (this module is its only writer)
+        else:
+            sp.readers += 1  # another unit's read-only row of a space already read in flight
+        if sp.provisional and r.a is not None:
+            sp.provisional = 0  # the stage that needed the mapping has launched (UNIT-4's premise ends)
         t[sp] = None
 
 
@@ -175,11 +195,23 @@ def _write_findings(st, space, a: int, b: int) -> tuple[list[Finding], int]:
     if need > len(space.pages) + space.reservation:
         return [Finding("ENT-3", f"write up to position {b} needs {need} pages, beyond the entitlement of "
                         f"{space.entitlement} pages at this round boundary", ctx)], 0
-    if space.pool == "main":
-        bounded = st.bundles[space.owner].bounded_at
-        if bounded is not None and b > bounded:
-            return [Finding("ENT-3", f"write up to position {b} after bounded completion at frontier "
-                            f"{bounded}", ctx)], 0
+    bounded = st.bundles[space.owner].bounded_at
+    forced = 0
+    if bounded is not None:
+        # bounded completion ("request 在 window 覆盖的 frontier 上以 length 结束"): the request completes at the
+        # window's frontier F in every pool that writes; the cushion covers "即将 launch 的那一步" (a write starting
+        # at or before F; MTP: F plus its provisional lead) and "一次 forced control span" (one more write per
+        # space), nothing after
+        limit = bounded + (st.config.backend.draft_window - 1 if space.pool == "mtp" else 0)
+        if a > limit:
+            if space.forced_used:
+                return [Finding("ENT-3", f"write [{a}, {b}) starts beyond the frontier {limit} where the request "
+                                f"completed (bounded completion at {bounded}), after its one forced control span",
+                                ctx)], 0
+            forced = 4
+    if b > st.config.max_context:
+        return [Finding("AS-6", f"write [{a}, {b}) reaches beyond the per-sequence ceiling S = "
+                        f"{st.config.max_context}", ctx)], 0
     pages = space.pages
     if b > len(pages) * P:
         return [Finding("UNIT-3", f"write [{a}, {b}) reaches beyond the mapped extent {space.mapped_tokens}",
@@ -193,6 +225,10 @@ def _write_findings(st, space, a: int, b: int) -> tuple[list[Finding], int]:
     for blk in range(a // P, need):
         page = pages[blk]
         holders = page.holders
+        if page.pins:
+            findings.append(Finding("REP-2", f"write into block {blk}: page {page.device} is pinned by an in-flight "
+                                    "copy (its source or destination)",
+                                    {"seq": space.owner, "pool": space.pool, "block": blk, "page": page.device}))
         if page.writer is not space:
             refs = len(holders)
             if refs > 1:
@@ -214,7 +250,7 @@ def _write_findings(st, space, a: int, b: int) -> tuple[list[Finding], int]:
         findings.append(Finding("CONS-1", f"the unit reads [0, {b}) but positions [{committed}, {a}) hold no "
                                 "valid content (the write starts beyond the committed frontier)",
                                 dict(ctx, frontier=committed)))
-    return findings, flags
+    return findings, flags | forced
 
 
 # -- complete / fail ------------------------------------------------------------------------------------
@@ -243,6 +279,8 @@ def plan_complete(st, unit: str, commits) -> CompletePlan:
         bundle = bundles.get(seq)
         sp = None if bundle is None else bundle.spaces.get(pool)
         r = None if sp is None else sp.in_flight
+        if r is not None and r.unit != unit and sp.readers:  # one of several units reading the space
+            r = next((x for x in u.rows if x.space is sp), None)
         if r is None or r.unit != unit:
             raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) although it is not a row of the "
                             "unit", unit=unit, seq=seq, pool=pool)
@@ -304,10 +342,16 @@ def fail(st, unit: str) -> None:
 
 
 def _end(st, u: Unit) -> None:
-    """The unit leaves `KVStore.units`; its rows' `in_flight` caches are cleared with it."""
+    """The unit leaves `KVStore.units`; its rows' `in_flight` caches are cleared with it (a space still read
+    by another unit points at that unit's row)."""
     del st.units[u.uid]
     t = st.t_spaces
     for r in u.rows:
         sp = r.space
-        sp.in_flight = None
+        if sp.readers:
+            sp.readers -= 1
+            if sp.in_flight is r:
+                sp.in_flight = next(x for v in st.units.values() for x in v.rows if x.space is sp)
+        else:
+            sp.in_flight = None
         t[sp] = None

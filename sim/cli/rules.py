@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    rows = [r.as_dict() for r in all_rules()]
+    rows = [r.as_dict() for r in all_rules()]  # engine-judging rules first, then model guards, then clauses
+    rows.sort(key=lambda r: ("engine", "model", "none").index(r["evidence"]))
     path = Path(args.report) if args.report else reports_dir() / "last-run.json"
     if path.exists():
         try:

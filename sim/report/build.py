@@ -18,7 +18,10 @@ def build_report(results: list) -> dict:
     rules = {}
     for rule in all_rules():
         c, e, v = total.counts(rule.id)
-        rules[rule.id] = {"title": rule.title, "clause": rule.clause, "checked": c, "exercised": e, "violated": v}
+        rules[rule.id] = {"title": rule.title, "clause": rule.clause, "evidence": rule.evidence, "checked": c,
+                          "exercised": e, "violated": v}
+        if rule.subsumed_by:
+            rules[rule.id]["subsumed_by"] = list(rule.subsumed_by)
     violations = [v for r in results for v in r.violations]
     traces = {}
     for r in results:

@@ -30,6 +30,7 @@ __all__ = ["print_report", "print_rules", "MAX_VIOLATION_ROWS"]
 
 MAX_VIOLATION_ROWS = 50
 COUNTERS = ("checked", "exercised", "violated")
+EVIDENCE_WORDS = {"engine": "judges the engine", "model": "guards the model", "none": "not checkable"}
 
 
 def _t(value: object, style: str = "") -> Text:
@@ -89,11 +90,15 @@ def _refusals_table(report: dict) -> Table:
 
 
 def _coverage_table(report: dict) -> Table:
-    """One row per rule family: totals, and every rule id coloured by its state."""
+    """One row per rule family and evidence kind (rules judging the engine apart from those guarding the model
+    and from clauses not checkable from traces): totals, and every rule id coloured by its state."""
     rules = report.get("rules", {})
     families: dict[str, list[str]] = {}
-    for rule_id in rule_order(report):
-        families.setdefault(rule_family(rule_id), []).append(rule_id)
+    marks = {"engine": "", "model": " (guards the model)", "none": " (not checkable)"}
+    for kind in ("engine", "model", "none"):  # engine-judging rows first, self-checks and clauses after
+        for rule_id in rule_order(report):
+            if rules.get(rule_id, {}).get("evidence", "engine") == kind:
+                families.setdefault(rule_family(rule_id) + marks[kind], []).append(rule_id)
     table = Table(title="Rule coverage", title_justify="left", caption=LEGEND, caption_justify="left")
     table.add_column("family")
     for name in COUNTERS:
@@ -131,13 +136,20 @@ def print_rules(rules: Iterable[dict], console: Console) -> None:
     table = Table(title=f"kvsim rules ({len(rules)})", title_justify="left")
     table.add_column("id", no_wrap=True)
     table.add_column("kind", no_wrap=True)
+    table.add_column("evidence", no_wrap=True)
     table.add_column("title", overflow="fold", ratio=3)
     table.add_column("seed clause", overflow="fold", ratio=2)
     if with_counters:
         for name in COUNTERS:
             table.add_column(name, justify="right", no_wrap=True)
     for rule in rules:
-        cells = [_t(rule.get("id", ""), "bold"), _t(rule.get("kind", "")), _t(rule.get("title", "")),
+        title = rule.get("title", "")
+        if rule.get("subsumed_by"):
+            title += f" (subsumed by {', '.join(rule['subsumed_by'])})"
+        if rule.get("not_checkable"):
+            title += f" — not checkable from traces: {rule['not_checkable']}"
+        cells = [_t(rule.get("id", ""), "bold"), _t(rule.get("kind", "")),
+                 _t(EVIDENCE_WORDS.get(rule.get("evidence", ""), rule.get("evidence", ""))), _t(title),
                  _t(rule.get("clause", ""), "dim")]
         if with_counters:
             cells += [_n(rule[key]) if key in rule else Text("") for key in COUNTERS]

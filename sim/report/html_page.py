@@ -28,6 +28,7 @@ from kvsim.sim.report.kvreport import (
     refusal_summary,
     report_title,
     rule_order,
+    rules_by_evidence,
     split_violations,
     trace_order,
     safe_text,
@@ -248,20 +249,26 @@ def _refusals(report: dict) -> str:
 
 def _coverage(report: dict) -> str:
     rules = report.get("rules", {})
-    rows = []
-    for rule_id in rule_order(report):
-        counters = rules.get(rule_id, {})
-        checked, exercised, violated = (int(counters.get(k, 0)) for k in ("checked", "exercised", "violated"))
-        share = 100.0 * exercised / checked if checked else 0.0
-        state = "violated" if violated else ("unchecked" if not checked else "ok")
-        bar = (f'<span class="bar" title="{share:.1f}% exercised"><span style="width:{share:.1f}%"></span></span>'
-               f" {share:.0f}%")
-        rows.append(_tr([
-            _td(rule_id, "nw"), _td(counters.get("title", "")), _td(counters.get("clause", ""), "clause"),
-            _td(checked, "n"), _td(exercised, "n"), _td(violated, "n"), _td(None, "nw", bar),
-        ], attrs=f' class="{state}" id="rule-{_h(rule_id)}"'))
     header = ["rule", "title", "seed clause", "checked", "exercised", "violated", "exercised / checked"]
-    return "<h2>Rule coverage</h2>" + _table(header, rows, frozenset({3, 4, 5}))
+    parts = ["<h2>Rule coverage</h2>"]
+    for title, ids in rules_by_evidence(report):
+        rows = []
+        for rule_id in ids:
+            counters = rules.get(rule_id, {})
+            checked, exercised, violated = (int(counters.get(k, 0)) for k in ("checked", "exercised", "violated"))
+            share = 100.0 * exercised / checked if checked else 0.0
+            state = "violated" if violated else ("unchecked" if not checked else "ok")
+            bar = (f'<span class="bar" title="{share:.1f}% exercised"><span style="width:{share:.1f}%"></span></span>'
+                   f" {share:.0f}%")
+            name = str(counters.get("title", ""))
+            if counters.get("subsumed_by"):
+                name += f" (subsumed by {', '.join(counters['subsumed_by'])})"
+            rows.append(_tr([
+                _td(rule_id, "nw"), _td(name), _td(counters.get("clause", ""), "clause"),
+                _td(checked, "n"), _td(exercised, "n"), _td(violated, "n"), _td(None, "nw", bar),
+            ], attrs=f' class="{state}" id="rule-{_h(rule_id)}"'))
+        parts.append(f"<h3>{_h(title)}</h3>" + _table(header, rows, frozenset({3, 4, 5})))
+    return "".join(parts)
 
 
 def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:

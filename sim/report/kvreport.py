@@ -101,6 +101,22 @@ def rule_order(report: dict) -> list[str]:
     return order
 
 
+EVIDENCE_SECTIONS = (("engine", "Rules judging the engine"), ("model", "Rules guarding the model (self-checks, not engine coverage)"),
+                     ("none", "Clauses not checkable from traces"))
+
+
+def rules_by_evidence(report: dict) -> list[tuple[str, list[str]]]:
+    """(section title, rule ids in catalogue order) per evidence kind, non-empty sections only; a rule
+    without an evidence entry (an older report, or an uncatalogued violated id) counts as judging the engine."""
+    rules = report.get("rules", {})
+    out = []
+    for kind, title in EVIDENCE_SECTIONS:
+        ids = [r for r in rule_order(report) if rules.get(r, {}).get("evidence", "engine") == kind]
+        if ids:
+            out.append((title, ids))
+    return out
+
+
 def rule_family(rule_id: str) -> str:
     """The family of a rule id: everything before its last '-' ("TS-POOL-3" -> "TS-POOL")."""
     head, sep, _ = rule_id.rpartition("-")

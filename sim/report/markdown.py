@@ -21,6 +21,7 @@ from kvsim.sim.report.kvreport import (
     refusal_summary,
     report_title,
     rule_order,
+    rules_by_evidence,
     safe_text,
     split_violations,
     trace_order,
@@ -124,15 +125,21 @@ def _refusals(report: dict) -> list[str]:
 
 def _coverage(report: dict) -> list[str]:
     rules = report.get("rules", {})
-    rows = []
-    for rule_id in rule_order(report):
-        counters = rules.get(rule_id, {})
-        rows.append([_Raw(_status(counters)), rule_id, str(counters.get("title", "")),
-                     *(int(counters.get(key, 0)) for key in ("checked", "exercised", "violated"))])
+    out = ["### Rule coverage"]
+    for title, ids in rules_by_evidence(report):
+        rows = []
+        for rule_id in ids:
+            counters = rules.get(rule_id, {})
+            name = str(counters.get("title", ""))
+            if counters.get("subsumed_by"):
+                name += f" (subsumed by {', '.join(counters['subsumed_by'])})"
+            rows.append([_Raw(_status(counters)), rule_id, name,
+                         *(int(counters.get(key, 0)) for key in ("checked", "exercised", "violated"))])
+        out += ["", f"#### {title}", "",
+                *_table(["", "rule", "title", "checked", "exercised", "violated"], "lllrrr", rows)]
     legend = (f"{STATUS['violated']} violated · {STATUS['exercised']} exercised · "
               f"{STATUS['vacuous']} checked, premise never held · {STATUS['unchecked']} not checked")
-    return ["### Rule coverage", "", *_table(["", "rule", "title", "checked", "exercised", "violated"], "lllrrr", rows),
-            "", legend]
+    return out + ["", legend]
 
 
 def render_markdown(report: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:

@@ -30,7 +30,7 @@ __all__ = [
     "FORMAT", "U63", "TableEntry", "Id", "Pool", "KVProfile", "OPS", "REQUEST_OPS", "EVENT_TYPES",
     "Header", "Config", "Model", "KVCapacity", "AutoCapacity", "KVLeaseGrowth",
     "Backend", "BackendOff", "BackendMTP", "BackendDFlash", "BackendDFlash2",
-    "Event", "EventBase", "Activate", "Map", "Grow", "Launch", "Complete", "Fail", "Truncate", "Finish",
+    "Replica", "Event", "EventBase", "Activate", "Map", "Grow", "Launch", "Complete", "Fail", "Truncate", "Finish",
     "Release", "Offload", "DropDevice", "DropHost", "Xfer", "Observe",
     "ActivateResult", "MapResult", "GrowResult", "FactResult", "Cow", "CowResult", "LaunchRow", "CommitRow",
     "schema_document", "schema_text", "SCHEMA_PATH", "main",
@@ -165,15 +165,22 @@ class MapResult(msgspec.Struct, **_STRUCT):
 
 
 class GrowResult(msgspec.Struct, **_STRUCT):
-    """What the engine answered to ``grow``; a refusal says the frontier where growth is bounded."""
+    """What the engine answered to ``grow``; a refusal says the frontier where growth is bounded.  Extension:
+    an accepted growth may say the new ``entitlement`` in pages per pool (the contract fixes no step size)."""
     ok: bool
     bounded_at: Union[U63, None] = None
+    entitlement: Union[dict[Pool, U63], None] = None
 
 
 class FactResult(msgspec.Struct, **_STRUCT):
-    """On a fact, ``ok: false`` means the engine says the fact did not take effect."""
+    """On a fact, ``ok: false`` means the engine says the fact did not take effect.  Extensions: an h2d
+    ``xfer`` (phase ``reserve``) may carry the destination Device ``pages`` the engine chose; an ``offload`` or
+    a d2h ``xfer`` (phase ``reserve``) may carry the Host ``offsets`` of the copied pages (one per block, in
+    the order of ``blocks``)."""
     ok: bool
     error: Union[str, None] = None
+    pages: Union[tuple[U63, ...], None] = None
+    offsets: Union[tuple[U63, ...], None] = None
 
 
 class LaunchRow(msgspec.Struct, **_STRUCT):
@@ -327,9 +334,15 @@ _COUNTERS = ("allocated", "reserved", "available")
 _ROW_FIELDS = ("table", "frontier")
 
 
+Replica = Literal["device", "host", "both", "none"]
+"""Where a checkpoint page has a replica valid for its committed columns."""
+
+
 class Observe(EventBase, tag="observe"):
-    """Fact: the engine's reported state.  Two forms: pool counters (no ``seq``; any of allocated /
-    reserved / available), or a sequence's row (``seq`` with ``table`` and/or ``frontier``)."""
+    """Fact: the engine's reported state.  Three forms: pool counters (no ``seq``; any of allocated /
+    reserved / available), a sequence's row (``seq`` with ``table`` and/or ``frontier``), or (extension) a
+    retained checkpoint (``ckpt`` with ``table``: its members' Device ids, -1 for none; ``frontier``;
+    ``replicas``: per block where a valid replica is)."""
     pool: Pool
     allocated: Union[U63, None] = None
     reserved: Union[U63, None] = None
@@ -338,10 +351,20 @@ class Observe(EventBase, tag="observe"):
     table: Union[tuple[TableEntry, ...], None] = None
     frontier: Union[U63, None] = None
     result: Union[FactResult, None] = None
+    ckpt: Union[Id, None] = None
+    replicas: Union[tuple[Replica, ...], None] = None
 
     def __post_init__(self) -> None:
         counters = [n for n in _COUNTERS if getattr(self, n) is not None]
         row = [n for n in _ROW_FIELDS if getattr(self, n) is not None]
+        if self.ckpt is not None:
+            if self.seq is not None or counters:
+                raise ValueError("observe of a checkpoint cannot carry 'seq' or pool counters")
+            if not row and self.replicas is None:
+                raise ValueError("observe of a checkpoint needs 'table', 'frontier' and/or 'replicas'")
+            return
+        if self.replicas is not None:
+            raise ValueError("'replicas' belongs to observe of a checkpoint ('ckpt')")
         if self.seq is None:
             if row:
                 raise ValueError(f"observe without 'seq' cannot carry {row[0]!r}")
@@ -394,9 +417,13 @@ def schema_document() -> dict:
         {"allOf": [_present("auto", "object"), _absent("tokens")]},
     ]}
     defs["Observe"] = {**defs["Observe"], "oneOf": [
-        {"allOf": [_absent("seq", *_ROW_FIELDS), {"anyOf": [_present(n, "integer") for n in _COUNTERS]}]},
-        {"allOf": [_present("seq", "string"), _absent(*_COUNTERS),
+        {"allOf": [_absent("seq", "ckpt", "replicas", *_ROW_FIELDS),
+                   {"anyOf": [_present(n, "integer") for n in _COUNTERS]}]},
+        {"allOf": [_present("seq", "string"), _absent("ckpt", "replicas", *_COUNTERS),
                    {"anyOf": [_present("table", "array"), _present("frontier", "integer")]}]},
+        {"allOf": [_present("ckpt", "string"), _absent("seq", *_COUNTERS),
+                   {"anyOf": [_present("table", "array"), _present("frontier", "integer"),
+                              _present("replicas", "array")]}]},
     ]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

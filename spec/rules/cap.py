@@ -5,17 +5,20 @@ from __future__ import annotations
 from kvsim.kvmodel.store.capacity import pool_pages, resolve_explicit, resolve_automatic, m_range
 from kvsim.kvmodel.store.planes import PAGE_SIZE, bytes_per_token_head
 
-from kvsim.spec.catalogue import state_rule
+from kvsim.spec.catalogue import clause_rule, state_rule
 
 SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 402}
 
 
 @state_rule("CAP-1", "Main capacity M is resolved by the explicit or automatic policy within [M_min, M_max]",
             'store contract: "M_{min}=\\max(L,C)", "M=\\left\\lceil K_{main}/P\\right\\rceil", "Automatic 选择"',
-            scope="config",
-            decisions="No kv_capacity means M_max. B(M) = reserved_bytes + Σ pools (256-byte-aligned plane slabs "
+            scope="config", evidence="model",
+            decisions="Guards the model: a configuration the contract refuses stops the replay as an input error (exit 2), so only an inconsistent resolution inside kvsim can fire this rule. No kv_capacity means M_max. B(M) = reserved_bytes + Σ pools (256-byte-aligned plane slabs "
                       "+ I32 block table); B_step is measured as B(M_min+1) − B(M_min) with the same layout "
-                      "builder and the resolved layout must lie on the affine curve, else the config is refused.")
+                      "builder; under the automatic policy the resolved layout must lie on the affine curve, else the config is "
+                      "refused. The explicit policy needs only K_main >= S and M in [M_min, M_max] (store contract "
+                      "\"并要求 (K_{main}\\ge S) 且 (M\\in[M_{min},M_{max}])\"): a plane alignment that bends the "
+                      "curve never refuses an explicit capacity.")
 def cap_1(st, _entity, full):
     cfg, res = st.config, st.resolution
     m_min, m_max = m_range(cfg)
@@ -28,15 +31,15 @@ def cap_1(st, _entity, full):
         return f"automatic kv_capacity resolved to M = {res.m}, not min(M_max, M_min + floor((F-R-B_min)/B_step))"
     if pol.kind == "max" and res.m != m_max:
         return f"default kv_capacity resolved to M = {res.m}, not M_max = {m_max}"
-    if res.layout.reservation_bytes != res.curve.bytes_at(res.m):
+    if pol.kind == "automatic" and res.layout.reservation_bytes != res.curve.bytes_at(res.m):
         return f"B({res.m}) = {res.layout.reservation_bytes} B is off the affine curve"
     return True
 
 
 @state_rule("CAP-2", "Backend pool sizes derive from M: MTP M + C·ceil((K−1)/P), Draft Full M, at most two pools",
             'store contract: "MTP physical pages = M + C * ceil((K - 1) / P)", "当前最多有两个 growing pools"',
-            scope="config",
-            decisions="DFlash/DFlash2 get a Draft Full pool only with full_layers > 0 (the official DFlash2 config "
+            scope="config", evidence="model",
+            decisions="Guards the model (the pool vector is derived, never reported by a trace). DFlash/DFlash2 get a Draft Full pool only with full_layers > 0 (the official DFlash2 config "
                       "has none and needs Main only).")
 def cap_2(st, _entity, full):
     want = pool_pages(st.config, st.resolution.m)
@@ -66,7 +69,10 @@ def cap_3(st, name, full):
 
 
 @state_rule("CAP-4", "Pools are fixed at startup and physically separate: no resize, no lending",
-            'store contract: "各 pools 物理分离。一个 pool 的 free page 不能变成另一 pool 的 payload"', scope="pool")
+            'store contract: "各 pools 物理分离。一个 pool 的 free page 不能变成另一 pool 的 payload"', scope="pool",
+            evidence="model",
+            decisions="Guards the model: engine page ids are checked against their own pool's namespace when adopted "
+                      "(PAGE-1), so only model state can break this.")
 def cap_4(st, name, full):
     p = st.pools[name]
     if p.capacity != st.resolution.pages[name]:
@@ -81,8 +87,8 @@ def cap_4(st, name, full):
 
 @state_rule("CAP-5", "Byte accounting comes from the typed plane inventory (PageBytes, startup bytes)",
             'store contract: "PageBytes=\\sum_{plane} PlaneBytesPerToken\\cdot P", "不能用 2 * vector_bytes 代替 K8V4"',
-            scope="config",
-            decisions="Draft Full uses its own BF16 profile at the draft head_dim; the BF16 profile stores BF16 V.")
+            scope="config", evidence="model",
+            decisions="Guards the model (kvtrace/1 carries no byte figures). Draft Full uses its own BF16 profile at the draft head_dim; the BF16 profile stores BF16 V.")
 def cap_5(st, _entity, full):
     cfg = st.config
     if bytes_per_token_head(cfg.kv_profile, 256) != SEED_BYTES_D256[cfg.kv_profile]:
@@ -94,3 +100,11 @@ def cap_5(st, _entity, full):
         if g.startup_bytes < g.page_bytes * g.pages:
             return f"{name}: startup bytes {g.startup_bytes} below pages · PageBytes"
     return True
+
+
+clause_rule("CAP-6", "B(M) is the complete runtime Device reservation, non-pool parts included",
+            'store contract: "其中 (B(M)) 是该 Main capacity 对应的完整 runtime Device reservation"',
+            not_checkable="kvtrace/1 records the non-pool part of B(M) (active/checkpoint State storage, fixed "
+                          "persistent state, unified workspace, CUDA Graph allowance) as one header figure, "
+                          "`reserved_bytes`; no event reports those allocations, so only their sum enters the "
+                          "automatic policy (CAP-1) and nothing about the parts can be judged from a trace.")

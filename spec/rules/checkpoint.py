@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvsim.kvmodel.store import activation, settle
 
-from kvsim.spec.catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import clause_rule, state_rule, transition_rule
 
 
 @state_rule("CKPT-1", "A checkpoint is retained (and hit) only as a complete continuation: Main + backend + StateImage",
@@ -38,4 +38,15 @@ transition_rule("CKPT-3", "Move only when no immutable reference to the source s
                 activation.plan_activation,
                 decisions="keep_source=false consumes the checkpoint (Move); pages another checkpoint still "
                           "references stay shared and a shared partial tail is copied. An engine that reuses the "
-                          "source's partial tail while the source survives broke the rule.")
+                          "source's partial tail while the source survives broke the rule. Decision 17: a Move "
+                          "copies no payload (store contract \"Move 不复制 KV payload，也不改变 logical page "
+                          "identity\"): a Move whose result maps any private member, its partial tail included, "
+                          "to another Device page than the one it is on is a violation (unless the model had only "
+                          "guessed that page's id, which is then adopted). Counted only where the engine's "
+                          "Move/Fork choice is judged (an activation result naming pages).")
+
+clause_rule("CKPT-4", "DFlash local cyclic K/V and boundary snapshots live in fixed StateImages, not growing pools",
+            'store contract: "DFlash/DFlash2 cyclic K/V 使用自己的 CyclicKVCacheLayerView 与 modulo/window 语义"',
+            not_checkable="kvtrace/1 carries a StateImage only as `finish.state_image` (whether it was saved, judged "
+                          "by CKPT-1) and carries no event for cyclic state, its window or its snapshot; the one "
+                          "observable consequence, that DFlash2 maps no paged draft KV, is AS-5.")

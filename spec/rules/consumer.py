@@ -6,7 +6,7 @@ The model checks the read domain of every launch (CONS-1); the physical checks r
 
 from __future__ import annotations
 
-from kvsim.spec.catalogue import transition_rule
+from kvsim.spec.catalogue import clause_rule, transition_rule
 
 transition_rule("CONS-1", "Consumers read through paged views within the frozen valid frontier",
                 'store contract: "read domain 不超过该 sequence 的 frozen valid frontier"',
@@ -30,3 +30,14 @@ transition_rule("CONS-3", "Codec bytes are bit-exact; paged attention equals the
                           "attention over the unit's rows equals the FP64 oracle over the decoded K/V within "
                           "rel-L2 1e-4 (kernel error; codec error has its own budget in gpu.accuracy), inert "
                           "columns exactly zero.")
+
+clause_rule("CONS-4", "A paged view holds one layer's planes and one table row; no allocator, identity or frontier",
+            'store contract: "View 只包含一个 layer 的 plane tensors 与一行 block table"',
+            not_checkable="Views are in-process objects handed to kernels; a trace records store transitions, not "
+                          "the views, so their contents cannot be judged from it. What a view reads is judged "
+                          "through the table rows (AS-3, CONS-1 under lockstep).")
+
+clause_rule("CONS-5", "Plane and block-table bases are stable; page ids and identity never enter graph keys",
+            'store contract: "Plane bases与 block-table matrix base在 Engine lifetime内稳定"',
+            not_checkable="kvtrace/1 carries no Device addresses and no CUDA Graph keys; only table contents and "
+                          "rows, which are judged by AS-1 and AS-3.")

@@ -28,7 +28,13 @@ def leases_carry_their_pages(st):
 @state_rule("PAGE-1", "A Device page-group lease carries at most one logical page replica",
             'store contract: "每个 Device page-group lease 在所属 pool 中至多承载一个 logical page replica"',
             scope="page", full=leases_carry_their_pages,
-            decisions="A lease reserved by an in-flight h2d transfer carries its page before publication.")
+            decisions="A lease reserved by an in-flight h2d transfer carries its page before publication. Page ids "
+                      "are the engine's (store contract \"Physical IDs 可以任意排列\"): where a trace leaves an id "
+                      "out (a map, COW or activation without `pages`, an h2d restore without the xfer result's "
+                      "`pages`) the model's lowest free id is a guess, and the first time the engine names the "
+                      "page's id (observe table, activation result, xfer result) it is adopted after this rule's "
+                      "check: in the pool, named once, carrying no page the engine itself placed "
+                      "(kvmodel.store.adopt); a guess standing on the engine's id moves.")
 def page_1(st, page, full):
     if not page.alive or page.device < 0:
         return None
@@ -42,7 +48,9 @@ transition_rule("PAGE-2", "A stale lease or page handle (older generation) is re
                 'store contract: "generation 防止 release/reuse 后的 stale handle"', observe.observe_row,
                 decisions="Leases and descriptors carry generations (DevicePagePool.is_current, "
                           "LogicalPageStore.is_current); in a trace, an engine table entry naming a released "
-                          "page id is the stale handle.")
+                          "page id is the stale handle, decided by generation: each row remembers the (id, lease "
+                          "generation) last published at each block, so an entry naming that id after its lease "
+                          "ended is PAGE-2 even when the id has been leased again since (not AS-3).")
 
 
 @state_rule("PAGE-3", "A replica is valid for n columns iff its epoch equals the page's and coverage >= n",
@@ -69,8 +77,9 @@ def page_3(st, page, full):
 
 @state_rule("PAGE-4", "A descriptor is reclaimed only at zero references, replicas and pins; nothing leaks",
             'store contract: "只有当 references、replicas 和 transaction pins 均为零时，descriptor 才能回收并推进 generation"',
-            scope="page", full=leaked,
-            decisions="The audit builds the ownership graph (networkx) from live address spaces and open "
+            scope="page", full=leaked, evidence="model",
+            decisions="Guards the model: reclamation and leases are the model's own bookkeeping (a trace reports no "
+                      "descriptors). The audit builds the ownership graph (networkx) from live address spaces and open "
                       "transfers; every lease and Host slice must be reachable.")
 def page_4(st, page, full):
     if not page.alive:
@@ -103,8 +112,9 @@ def distinct_identities(st):
 
 @state_rule("PAGE-5", "Logical identity, content epoch and physical page id are independent",
             'store contract: "Logical page identity、content epoch与physical page ID彼此独立"', scope="page",
-            full=distinct_identities,
-            decisions="Checked as: a page sits at its own block index in every holder (its physical id may "
+            full=distinct_identities, evidence="model",
+            decisions="Guards the model (a trace names physical ids only; identities and epochs are the model's). "
+                      "Checked as: a page sits at its own block index in every holder (its physical id may "
                       "change, its identity does not); the audit also checks that a space never maps one "
                       "descriptor twice and that live pages of a pool have distinct content epochs.")
 def page_5(st, page, full):

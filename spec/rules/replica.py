@@ -16,8 +16,10 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
 @state_rule("REP-2", "Source and destination are pinned during a copy; pinned pages are not evicted or reused",
             'store contract: "Copy 进行时 source 与 destination 都被 pin"', scope="page",
             decisions="A transfer pins its destination from reserve and its source from copy until publish; "
-                      "drop/offload/transfer of a pinned page is a violation, and activation of a checkpoint "
-                      "with pinned pages is refused (busy).")
+                      "drop/offload/transfer of a pinned page, and a launch writing into a pinned page (store "
+                      "contract \"source/destination pins\"), are violations. Pins do not forbid reading: Fork or "
+                      "Move from a checkpoint an in-flight copy pins is legal; only a page whose h2d restore is "
+                      "still in flight (no Device replica yet) makes an activation wait (refusal `busy`).")
 def rep_2(st, page, full):
     if not page.alive:
         return None
@@ -32,9 +34,15 @@ def rep_2(st, page, full):
 
 @state_rule("REP-3", "Host arena extents are in bounds and disjoint; plans are checked against geometry",
             'store contract: "Plan 必须针对完整 release/allocation recipe 验证 extent geometry"', scope="store",
-            decisions="One extent of n page strides per transfer (first fit); partial release frees page slices; "
-                      "a plan that needs more than the largest free extent is a violation even when free bytes "
-                      "suffice.")
+            decisions="Host placement is the engine's (kvmodel.store.host_place). A copy's pages are one packed "
+                      "extent of n page strides in logical order (\"Host replica 使用 logical-order packed "
+                      "HostKVPageLayout\"); partial release frees page slices. With the engine's `offsets` "
+                      "(offload / d2h xfer result) the extent is checked for real: packed, inside the arena, "
+                      "overlapping no extent the engine placed (one the model guessed moves away). Without them "
+                      "the model places the pages itself (first fit, else page by page, else a placeholder beyond "
+                      "the arena) and claims REP-3 only when no placement can hold them: the arena's free bytes, "
+                      "which do not depend on placement, are short. It never blames the engine for the model's "
+                      "own first-fit fragmentation.")
 def rep_3(st, _entity, full):
     arena = st.arena
     spans = [(off, page.host.size) for off, page in st.host_slices.items()]
@@ -42,6 +50,13 @@ def rep_3(st, _entity, full):
         if x.direction == "d2h" and x.phase in ("reserve", "copy", "verify"):
             stride = st.pools[x.pool].page_bytes
             spans += [(d, stride) for d in x.dest]
+    beyond = [(off, size) for off, size in spans if off >= arena.capacity]
+    for off, size in beyond:  # the model's own placeholders (guessed placement), never the engine's extents
+        if off not in st.host_guessed:
+            return f"host extent [{off}, {off + size}) leaves the arena of {arena.capacity} B"
+    if sum(size for _, size in beyond) != st.host_virtual:
+        return f"host placeholders account for {sum(size for _, size in beyond)} B, the model counts {st.host_virtual} B"
+    spans = [(off, size) for off, size in spans if off < arena.capacity]
     spans += arena.free_extents()
     spans.sort()
     end = 0
@@ -61,7 +76,9 @@ def rep_3(st, _entity, full):
             'store contract: "唯一有效 source 也不能先释放"', scope="page",
             decisions="State form: every referenced page has a replica valid for its committed columns. A "
                       "Device replica may drop only with a current Host replica and no active reference or pin "
-                      "(kvmodel.store.transfers).")
+                      "(kvmodel.store.transfers). A d2h transfer's `release_source` releases the Device sources "
+                      "no longer required (store contract \"release source when no longer required\"): a page "
+                      "an active sequence still reads keeps its Device replica.")
 def rep_4(st, page, full):
     if not page.alive or not page.holders:
         return None

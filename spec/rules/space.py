@@ -5,7 +5,9 @@ from __future__ import annotations
 from kvsim.kvmodel.store.config import PAGE_SIZE
 from kvsim.kvmodel.store.tables import HOLE
 
-from kvsim.spec.catalogue import state_rule
+from kvsim.kvmodel.store import activation
+
+from kvsim.spec.catalogue import state_rule, transition_rule
 
 
 @state_rule("AS-1", "Inactive spaces hold no row; one active space per row; rows own no pages",
@@ -24,7 +26,8 @@ def as_1(st, space, full):
             'store contract: "Valid frontier精确到token；page boundary不改变Attention或checkpoint语义"', scope="space",
             decisions="Membership may exceed the committed frontier (pre-materialized chunk or speculative window).")
 def as_2(st, space, full):
-    if not 0 <= space.protected <= space.committed <= len(space.pages) * PAGE_SIZE <= st.L * PAGE_SIZE:
+    if not (0 <= space.protected <= space.committed <= len(space.pages) * PAGE_SIZE <= st.L * PAGE_SIZE
+            and space.committed <= st.S):
         return (f"{space.owner!r} ({space.pool}): protected {space.protected}, committed {space.committed}, mapped "
                 f"{len(space.pages) * PAGE_SIZE}, L·P {st.L * PAGE_SIZE} are out of order")
     return True
@@ -91,3 +94,12 @@ def as_5(st, space, full):
         return f"space {space.uid} ({space.pool}) is shared between pools of {space.owner!r}"
     return True if others else None
 
+
+
+transition_rule("AS-6", "No sequence exceeds the per-sequence ceiling S: prompt + budget, writes and commits stay <= S",
+                'store contract: "Page rounding 只增加 physical padding， 不会扩大单 sequence 的 logical ceiling (S)"',
+                activation.plan_activation,
+                decisions="An activation whose prompt + budget exceeds S must be refused (reason `context`); an engine "
+                          "that activates it anyway broke the rule. A launch writing beyond S or a commit beyond S "
+                          "(possible inside the last page when S is not a multiple of P) is the violation "
+                          "(kvmodel.store.units).")

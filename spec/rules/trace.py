@@ -10,7 +10,11 @@ transition_rule("TRACE-1", "The engine's result agrees with what the contract re
                 'store contract: "ensure_mapped_to_tokens()…只有所需页数超过 entitlement 才失败" (results are facts)',
                 observe.observe_pool,
                 decisions="A refusal where the model has capacity, an ok where the model must refuse, and any "
-                          "observed counter/frontier the model does not have are divergences.")
+                          "observed counter/frontier the model does not have are divergences. Every request is "
+                          "judged, `cow` included (an ok without a page for the copy, a refusal with one). Growth is "
+                          "judged only by what the contract fixes (kvmodel.store.mapping.check_engine_growth); "
+                          "choices a trace leaves out (page ids, Host offsets, a growth step) are guessed and the "
+                          "engine's adopted at first sighting, never a divergence by themselves.")
 
 transition_rule("TRACE-2", "No reference to an unknown or ended sequence, unit, checkpoint or transfer",
                 'store contract: "generation 防止 release/reuse 后的 stale handle"', mapping.active_space)

@@ -4,22 +4,29 @@ from __future__ import annotations
 
 from kvsim.kvmodel.store import settle, units
 
-from kvsim.spec.catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import clause_rule, state_rule, transition_rule
 
 
 def _units_hold_their_rows(st):
     """Audit form: every row of every in-flight unit is cached on its space (the other direction of unit_1)."""
+    rows: dict = {}
     for u in st.units.values():
         for r in u.rows:
-            if r.space.in_flight is not r:
-                return f"unit {u.uid!r} holds {r.space.owner!r} ({r.space.pool}), whose in-flight mark disagrees"
+            rows.setdefault(r.space, []).append(r)
+    for sp, rs in rows.items():
+        if sp.in_flight not in rs or sp.readers != len(rs) - 1 or (len(rs) > 1 and any(r.a is not None for r in rs)):
+            return (f"{sp.owner!r} ({sp.pool}) is a row of {len(rs)} in-flight units, but its in-flight mark "
+                    f"and reader count ({sp.readers}) disagree, or a written row shares it")
     return None
 
 
 @state_rule("UNIT-1", "Tables, memberships, frontiers, replicas and rows are frozen during a unit",
             'store contract: "从 block-table publication 到 GPU unit 完成"', scope="space",
-            decisions="A space belongs to at most one in-flight unit; map/grow/cow/finish on it are violations "
-                      "until the unit completes or fails (kvmodel.store.mapping.frozen_check).",
+            decisions="A written row needs its space to itself: a space written by an in-flight unit belongs to "
+                      "no other unit. Decision: read-only rows of several in-flight units may share a space (the "
+                      "contract forbids mutation during a unit, \"selected rows 的 table entries 不变化\", not "
+                      "readers). map/grow/cow/truncate/finish on a space any unit holds are violations until the "
+                      "last such unit completes or fails (kvmodel.store.mapping.frozen_check).",
             full=_units_hold_their_rows)
 def unit_1(st, space, full):
     r = space.in_flight
@@ -50,4 +57,15 @@ transition_rule("UNIT-3", "Writes go only to mapped positions >= the committed f
 transition_rule("UNIT-4", "A speculative settle commits accepted frontiers before trimming rejected tails",
                 'store contract: "投机终止先...等待 GPU 工作完成后 发布 committed frontier，再裁掉未提交的尾页"',
                 settle.truncate,
-                decisions="A truncate (trim) of a space whose unit is still in flight is the violation.")
+                decisions="A truncate (trim) of a space whose unit is still in flight is the violation, and so is "
+                          "one that unmaps blocks a provisional frontier still needs (store contract "
+                          "\"NeededPages_s= \\left\\lceil \\frac{\\max(CommittedFrontier_s,ProvisionalFrontier_s)}{P}"
+                          "\\right\\rceil\"): the provisional frontier of a space is the largest "
+                          "ensure_mapped_to_tokens request since its last written launch (the MTP lead, a verify's "
+                          "mapping), cleared when a unit writing the space launches.")
+
+clause_rule("UNIT-5", "Pages added at one boundary are published in one batch, before the consumer",
+            'store contract: "同一 boundary新增多个 pages或重新激活完整 membership时使用批量 publication"',
+            not_checkable="A trace records the mapping request (`map`) and the unit (`launch`), not the table "
+                          "publications between them, so their batching is invisible; the order (mapping before "
+                          "the consumer, no rewrite of a row in flight) is judged by UNIT-1 and UNIT-3.")

@@ -8,8 +8,10 @@ from kvsim.spec.catalogue import state_rule, transition_rule
 
 
 @state_rule("WR-1", "At most one writer per logical page, and only its sole active holder",
-            'store contract: "任一 logical page 同时至多一个 writer"', scope="page",
-            decisions="The writer is explicit state; it must be the page's only holder and active. A launch "
+            'store contract: "任一 logical page 同时至多一个 writer"', scope="page", evidence="model",
+            decisions="Guards the model: the writer derives from the holders (the sole active holder writes), so a "
+                      "trace's write into a page with other holders is WR-2 and one into another space's page "
+                      "cannot be named by a trace; only model state can fire WR-1. The writer is explicit state; it must be the page's only holder and active. A launch "
                       "writing a page it is not the writer of is a violation (kvmodel.store.units).")
 def wr_1(st, page, full):
     w = page.writer
@@ -35,7 +37,14 @@ def wr_2(st, page, full):
 
 @state_rule("WR-3", "Checkpoint-protected columns are never overwritten",
             'store contract: "Published checkpoint所需coverage不可被writer覆盖"', scope="page",
-            decisions="Protected columns are derived from the holders' checkpoint-protected frontiers (a "
+            evidence="model", subsumed_by=("WR-2", "UNIT-3"),
+            decisions="Subsumed from traces (reported as such, never as exercised): protected columns come only from "
+                      "retained checkpoints (an active space protects nothing, and only active spaces write or "
+                      "truncate), so a page with protected columns that a writer reaches is also held by that "
+                      "checkpoint: it has two references and no writer, and the write is WR-2; a write below the "
+                      "writer's own frontier is UNIT-3; truncate applies to active spaces only. The launch still "
+                      "names WR-3 beside WR-2 when the written columns are protected; the state form guards the "
+                      "model (protected columns are committed content). Protected columns are derived from the holders' checkpoint-protected frontiers (a "
                       "retained checkpoint protects its committed frontier); they must be committed content. A "
                       "write or truncate below them is the transition violation.")
 def wr_3(st, page, full):

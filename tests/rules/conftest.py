@@ -48,7 +48,7 @@ def _whole_folder(config) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    ids = {r.id for r in all_rules()}
+    ids = {r.id for r in all_rules() if r.kind != "clause"}  # a clause rule has no checker to test
     for item in items:
         if not _mine(item):
             continue

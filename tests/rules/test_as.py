@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import pytest
 
+from pathlib import Path
+
 from kvsim.kvmodel.store.tables import HOLE
+from kvsim.sim.replay import replay_trace
 
 from tests.rules.builders import (assert_detected, assert_kept, assert_refused, assert_violation, committed, retained, run,
                        small, touch)
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 # -- AS-1 -----------------------------------------------------------------------------------------
 
@@ -104,6 +109,8 @@ def test_as3_fires_on_an_engine_table_with_another_page():
     committed(st, "a", 100)
     committed(st, "b", 100)
     other = st.space_of("b", "main").pages[0].device  # leased, but to b
+    mine = [p.device for p in st.space_of("a", "main").pages]
+    run(st, ("observe_row", "a", "main", {"table": mine}))  # sighted: no longer the model's guess
     assert_violation(st, "AS-3", "observe_row", "a", "main", table=[other])
 
 
@@ -169,3 +176,20 @@ def test_as5_fires_on_a_pool_the_bundle_lacks():
     st = small()
     committed(st, "a", 64)
     assert_violation(st, "AS-5", "map", "a", "mtp", 64)
+
+
+# -- AS-6 -----------------------------------------------------------------------------------------
+
+@pytest.mark.rule("AS-6", "keeps")
+def test_as6_keeps_activations_up_to_s():
+    st = small()  # S = 1024
+    run(st, ("activate", "a", 1000, 24), ("map", "a", "main", 1024), ("launch", "u", [("a", "main", (0, 1024))]),
+        ("complete", "u", [("a", "main", 1024)]))
+    assert_refused(st, "context", "activate", "b", 1000, 25)
+    assert_kept(st, "AS-6")
+
+
+@pytest.mark.rule("AS-6", "fires")
+def test_as6_fires_on_an_engine_admitting_a_request_beyond_s():
+    result = replay_trace(SCENARIOS / "violations" / "AS-6_activation_beyond_max_context.jsonl")
+    assert [(v["rule"], v["event"]) for v in result.violations] == [("AS-6", 0)]

@@ -115,7 +115,9 @@ def test_cap3_keeps_allocated_reserved_available():
     st = new_store(max_concurrency=2, max_context=1024)
     committed(st, "a", 130, budget=100)
     retained(st, "c", 200)
-    run(st, ("activate", "b", 200, 64, {"source": "c"}), ("map", "b", "main", 260), ("truncate", "b", "main", 200))
+    run(st, ("activate", "b", 200, 64, {"source": "c"}), ("map", "b", "main", 260),
+        ("launch", "ub", [("b", "main", (200, 260))]), ("complete", "ub", [("b", "main", 260)]),
+        ("truncate", "b", "main", 200))
     counts = st.pool_counters("main")
     assert counts["allocated"] + counts["reserved"] + counts["available"] == counts["capacity"]
     run(st, ("observe_pool", "main", counts["allocated"], counts["reserved"], counts["available"]))

@@ -190,11 +190,15 @@ def test_ent4_fires_when_the_last_partial_page_is_trimmed():
 
 
 @pytest.mark.rule("ENT-4", "keeps")
-def test_ent4_truncated_shared_members_keep_the_entitlement():
+def test_ent4_truncated_shared_members_shrink_the_entitlement_deterministically():
+    """Decision 16: unmapping a forked (shared) member frees no lease and the entitlement shrinks by it,
+    whatever the pool has left; global available never changes."""
     st = small()
     retained(st, "c", 256)
     run(st, ("activate", "s", 256, 0, {"source": "c"}))  # 4 shared members, entitlement 4, reservation 0
     space = st.space_of("s", "main")
+    before = st.pool_counters("main")
     run(st, ("truncate", "s", "main", 100))
-    assert space.entitlement == 4
-    run(st, ("map", "s", "main", 256))
+    assert space.entitlement == 2 and st.pool_counters("main") == before
+    assert_refused(st, "entitlement", "map", "s", "main", 256)
+    run(st, ("map", "s", "main", 128))

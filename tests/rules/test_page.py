@@ -43,6 +43,7 @@ def test_page1_fires_when_the_engine_maps_a_leased_page():
     st = small()
     committed(st, "a", 128)
     run(st, ("activate", "b", 64, 64))
+    run(st, ("observe_row", "a", "main", {"table": [p.device for p in st.space_of("a", "main").pages]}))
     assert_violation(st, "PAGE-1", "map", "b", "main", 64, pages=[st.space_of("a", "main").pages[1].device])
 
 

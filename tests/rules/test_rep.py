@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.rules.builders import (PAGE_BYTES_BF16, assert_detected, assert_kept, assert_refused, assert_violation, retained,
+from tests.rules.builders import (PAGE_BYTES_BF16, assert_detected, assert_kept, assert_refused, assert_violation, audit_clean, retained,
                        run, small, touch)
 
 PHASES = ("reserve", "copy", "verify", "publish", "release_source")
@@ -61,8 +61,8 @@ def test_rep2_keeps_pins_while_copying():
     for step in xfer_steps("d", "d2h", "c", [0]):
         run(st, step)
         pins.append(page.pins)
-        if step[-1] == "copy":
-            assert_refused(st, "busy", "activate", "s", 200, 0, source="c")  # a pinned source is not reused
+        if step[-1] == "copy":  # copy pins forbid releasing the source, not reading it: a Fork is legal
+            run(st, ("activate", "s", 200, 0, {"source": "c"}), ("finish", "s", None))
     assert pins == [1, 2, 2, 0, 0]  # destination pinned from reserve, source from copy, both until publish
     assert_kept(st, "REP-2")
 
@@ -119,9 +119,23 @@ def test_rep3_fires_on_overlapping_host_extents():
 def test_rep3_fires_when_free_bytes_suffice_but_no_extent_does():
     st = small(host_pages=4)
     retained(st, "c", 256)
+    S = PAGE_BYTES_BF16
+    run(st, ("offload", "c", "main", [0, 1, 2, 3], {"offsets": [0, S, 2 * S, 3 * S]}),
+        ("drop_host", "c", "main", [0, 2]))
+    assert st.arena.free_bytes == 2 * S and st.arena.largest_extent == S
+    assert_violation(st, "REP-3", "offload", "c", "main", [0, 2], offsets=[0, S])  # over block 1's slice
+    assert_violation(st, "REP-3", "offload", "c", "main", [0, 2], offsets=[0, 2 * S])  # not one packed extent
+    assert_violation(st, "REP-3", "offload", "c", "main", [0, 2], offsets=[3 * S, 4 * S])  # beyond the arena
+
+
+def test_rep3_without_offsets_fires_only_when_no_placement_can_hold():
+    st = small(host_pages=4)
+    retained(st, "c", 256)
+    retained(st, "d", 192)
     run(st, ("offload", "c", "main", [0, 1, 2, 3]), ("drop_host", "c", "main", [0, 2]))
-    assert st.arena.free_bytes == 2 * PAGE_BYTES_BF16 and st.arena.largest_extent == PAGE_BYTES_BF16
-    assert_violation(st, "REP-3", "offload", "c", "main", [0, 2])
+    run(st, ("offload", "d", "main", [0, 1]))  # the model's first fit cannot, an engine's placement can
+    audit_clean(st)
+    assert_violation(st, "REP-3", "offload", "d", "main", [2])  # free bytes are short: no placement holds it
 
 
 # -- REP-4 ----------------------------------------------------------------------------------------

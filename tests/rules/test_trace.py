@@ -39,6 +39,7 @@ def test_trace1_fires_on_diverging_results():
     assert_violation(st, "TRACE-1", "observe_row", "a", "main", frontier=90)
     retained(st, "c", 128)
     ids = [p.device for p in st.checkpoints["c"].spaces["main"].pages]
+    run(st, ("observe_checkpoint", "c", "main", {"table": ids}))  # the engine's ids, sighted
     assert_violation(st, "TRACE-1", "activate", "s", 128, 0, source="c", pages={"main": [ids[0], 7]})
 
 

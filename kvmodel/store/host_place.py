@@ -1,0 +1,126 @@
+"""Host placement: where a D2H copy's pages go in the HostKVArena — the engine's offsets, or the model's guess.
+
+Store contract: "Host replica 使用 logical-order packed HostKVPageLayout" (a copy's pages are packed in
+logical order: one extent of n page strides), "Host arena 是有界 variable-size allocator。Plan 必须针对完整
+release/allocation recipe 验证 extent geometry；free_bytes 只是占用摘要，不是可分配性的充分证明" and
+"Host capacity 按实际 packed bytes 和 allocator extent geometry计费".
+
+Host placement is the engine's choice (DESIGN §6). When an `offload` or d2h `xfer` result carries the Host
+`offsets`, they are checked for real (REP-3): one packed extent in logical order, inside the arena, overlapping
+no extent the engine placed, and adopted; a guessed extent standing in the way moves. When a trace leaves
+them out, the model places the pages itself (first fit as one extent, else page by page, else — its own
+guesses having fragmented the arena — beyond the arena's end, a placeholder outside the geometry) and records
+the placement as a guess: REP-3 is then claimed only when no placement can hold the pages, i.e. when the
+arena's free bytes (capacity minus every live and pending extent, whatever their placement) are short.
+This module knows the arena, Host replicas and open transfers; it knows nothing of traces.
+"""
+
+from __future__ import annotations
+
+from kvsim.kvmodel.store.effects import HostMove
+from kvsim.kvmodel.store.errors import violation
+
+
+def free_total(st) -> int:
+    """Bytes no live or pending extent occupies, independent of placement."""
+    return st.arena.free_bytes - st.host_virtual
+
+
+def _occupants(st):
+    """(offset, size, kind, owner) of every live Host slice and pending d2h destination."""
+    for off, page in st.host_slices.items():
+        yield off, page.host.size, "slice", page
+    for x in st.xfers.values():
+        if x.direction == "d2h" and x.phase in ("reserve", "copy", "verify"):
+            stride = st.pools[x.pool].page_bytes
+            for d in x.dest:
+                yield d, stride, "dest", x
+
+
+def place(st, pool: str, n: int, offsets=None, **ctx) -> list[int]:
+    """Offsets for n pages of `pool`: the engine's (checked, adopted) or the model's guess. Checks first and
+    raises REP-3 without changing anything; then allocates."""
+    stride = st.pools[pool].page_bytes
+    size = n * stride
+    cov = st.cov
+    cov.check("REP-3", exercised=True)
+    if free_total(st) < size:
+        raise violation("REP-3", f"host arena cannot hold {n} {pool} pages: {free_total(st)} B free of "
+                        f"{st.arena.capacity} B, {size} B needed (no placement can)", pool=pool, **ctx)
+    if offsets is None:
+        return _guess(st, n, stride)
+    offsets = list(offsets)
+    if len(offsets) != n:
+        raise violation("REP-3", f"{len(offsets)} Host offsets for {n} copied {pool} pages", pool=pool, **ctx)
+    o = offsets[0]
+    packed = [o + i * stride for i in range(n)]
+    if offsets != packed:
+        raise violation("REP-3", f"Host offsets {offsets} are not one packed extent of {pool} page strides "
+                        f"({stride} B) in logical order", pool=pool, offsets=offsets, **ctx)
+    if o + size > st.arena.capacity:
+        raise violation("REP-3", f"Host extent [{o}, {o + size}) leaves the arena of {st.arena.capacity} B",
+                        pool=pool, offset=o, **ctx)
+    guessed = st.host_guessed
+    movable = []
+    for off, sz, kind, owner in _occupants(st):
+        if off < o + size and o < off + sz:
+            if off not in guessed:
+                what = (f"the Host replica of {owner.handle}" if kind == "slice"
+                        else f"the destination of transfer {owner.xid!r}")
+                raise violation("REP-3", f"Host extent [{o}, {o + size}) overlaps [{off}, {off + sz}), "
+                                f"{what}", pool=pool, offset=o, **ctx)
+            movable.append((off, sz, kind, owner))
+    # apply: move the guesses out of the way, take the engine's extent, put the guesses back elsewhere
+    arena = st.arena
+    for off, sz, _, _ in movable:
+        arena.release(off, sz)
+        guessed.discard(off)
+    arena.take(o, size)
+    for off, sz, kind, owner in movable:
+        new = _guess(st, 1, sz)[0]
+        _move(st, off, new, kind, owner)
+    st.t_host = True
+    return offsets
+
+
+def _guess(st, n: int, stride: int) -> list[int]:
+    arena = st.arena
+    plan = arena.plan([], [n * stride])
+    if plan is not None:
+        arena.take(plan[0], n * stride)
+        out = [plan[0] + i * stride for i in range(n)]
+    else:
+        out = []
+        for _ in range(n):
+            p = arena.plan([], [stride])
+            if p is None:  # the model's own guesses fragmented the arena: a placeholder beyond its end
+                off = arena.capacity + st.host_virtual_end
+                st.host_virtual_end += stride
+                st.host_virtual += stride
+                out.append(off)
+            else:
+                arena.take(p[0], stride)
+                out.append(p[0])
+    st.host_guessed.update(out)
+    st.t_host = True
+    return out
+
+
+def release(st, offset: int, size: int) -> None:
+    """Free one page slice (in the arena, or a placeholder beyond it)."""
+    if offset >= st.arena.capacity:
+        st.host_virtual -= size
+    else:
+        st.arena.release(offset, size)
+    st.host_guessed.discard(offset)
+
+
+def _move(st, old: int, new: int, kind: str, owner) -> None:
+    if kind == "slice":
+        page = st.host_slices.pop(old)
+        page.host.offset = new
+        st.host_slices[new] = page
+        st.t_pages[page] = None
+    else:
+        owner.dest = [new if d == old else d for d in owner.dest]
+    st.emit(HostMove("", old, new))
