@@ -293,7 +293,7 @@ def test_schema_shape():
     assert refs <= set(defs)
     assert defs["Activate"]["properties"]["from"] and "from_" not in defs["Activate"]["properties"]
     assert all(d.get("additionalProperties") is False for n, d in defs.items() if n != "Event")
-    assert len(defs["KVCapacity"]["oneOf"]) == 2 and len(defs["Observe"]["oneOf"]) == 2
+    assert len(defs["KVCapacity"]["oneOf"]) == 2 and len(defs["Observe"]["oneOf"]) == 3
     assert msgspec.json.decode(kt.schema_text()) == doc
 
 

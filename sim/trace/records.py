@@ -324,12 +324,15 @@ class Xfer(EventBase, tag="xfer"):
 
 
 _COUNTERS = ("allocated", "reserved", "available")
-_ROW_FIELDS = ("table", "frontier")
+_ROW_FIELDS = ("table", "frontier", "content")
 
 
 class Observe(EventBase, tag="observe"):
-    """Fact: the engine's reported state.  Two forms: pool counters (no ``seq``; any of allocated /
-    reserved / available), or a sequence's row (``seq`` with ``table`` and/or ``frontier``)."""
+    """Fact: the engine's reported state.  Three forms: pool counters (no ``seq``/``ckpt``; any of
+    allocated / reserved / available), a sequence's row (``seq`` with ``table``, ``frontier`` and/or
+    ``content``), or a retained checkpoint (``ckpt`` with ``frontier`` and/or ``content``).  ``content``
+    (extension) lists the content keys of the committed positions [0, n) as the reporter expects them (a
+    fuzzing oracle writes it); the model compares them with its own, read through a valid replica."""
     pool: Pool
     allocated: Union[U63, None] = None
     reserved: Union[U63, None] = None
@@ -338,11 +341,15 @@ class Observe(EventBase, tag="observe"):
     table: Union[tuple[TableEntry, ...], None] = None
     frontier: Union[U63, None] = None
     result: Union[FactResult, None] = None
+    ckpt: Union[Id, None] = None
+    content: Union[tuple[U63, ...], None] = None
 
     def __post_init__(self) -> None:
         counters = [n for n in _COUNTERS if getattr(self, n) is not None]
         row = [n for n in _ROW_FIELDS if getattr(self, n) is not None]
-        if self.seq is None:
+        if self.seq is not None and self.ckpt is not None:
+            raise ValueError("observe names either 'seq' or 'ckpt', not both")
+        if self.seq is None and self.ckpt is None:
             if row:
                 raise ValueError(f"observe without 'seq' cannot carry {row[0]!r}")
             if not counters:
@@ -350,8 +357,10 @@ class Observe(EventBase, tag="observe"):
         else:
             if counters:
                 raise ValueError(f"observe of a sequence cannot carry pool counter {counters[0]!r}")
+            if self.ckpt is not None and self.table is not None:
+                raise ValueError("observe of a checkpoint cannot carry 'table' (a checkpoint has no row)")
             if not row:
-                raise ValueError("observe of a sequence needs 'table' and/or 'frontier'")
+                raise ValueError("observe of a sequence needs 'table' and/or 'frontier' (or 'content')")
 
 
 Event = Union[Activate, Map, Grow, Launch, Complete, Fail, Truncate, Finish, Release, Offload,
@@ -394,9 +403,12 @@ def schema_document() -> dict:
         {"allOf": [_present("auto", "object"), _absent("tokens")]},
     ]}
     defs["Observe"] = {**defs["Observe"], "oneOf": [
-        {"allOf": [_absent("seq", *_ROW_FIELDS), {"anyOf": [_present(n, "integer") for n in _COUNTERS]}]},
-        {"allOf": [_present("seq", "string"), _absent(*_COUNTERS),
-                   {"anyOf": [_present("table", "array"), _present("frontier", "integer")]}]},
+        {"allOf": [_absent("seq", "ckpt", *_ROW_FIELDS), {"anyOf": [_present(n, "integer") for n in _COUNTERS]}]},
+        {"allOf": [_present("seq", "string"), _absent("ckpt", *_COUNTERS),
+                   {"anyOf": [_present("table", "array"), _present("frontier", "integer"),
+                              _present("content", "array")]}]},
+        {"allOf": [_present("ckpt", "string"), _absent("seq", "table", *_COUNTERS),
+                   {"anyOf": [_present("frontier", "integer"), _present("content", "array")]}]},
     ]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
