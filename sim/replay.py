@@ -251,9 +251,12 @@ class TraceReplay:
         return self.st.xfer(ev.xfer, ev.dir, ev.ckpt, ev.pool, ev.blocks, ev.phase)
 
     def _observe(self, ev):
+        if ev.ckpt is not None:
+            return self.st.observe_ckpt(ev.ckpt, ev.pool, ev.frontier, ev.content)
         if ev.seq is None:
             return self.st.observe_pool(ev.pool, ev.allocated, ev.reserved, ev.available)
-        return self.st.observe_row(ev.seq, ev.pool, None if ev.table is None else list(ev.table), ev.frontier)
+        return self.st.observe_row(ev.seq, ev.pool, None if ev.table is None else list(ev.table), ev.frontier,
+                                   ev.content)
 
 
 def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY, observer_factory=None,

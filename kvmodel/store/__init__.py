@@ -89,8 +89,11 @@ class KVStore(_KVStore):
     def observe_pool(self, pool, allocated=None, reserved=None, available=None):
         return self._run(observe.observe_pool, pool, allocated, reserved, available)
 
-    def observe_row(self, seq, pool, table=None, frontier=None):
-        return self._run(observe.observe_row, seq, pool, table, frontier)
+    def observe_row(self, seq, pool, table=None, frontier=None, content=None):
+        return self._run(observe.observe_row, seq, pool, table, frontier, content)
+
+    def observe_ckpt(self, ckpt, pool, frontier=None, content=None):
+        return self._run(observe.observe_ckpt, ckpt, pool, frontier, content)
 
 
 __all__ = ["KVStore", "StoreConfig", "BackendConfig", "CapacityPolicy", "GrowthConfig", "ModelGeometry",
