@@ -42,9 +42,10 @@ BACKENDS = st.one_of(st.just(kt.BackendOff()), st.builds(kt.BackendMTP, draft_wi
 
 
 @st.composite
-def configs(draw, host_pages=st.sampled_from((0, 0, 1, 2, 3, 6)), heads: int = 2, profiles=st.sampled_from(PROFILES)):
+def configs(draw, host_pages=st.sampled_from((0, 0, 1, 2, 3, 6)), heads: int = 2, profiles=st.sampled_from(PROFILES),
+            contexts=st.sampled_from((128, 192, 256, 320, 512))):
     """A kvtrace/1 config: small and mostly tight (capacity at or just above M_min, few rows)."""
-    S = draw(st.sampled_from((128, 192, 256, 320, 512)))
+    S = draw(contexts)
     C = draw(st.integers(1, 3))
     L = ceil_div(S, P)
     m_min, m_max = max(L, C), C * L
@@ -108,6 +109,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     @initialize(cfg=config_strategy)
     def setup(self, cfg):
+        self.start(cfg)
+
+    def start(self, cfg):
         header = kt.Header(format="kvtrace/1", config=cfg, meta={"source": f"kvsim fuzz --machine {self.name}"})
         self.driver = Driver(header, self.observer_factory(cfg))
         self.view = ModelView(self.driver.st)
@@ -186,6 +190,22 @@ class StoreMachine(RuleBasedStateMachine):
         if refused and ev.op != "grow" and self.view.snapshot() != before:
             self.fail("changed", f"{label}: refused but the state changed")
         return not refused
+
+    @precondition(lambda self: self.driver is not None)
+    @rule(data=st.data())
+    def observe(self, data):
+        """The engine reports what a correct store holds (the oracle's view): pool counters, or a sequence's or
+        checkpoint's frontier and content; a correct model agrees (TRACE-1, AS-2, REP-4 premises)."""
+        o = self.oracle
+        spaces = list(o.live_spaces())
+        if spaces and data.draw(st.booleans()):
+            kind, owner, pool, s = data.draw(st.sampled_from(spaces))
+            who = {"seq": owner} if kind == "seq" else {"ckpt": owner}
+            ev = kt.Observe(pool=pool, frontier=s.frontier, content=tuple(s.content), **who)
+        else:
+            pool = data.draw(st.sampled_from(self.pools))
+            ev = kt.Observe(pool=pool, **o.counters(pool))
+        self.do("observe", ev, "ok")
 
     # -- refinement after every step ----------------------------------------------------------------
     @invariant()
@@ -692,7 +712,7 @@ class HostMachine(StoreMachine):
 
     @initialize(cfg=config_strategy)
     def setup(self, cfg):
-        super().setup(cfg)
+        self.start(cfg)
 
     @rule(ck=StoreMachine.ckpts, data=st.data())
     def offload_again(self, ck, data):
