@@ -43,6 +43,8 @@ U63 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 TableEntry = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
 """A block-table entry: a page id, or -1 for a hole."""
 Positive = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+ContentKey = Annotated[int, msgspec.Meta(ge=0)]
+"""A 64-bit content key, in [0, 2^64) (msgspec cannot bound above int64; ``Observe`` checks the top)."""
 Id = Annotated[str, msgspec.Meta(min_length=1)]
 """A sequence, unit, checkpoint or transfer id."""
 
@@ -342,9 +344,11 @@ class Observe(EventBase, tag="observe"):
     frontier: Union[U63, None] = None
     result: Union[FactResult, None] = None
     ckpt: Union[Id, None] = None
-    content: Union[tuple[U63, ...], None] = None
+    content: Union[tuple[ContentKey, ...], None] = None
 
     def __post_init__(self) -> None:
+        if self.content is not None and any(k >= 1 << 64 for k in self.content):
+            raise ValueError("content keys are 64-bit: integers in [0, 2^64)")
         counters = [n for n in _COUNTERS if getattr(self, n) is not None]
         row = [n for n in _ROW_FIELDS if getattr(self, n) is not None]
         if self.seq is not None and self.ckpt is not None:
