@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvsim.sim.fuzz.database import open_database
@@ -69,9 +70,13 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
     db = open_database(database) if isinstance(database, (str, type(None))) else database
     cfg = profile_settings(profile, max_examples=ROUND_EXAMPLES[profile], database=db)
     result = CampaignResult(machine, seed, profile, budget_s)
-    RUN.reset(Path(found_dir))
+    RUN.reset(None if found_dir is None else Path(found_dir))
     start = time.monotonic()
     r = 0
+    # Hypothesis shrinks a failure for up to 300 s; a campaign gives it a quarter of its budget (at least 10 s)
+    # so that `--budget` bounds the whole run. (A module constant read at each shrink: no public setting.)
+    shrink_limit = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = max(10, min(shrink_limit, int(budget_s / 4)))
     try:
         while time.monotonic() - start < budget_s:
             cls._hypothesis_internal_use_seed = (seed * 1_000_003 + r) % (1 << 32)
@@ -88,6 +93,7 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
                     progress(time.monotonic() - start, RUN.examples, RUN.steps)
     finally:
         cls._hypothesis_internal_use_seed = None
+        engine.MAX_SHRINKING_SECONDS = shrink_limit
     result.rounds = r
     result.seconds = time.monotonic() - start
     result.examples, result.steps = RUN.examples, RUN.steps

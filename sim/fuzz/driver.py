@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvsim.sim.replay import InternalError, TraceReplay, replay_trace
-from kvsim.sim.trace.stream import encode_line
+from kvsim.sim.trace.stream import TraceInputError, encode_line
 
 
 class Driver:
@@ -72,6 +72,8 @@ def write_counterexample(machine: str, data: bytes, found_dir, lockstep: bool = 
         r = replay_trace(path, stop_at_first=True, observer_factory=factory)
     except InternalError as exc:
         return Counterexample(str(path), "INTERNAL", str(exc), events)
+    except TraceInputError as exc:  # a bug of the writer, never of the model: say so instead of hiding it
+        return Counterexample(str(path), "", f"the counterexample does not decode: {exc}", events)
     if not r.violations:
         return Counterexample(str(path), "", "replay reports no violation", events)
     v = r.violations[0]

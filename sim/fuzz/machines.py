@@ -191,12 +191,12 @@ class StoreMachine(RuleBasedStateMachine):
             self.fail("changed", f"{label}: refused but the state changed")
         return not refused
 
-    @precondition(lambda self: self.driver is not None)
-    @rule(data=st.data())
-    def observe(self, data):
-        """The engine reports what a correct store holds (the oracle's view): pool counters, or a sequence's or
-        checkpoint's frontier and content; a correct model agrees (TRACE-1, AS-2, REP-4 premises)."""
+    def observe(self, data) -> None:
+        """Sometimes the engine reports what a correct store holds (the oracle's view): pool counters, or a
+        sequence's or checkpoint's frontier and content; a correct model agrees (TRACE-1, AS-2, REP-4 premises)."""
         o = self.oracle
+        if data.draw(st.integers(0, 3)) < 3:
+            return
         spaces = list(o.live_spaces())
         if spaces and data.draw(st.booleans()):
             kind, owner, pool, s = data.draw(st.sampled_from(spaces))
@@ -246,22 +246,48 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(target=seqs, data=st.data())
     def activate_root(self, data):
         S = self.oracle.f.max_context
+        if len(self.oracle.seqs) >= self.oracle.f.max_concurrency and data.draw(st.integers(0, 3)) < 3:
+            return multiple()  # every row is leased: mostly do something else
         gate = data.draw(st.integers(0, 15))
         prompt = data.draw(st.integers(S + 1, S + 64) if gate == 15 else st.integers(0, S) if gate > 10
                            else st.integers(0, S // 2))
         budget = data.draw(st.integers(0, S) if data.draw(st.integers(0, 3)) == 3 else st.integers(0, S // 4))
         return self.activate("activate", self.fresh("s"), prompt, budget, None, True)
 
-    @rule(target=seqs, ck=ckpts, extra=st.integers(-2, 300), budget=st.integers(0, 300), keep=st.booleans(),
-          data=st.data())
-    def activate_from(self, ck, extra, budget, keep, data):
+    @rule(target=seqs, ck=ckpts, keep=st.booleans(), data=st.data())
+    def activate_from(self, ck, keep, data):
         o = self.oracle
         ck = self.steer(ck, o.ckpts, data)
         if ck not in o.ckpts:  # released or moved: a stale checkpoint (CKPT-2 / TRACE-2)
             self.do("activate_from:stale", kt.Activate(seq=self.fresh("s"), prompt=1, budget=1, from_=ck), "reject")
             return multiple()
+        wide = data.draw(st.integers(0, 3)) == 3
+        extra = data.draw(st.integers(-2, 300) if wide else st.integers(0, 16))
+        budget = data.draw(st.integers(0, 300) if wide else st.integers(0, 64))
         prompt = max(0, o.ckpts[ck]["main"].frontier + extra)
         return self.activate("activate_from:" + ("fork" if keep else "move"), self.fresh("s"), prompt, budget, ck, keep)
+
+    @precondition(lambda self: self.driver is not None and (self.oracle.ckpts or self.oracle.seqs))
+    @rule(data=st.data())
+    def branch(self, data):
+        """Retain a sequence and continue it (Fork or Move): the prefix-sharing path engines take most."""
+        o = self.oracle
+        cands = sorted(c for c in o.ckpts if o.ckpts[c]["main"].frontier)
+        if not cands or data.draw(st.booleans()):
+            done = [n for n in sorted(o.seqs) if not self.busy(n) and o.seqs[n].spaces["main"].frontier]
+            if done:
+                name, ck = data.draw(st.sampled_from(done)), self.fresh("k")
+                self.do("branch:retain", kt.Finish(seq=name, retain=ck), "ok")
+                o.finish(name, ck)
+                cands = [ck]
+        if not cands:
+            return
+        ck = data.draw(st.sampled_from(cands))
+        keep = data.draw(st.booleans())
+        prompt = o.ckpts[ck]["main"].frontier + data.draw(st.integers(0, 8))
+        self.activate("branch:" + ("fork" if keep else "move"), self.fresh("s"), prompt, data.draw(st.integers(0, 64)),
+                      ck, keep)
+        self.observe(data)
 
     @rule(seq=seqs, gate=st.integers(0, 3))
     def activate_twice(self, seq, gate):
@@ -405,6 +431,7 @@ class StoreMachine(RuleBasedStateMachine):
             for pool, s in q.spaces.items():
                 self.do("round:settle", kt.Truncate(seq=name, pool=pool, frontier=s.frontier), "ok")
                 o.truncate(name, pool, s.frontier)
+        self.observe(data)
 
     def commit(self, unit, commits, label):
         o = self.oracle

@@ -10,7 +10,7 @@ PROFILES = {
     "ci": dict(max_examples=40, stateful_step_count=40),
     "deep": dict(max_examples=400, stateful_step_count=120),
 }
-COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
+COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True, report_multiple_bugs=False)
 
 for _name, _values in PROFILES.items():
     settings.register_profile(_name, **_values, **COMMON)

@@ -3,7 +3,8 @@
 Everything the refinement check reads from the model goes through `ModelView`: which sequences and
 checkpoints are live, each one's committed frontier and its content read through a valid replica
 (Device or Host, whichever is valid: `kvmodel.store.observe.committed_content`, the same reading an
-`observe` event's `content` is compared with on replay), the pool counters, the page stride of each
+`observe` event's `content` is compared with on replay), which replicas of each member page are valid,
+the pool counters, the page stride of each
 pool, and an opaque snapshot of the whole state (compared for equality only).
 Nothing else of the model's representation may be used by the oracle or the machines.
 """
@@ -37,6 +38,11 @@ class ModelView:
         """Keys of [0, frontier) through valid replicas, and the first unreadable position (or None)."""
         s = self._space(kind, owner, pool)
         return ([], 0) if s is None else committed_content(self.st, s)
+
+    def replicas(self, kind: str, owner: str, pool: str) -> list[tuple[bool, bool]]:
+        """Per member page: (a valid Device replica, a valid Host replica) for its committed columns."""
+        s = self._space(kind, owner, pool)
+        return [] if s is None else [(p.device_valid(p.committed), p.host_valid(p.committed)) for p in s.pages]
 
     def counters(self, pool: str) -> dict:
         c = self.st.pool_counters(pool)
