@@ -149,6 +149,10 @@ class TraceReplay:
         st.reset_touched()
         for f in self.checker.audit():
             self._violation(f, events, 0, "audit")
+        final_audit = getattr(self.observer, "audit", None)  # the lockstep's whole-content audit
+        if final_audit is not None and not self.result.stopped:
+            for f in final_audit():
+                self._violation(f, events, 0, "audit")
         r = self.result
         r.events, r.sha256 = events, sha256
         r.pools = {n: {"capacity": pk[0], "peak_allocated": pk[1], "peak_reserved": pk[2], "min_available": pk[3]}
