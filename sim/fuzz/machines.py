@@ -16,7 +16,7 @@ under every profile and checks retained checkpoints' Device pages bit-exact (`si
 
 from __future__ import annotations
 
-from hypothesis import strategies as st
+from hypothesis import reject, strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, multiple, precondition, rule
 
@@ -55,11 +55,15 @@ def configs(draw, host_pages=st.sampled_from((0, 0, 1, 2, 3, 6)), heads: int = 2
     cfg = kt.Config(max_context=S, max_concurrency=C, page_size=P, kv_profile=draw(profiles), backend=draw(BACKENDS),
                     model=kt.Model(full_attention_layers=1, kv_heads=heads, head_dim=256),
                     kv_capacity=kt.KVCapacity(tokens=M * P), kv_lease_growth=growth, prefill_chunk=128)
+    from kvsim.kvmodel.store import ConfigError, resolve_capacity
+    from kvsim.sim.trace.config import store_config
+    try:
+        layout = resolve_capacity(store_config(cfg)).layout
+    except ConfigError:  # a geometry the model does not support (it says which rule): draw another
+        reject()
     pages = draw(host_pages)
     if pages:
-        from kvsim.sim.trace.config import store_config
-        from kvsim.kvmodel.store import resolve_capacity
-        stride = max(g.page_bytes for g in resolve_capacity(store_config(cfg)).layout.pools)
+        stride = max(g.page_bytes for g in layout.pools)
         cfg = kt.Config(**{**{f: getattr(cfg, f) for f in cfg.__struct_fields__},
                            "host_arena_bytes": pages * stride + draw(st.integers(0, 999))})
     return cfg
@@ -283,10 +287,25 @@ class StoreMachine(RuleBasedStateMachine):
         if not cands:
             return
         ck = data.draw(st.sampled_from(cands))
+        if o.f.host_bytes and data.draw(st.booleans()):  # keep a Host copy of the continuation first
+            pool = data.draw(st.sampled_from(self.pools))
+            idle = [i for i, b in enumerate(o.ckpts[ck][pool].blocks) if b.dev and not b.pins]
+            if idle and len(o.offload_todo(ck, pool, idle)) * o.f.page_bytes[pool] <= o.host_free():
+                if self.do("branch:offload", kt.Offload(ckpt=ck, pool=pool, blocks=tuple(idle)), "either"):
+                    o.offload(ck, pool, idle)
         keep = data.draw(st.booleans())
         prompt = o.ckpts[ck]["main"].frontier + data.draw(st.integers(0, 8))
-        self.activate("branch:" + ("fork" if keep else "move"), self.fresh("s"), prompt, data.draw(st.integers(0, 64)),
-                      ck, keep)
+        seq = self.fresh("s")
+        self.activate("branch:" + ("fork" if keep else "move"), seq, prompt, data.draw(st.integers(0, 64)), ck, keep)
+        if seq in o.seqs and data.draw(st.booleans()):  # rewrite part of the continued prefix
+            for pool, s in o.seqs[seq].spaces.items():
+                f = data.draw(st.integers(0, s.frontier))
+                self.do("branch:truncate", kt.Truncate(seq=seq, pool=pool, frontier=f), "ok")
+                o.truncate(seq, pool, f)
+            if data.draw(st.booleans()):  # and checkpoint the rewritten continuation again
+                again = self.fresh("k")
+                self.do("branch:retain-again", kt.Finish(seq=seq, retain=again), "ok")
+                o.finish(seq, again)
         self.observe(data)
 
     @rule(seq=seqs, gate=st.integers(0, 3))
@@ -387,11 +406,10 @@ class StoreMachine(RuleBasedStateMachine):
             for pool in pools:
                 s = self.space(name, pool)
                 end = self.oracle.writable_end(name, pool)
-                if data.draw(st.integers(0, 7)) == 7:
-                    rows.append((name, pool, None))
-                else:
-                    b = data.draw(st.integers(s.frontier, end))
-                    rows.append((name, pool, (s.frontier, b)))
+                b = data.draw(st.integers(s.frontier, end))
+                # an empty write still names its page (the model holds it to WR-2): a read-only row instead
+                rows.append((name, pool, None if b == s.frontier or data.draw(st.integers(0, 7)) == 7
+                             else (s.frontier, b)))
         unit = self.fresh("u")
         ev = kt.Launch(unit=unit, rows=tuple(kt.LaunchRow(seq=n, pool=p, write=w) for n, p, w in rows))
         self.do("launch:speculative" if len({n for n, _, _ in rows}) < len(rows) else "launch", ev, "ok")
@@ -417,6 +435,7 @@ class StoreMachine(RuleBasedStateMachine):
             if self.request("round:map", kt.Map(seq=name, pool=pool, tokens=tokens), refusal is None, res):
                 o.map(name, pool, tokens)
         rows = [(name, pool, (s.frontier, o.writable_end(name, pool))) for pool, s in q.spaces.items()]
+        rows = [(n, p, None if w[0] == w[1] else w) for n, p, w in rows]
         unit = self.fresh("u")
         self.do("round:launch", kt.Launch(unit=unit, rows=tuple(kt.LaunchRow(seq=n, pool=p, write=w)
                                                                  for n, p, w in rows)), "ok")
@@ -425,7 +444,8 @@ class StoreMachine(RuleBasedStateMachine):
             self.do("round:fail", kt.Fail(unit=unit), "ok")
             o.fail(unit)
             return
-        commits = [(n, p, data.draw(st.integers(w[0], w[1])) if data.draw(st.booleans()) else w[1]) for n, p, w in rows]
+        commits = [(n, p, o.seqs[n].spaces[p].frontier if w is None else
+                    data.draw(st.integers(w[0], w[1])) if data.draw(st.booleans()) else w[1]) for n, p, w in rows]
         self.commit(unit, commits, "round:complete")
         if data.draw(st.booleans()):
             for pool, s in q.spaces.items():

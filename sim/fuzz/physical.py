@@ -1,6 +1,6 @@
 """The lockstep machine: the store machine with the physical pools (`sim.lockstep`) driven beside the model.
 
-Small dimensions (one layer, one KV head, contexts of two to four pages) under every profile. After every
+Small dimensions (one layer, two KV heads, contexts of two to four pages) under every profile. After every
 unit the lockstep observer checks each active sequence's committed content bit-exact through its table
 row and attention against the FP64 oracle (CONS-1..3); this machine adds the retained checkpoints: every
 checkpoint page with a valid Device replica is read back through a table made of its pages and compared
@@ -54,7 +54,7 @@ def checkpoint_mismatch(lock: Lockstep, space) -> str | None:
 class LockstepMachine(StoreMachine):
     name = "lockstep"
     lockstep = True
-    config_strategy = configs(heads=1, profiles=st.sampled_from(PROFILES), contexts=st.sampled_from((128, 192, 256)),
+    config_strategy = configs(heads=2, profiles=st.sampled_from(PROFILES), contexts=st.sampled_from((128, 192, 256)),
                               host_pages=st.sampled_from((0, 2, 4)))
 
     @initialize(cfg=config_strategy)
