@@ -144,7 +144,13 @@ class StoreMachine(RuleBasedStateMachine):
             final = current_build_context().is_final
         except Exception:  # noqa: BLE001 — outside a Hypothesis test (a direct call)
             final = True
+        latest = None if RUN.found_dir is None else RUN.found_dir / f"{self.name}-latest.jsonl"
+        if not final and latest is not None:  # a runner that never marks its last run (HypoFuzz): the latest
+            latest.parent.mkdir(parents=True, exist_ok=True)  # failing run, which is the shrunk one at the end
+            latest.write_bytes(data)
         if final and RUN.found_dir is not None:
+            if latest.exists():
+                latest.unlink()
             ce = write_counterexample(self.name, data, RUN.found_dir, lockstep=self.lockstep)
             RUN.last_failure = {"kind": kind, "message": text, "rule": ce.rule or f"ORACLE-{kind}",
                                 "reproduced": bool(ce.rule), "trace": ce.path, "steps": self.driver.steps,
