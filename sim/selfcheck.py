@@ -144,7 +144,7 @@ def check_faults(tmp: Path, events: int = 1500, seed: int = 7) -> list[dict]:
     return out
 
 
-def selfcheck(budget_s: float = 30.0, workers: int = 2, seed: int = 0, only=None, faults: bool = True,
+def selfcheck(budget_s: float = 60.0, workers: int = 2, seed: int = 0, only=None, faults: bool = True,
               progress=None) -> dict:
     """The whole self-check: faults, then every mutant in `workers` parallel processes."""
     root = package_root()

@@ -20,7 +20,7 @@ from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
 def add_parser(sub) -> None:
     s = sub.add_parser("selfcheck", help="seeded model bugs killed by the fuzz machines; engine faults flagged")
     s.add_argument("--json", help="also write the result here")
-    s.add_argument("--budget", type=float, default=30.0, help="seconds of fuzzing per mutant at most")
+    s.add_argument("--budget", type=float, default=60.0, help="seconds of fuzzing per mutant at most")
     s.add_argument("--workers", type=int, default=2, help="mutants fuzzed in parallel processes")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--only", nargs="+", metavar="MUTANT", help="run only these mutants")
@@ -37,7 +37,7 @@ def run(args) -> int:
         raise InputError(f"selfcheck:0: {exc}") from None
     table = Table(title="kvsim selfcheck")
     for col in ("kind", "name", "caught", "rule", "steps / event", "seconds"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for m in result["mutants"]:
         table.add_row("mutant", m["name"], "killed" if m["killed"] else "[red]survived[/red]", m["rule"] or "-",
                       str(m["steps"]), f"{m['seconds']:.2f}")
