@@ -11,7 +11,7 @@ event grows with the rows it carries. The figure is machine-dependent: it is pri
 beside the model (`kvsim replay --lockstep`): events per second, and a profile of where lockstep time goes
 (following the model's copies and appends, the per-unit checks of what a unit touched, the periodic
 whole-content audit, attention against the oracle). On a shared machine the CPU-time figure
-(`events_per_cpu_s`) is the steadier one; both are printed.
+(`events_per_cpu_s`) is the steadier one; both are printed, and `timing` gives CPU seconds per phase.
 """
 
 from __future__ import annotations
