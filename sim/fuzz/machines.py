@@ -299,10 +299,15 @@ class StoreMachine(RuleBasedStateMachine):
             if idle and len(o.offload_todo(ck, pool, idle)) * o.f.page_bytes[pool] <= o.host_free():
                 if self.do("branch:offload", kt.Offload(ckpt=ck, pool=pool, blocks=tuple(idle)), "either"):
                     o.offload(ck, pool, idle)
-        keep = data.draw(st.booleans())
+        keep = data.draw(st.integers(0, 2)) > 0  # Fork twice as often as Move
         prompt = o.ckpts[ck]["main"].frontier + data.draw(st.integers(0, 8))
         seq = self.fresh("s")
-        self.activate("branch:" + ("fork" if keep else "move"), seq, prompt, data.draw(st.integers(0, 64)), ck, keep)
+        budget = data.draw(st.integers(0, 64))
+        plan = o.plan_activate(prompt, budget, ck, keep)
+        if not isinstance(plan, str) and data.draw(st.integers(0, 2)) == 2:
+            self.follow(seq, prompt, budget, ck, keep, plan, data)
+        else:
+            self.activate("branch:" + ("fork" if keep else "move"), seq, prompt, budget, ck, keep)
         if seq in o.seqs and data.draw(st.booleans()):  # rewrite part of the continued prefix
             for pool, s in o.seqs[seq].spaces.items():
                 f = data.draw(st.integers(0, s.frontier))
@@ -313,6 +318,46 @@ class StoreMachine(RuleBasedStateMachine):
                 self.do("branch:retain-again", kt.Finish(seq=seq, retain=again), "ok")
                 o.finish(seq, again)
         self.observe(data)
+
+    def follow(self, seq, prompt, budget, ck, keep, plan, data) -> None:
+        """The engine chose the pages of a continuation itself (its activation result lists them): the model
+        adopts them when they are free and keep every shared or moved page's identity; an engine that
+        drops the partial tail (WR-4), moves a tail it had to copy (CKPT-3) or hands out a leased page
+        (PAGE-1) is rejected."""
+        o = self.oracle
+        pages, used = {}, set()
+        for pool, (members, _) in plan[1].items():
+            src = self.view.device_ids("ckpt", ck, pool)
+            free = [i for i in self.view.free_ids(pool) if i not in used]
+            ids = []
+            for i, m in enumerate(members):
+                if m[0] == "keep" and m[1].dev:
+                    ids.append(src[i])
+                else:
+                    ids.append(free.pop(0))
+                    used.add(ids[-1])
+            pages[pool] = ids
+        members, src = plan[1]["main"][0], self.view.device_ids("ckpt", ck, "main")
+        fresh = [i for i, m in enumerate(members) if m[0] == "cow" or not m[1].dev]
+        leased = [d for d in src if d >= 0]
+        options = ["legal", "legal"] + (["leased"] if fresh and leased else []) + \
+            (["dropped-tail", "moved-tail"] if members and members[-1][0] == "cow" and src[-1] >= 0 else [])
+        variant = data.draw(st.sampled_from(options))
+        ids = list(pages["main"])
+        if variant == "leased":
+            ids[fresh[0]] = leased[-1] if leased[-1] != ids[fresh[0]] else leased[0]
+        elif variant == "dropped-tail":
+            ids = ids[:-1]
+        elif variant == "moved-tail":
+            ids[-1] = src[-1]
+        pages["main"] = ids
+        ev = kt.Activate(seq=seq, prompt=prompt, budget=budget, from_=ck, keep_source=keep,
+                         result=kt.ActivateResult(ok=True, pages={p: tuple(v) for p, v in pages.items()}))
+        if variant == "legal":
+            self.do("branch:engine-pages", ev, "ok")
+            o.activate(seq, plan, ck, keep)
+        else:
+            self.do(f"branch:engine-{variant}", ev, "reject")
 
     @rule(seq=seqs, gate=st.integers(0, 3))
     def activate_twice(self, seq, gate):
@@ -451,7 +496,8 @@ class StoreMachine(RuleBasedStateMachine):
             o.fail(unit)
             return
         commits = [(n, p, o.seqs[n].spaces[p].frontier if w is None else
-                    data.draw(st.integers(w[0], w[1])) if data.draw(st.booleans()) else w[1]) for n, p, w in rows]
+                    w[1] if data.draw(st.integers(0, 2)) == 2 else data.draw(st.integers(w[0], w[1])))
+                   for n, p, w in rows]
         self.commit(unit, commits, "round:complete")
         if data.draw(st.booleans()):
             for pool, s in q.spaces.items():

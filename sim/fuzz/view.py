@@ -6,6 +6,8 @@ checkpoints are live, each one's committed frontier and its content read through
 `observe` event's `content` is compared with on replay), which replicas of each member page are valid,
 the pool counters, the page stride of each
 pool, and an opaque snapshot of the whole state (compared for equality only).
+Physical page ids (`device_ids`, `free_ids`) are read only by a machine playing an engine that chooses
+its own pages (an activation result the model must adopt); the oracle never sees them.
 Nothing else of the model's representation may be used by the oracle or the machines.
 """
 
@@ -43,6 +45,16 @@ class ModelView:
         """Per member page: (a valid Device replica, a valid Host replica) for its committed columns."""
         s = self._space(kind, owner, pool)
         return [] if s is None else [(p.device_valid(p.committed), p.host_valid(p.committed)) for p in s.pages]
+
+    def device_ids(self, kind: str, owner: str, pool: str) -> list[int]:
+        """Physical page ids of the member pages (-1: no Device replica): what an engine's own tables say."""
+        s = self._space(kind, owner, pool)
+        return [] if s is None else [p.device for p in s.pages]
+
+    def free_ids(self, pool: str) -> list[int]:
+        """Unleased physical page ids, lowest first: what an engine's allocator could hand out."""
+        p = self.st.pools[pool]
+        return [i for i in range(p.capacity) if p.is_free(i)]
 
     def counters(self, pool: str) -> dict:
         c = self.st.pool_counters(pool)
