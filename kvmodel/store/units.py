@@ -331,7 +331,12 @@ def apply_complete(st, plan: CompletePlan) -> None:
     ts = st.t_spaces
     for r in u.rows:
         sp = r.space
-        sp.in_flight = None
+        if sp.readers:  # another unit still reads the space: the cache points at its row
+            sp.readers -= 1
+            if sp.in_flight is r:
+                sp.in_flight = next(x for v in st.units.values() for x in v.rows if x.space is sp)
+        else:
+            sp.in_flight = None
         ts[sp] = None
 
 

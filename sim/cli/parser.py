@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from kvsim.sim.cli import bench, capacity, check, replay, rules
+from kvsim.sim.cli import bench, capacity, check, fuzz, generate, replay, rules, selfcheck
 
-COMMANDS = (replay, check, rules, capacity, bench)
+COMMANDS = (replay, check, rules, capacity, bench, generate, fuzz, selfcheck)
 
 
 def build_parser() -> argparse.ArgumentParser:
