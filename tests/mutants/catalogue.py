@@ -103,8 +103,8 @@ MUTANTS = [
          bug="Host arena double allocation (vllm#42571 kind): a split extent keeps its last byte free, so the "
              "next extent overlaps it",
          file="kvmodel/store/host_arena.py",
-         old="        free[i][0] += size\n        free[i][1] -= size",
-         new="        free[i][0] += size - 1\n        free[i][1] -= size - 1"),
+         old="                    self._free.insert(i, [offset + size, o + s - offset - size])",
+         new="                    self._free.insert(i, [offset + size - 1, o + s - offset - size + 1])"),
     dict(name="move-despite-keep-source", machine="store",
          bug="Move where Fork is required: an activation that keeps its source consumes it anyway",
          file="kvmodel/store/activation.py",
