@@ -115,6 +115,9 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
             for i, m in enumerate(members):
                 if m[0] == "keep" and m[1].dev:
                     ids.append(src[i])
+                elif not free:  # fewer free pages than the oracle counts: the refinement check says why
+                    self.refines()
+                    self.fail("refinement", f"{pool}: no free page left for the continuation of {ck}")
                 else:
                     ids.append(free.pop(0))
                     used.add(ids[-1])
