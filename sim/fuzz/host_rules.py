@@ -64,6 +64,7 @@ class HostTierRules:
                 self.do(f"evict:h2d-{phase}", kt.Xfer(**base, phase=phase), "ok")
                 o.xfer_phase(xid, phase)
             return
+        self.drop_stale(ck, data)
         if not idle:
             return
         picks = data.draw(st.lists(st.sampled_from(idle), min_size=1, max_size=4, unique=True))
@@ -74,6 +75,16 @@ class HostTierRules:
         o.offload(ck, pool, picks)
         self.do("evict:drop_device", kt.DropDevice(ckpt=ck, pool=pool, blocks=tuple(picks)), "ok")
         o.drop_device(ck, pool, picks)
+
+    def drop_stale(self, ck, data) -> None:
+        """Try to drop Device copies whose Host copy is stale (the content changed since it was taken): the
+        only valid replica would go, so the store must refuse (REP-4)."""
+        o = self.oracle
+        for pool in self.pools:
+            stale = [i for i, b in enumerate(o.ckpts[ck][pool].blocks)
+                     if b.dev and b.host is not None and not b.host_current and not b.pins and not b.active_holders]
+            if stale:
+                self.do("drop_device:stale-host", kt.DropDevice(ckpt=ck, pool=pool, blocks=tuple(stale)), "reject")
 
     @rule(ck=CKPTS, data=st.data())
     def drop_device(self, ck, data):
