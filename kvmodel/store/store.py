@@ -27,11 +27,12 @@ from kvsim.kvmodel.store.units import COMMIT_RULES, LAUNCH_RULES
 class Transfer:
     """A phase-by-phase Host/Device replacement copy ("reserve destination -> copy ... -> release source")."""
 
-    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "generations", "phase", "dest", "snap",
+    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "blocks", "generations", "phase", "dest", "snap",
                  "pinned_source")
 
     def __init__(self, xid, direction, ckpt, pool, pages):
         self.xid, self.direction, self.ckpt, self.pool, self.pages = xid, direction, ckpt, pool, pages
+        self.blocks = [p.block for p in pages]  # as reserved: a reclaimed descriptor may since serve another block
         self.generations = [p.generation for p in pages]  # a page reclaimed after publish is not ours
         self.phase = None  # last completed phase
         self.dest = []  # d2h: host offsets; h2d: device page ids

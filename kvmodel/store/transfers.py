@@ -130,7 +130,7 @@ def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str)
     if phase != want:
         raise violation("REP-1", f"transfer {xid!r}: phase {phase} after {x.phase} (the order is reserve -> copy "
                         "-> verify -> publish -> release_source)", xfer=xid, phase=phase, after=x.phase)
-    if (direction, ckpt, pool, list(blocks)) != (x.direction, x.ckpt, x.pool, [p.block for p in x.pages]):
+    if (direction, ckpt, pool, list(blocks)) != (x.direction, x.ckpt, x.pool, x.blocks):
         raise violation("TRACE-2", f"transfer {xid!r} phase {phase} names other pages than its reserve",
                         xfer=xid)
     {"copy": _copy, "verify": _verify, "publish": _publish, "release_source": _release_source}[phase](st, x)
