@@ -111,10 +111,10 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
         drops the partial tail (WR-4), moves a tail it had to copy (CKPT-3) or hands out a leased page
         (PAGE-1) is rejected."""
         o = self.oracle
-        pages, used = {}, set()
+        pages = {}
         for pool, (members, _) in plan[1].items():
             src = self.view.device_ids("ckpt", ck, pool)
-            free = [i for i in self.view.free_ids(pool) if i not in used]
+            free = self.view.free_ids(pool)
             ids = []
             for i, m in enumerate(members):
                 if m[0] == "keep" and m[1].dev:
@@ -124,7 +124,6 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
                     self.fail("refinement", f"{pool}: no free page left for the continuation of {ck}")
                 else:
                     ids.append(free.pop(0))
-                    used.add(ids[-1])
             pages[pool] = ids
         members, src = plan[1]["main"][0], self.view.device_ids("ckpt", ck, "main")
         fresh = [i for i, m in enumerate(members) if m[0] == "cow" or not m[1].dev]
