@@ -159,6 +159,12 @@ class HostTierRules:
             self.do("xfer:out-of-order", kt.Xfer(**base, phase=wrong), "reject")
             return
         ev = kt.Xfer(**base, phase=nxt)
+        live = [b for b in xo.blocks if b.alive]
+        if nxt == "release_source" and any(not (b.dev if xo.direction == "h2d" else b.host_current) for b in live):
+            # the copy it published has been dropped since: releasing the source would lose the last replica.
+            # The model applies that fact and only its state rule objects (PAGE-3) instead of refusing it
+            # (REP-4); not generated until the model refuses it without applying it.
+            return
         if nxt == "release_source" and xo.direction == "d2h" and any(b.alive and b.active_holders for b in xo.blocks):
             self.do("xfer:release-referenced-source", ev, "reject")  # REP-4
             return
