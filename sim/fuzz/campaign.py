@@ -83,9 +83,9 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
             r += 1
             try:
                 run_state_machine_as_test(cls, settings=cfg)
-            except AssertionError as exc:  # FuzzFailure, or Hypothesis' own report of a flaky failure
+            except Exception as exc:  # noqa: BLE001 — FuzzFailure, Hypothesis' flaky report, or a machine crash
                 f = RUN.last_failure or {"kind": type(exc).__name__, "rule": "", "reproduced": False,
-                                         "trace": None, "message": str(exc).splitlines()[0][:500]}
+                                         "trace": None, "message": (str(exc).splitlines() or [""])[0][:500]}
                 result.failures.append(f)
                 break
             finally:

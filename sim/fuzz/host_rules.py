@@ -64,6 +64,7 @@ class HostTierRules:
                 self.do(f"evict:h2d-{phase}", kt.Xfer(**base, phase=phase), "ok")
                 o.xfer_phase(xid, phase)
             return
+        self.drop_stale(ck, data)
         if not idle:
             return
         picks = data.draw(st.lists(st.sampled_from(idle), min_size=1, max_size=4, unique=True))
@@ -74,6 +75,16 @@ class HostTierRules:
         o.offload(ck, pool, picks)
         self.do("evict:drop_device", kt.DropDevice(ckpt=ck, pool=pool, blocks=tuple(picks)), "ok")
         o.drop_device(ck, pool, picks)
+
+    def drop_stale(self, ck, data) -> None:
+        """Try to drop Device copies whose Host copy is stale (the content changed since it was taken): the
+        only valid replica would go, so the store must refuse (REP-4)."""
+        o = self.oracle
+        for pool in self.pools:
+            stale = [i for i, b in enumerate(o.ckpts[ck][pool].blocks)
+                     if b.dev and b.host is not None and not b.host_current and not b.pins and not b.active_holders]
+            if stale:
+                self.do("drop_device:stale-host", kt.DropDevice(ckpt=ck, pool=pool, blocks=tuple(stale)), "reject")
 
     @rule(ck=CKPTS, data=st.data())
     def drop_device(self, ck, data):
@@ -148,6 +159,12 @@ class HostTierRules:
             self.do("xfer:out-of-order", kt.Xfer(**base, phase=wrong), "reject")
             return
         ev = kt.Xfer(**base, phase=nxt)
+        live = [b for b in xo.blocks if b.alive]
+        if nxt == "release_source" and any(not (b.dev if xo.direction == "h2d" else b.host_current) for b in live):
+            # the copy it published has been dropped since: releasing the source would lose the last replica.
+            # The model applies that fact and only its state rule objects (PAGE-3) instead of refusing it
+            # (REP-4); not generated until the model refuses it without applying it.
+            return
         if nxt == "release_source" and xo.direction == "d2h" and any(b.alive and b.active_holders for b in xo.blocks):
             # "release source when no longer required": a source an active sequence reads stays (REP-4)
             self.do("xfer:release-referenced-source", ev, "ok")

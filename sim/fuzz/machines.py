@@ -75,13 +75,16 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
         if not cands:
             return
         ck = data.draw(st.sampled_from(cands))
-        if o.f.host_bytes and data.draw(st.booleans()):  # keep a Host copy of the continuation first
+        # (draws lean to 0: the common path is the zero one)
+        if o.f.host_bytes and data.draw(st.integers(0, 2)) != 2:  # keep a Host copy of the continuation first
             pool = data.draw(st.sampled_from(self.pools))
             idle = [i for i, b in enumerate(o.ckpts[ck][pool].blocks) if b.dev and not b.pins]
             if idle and len(o.offload_todo(ck, pool, idle)) * o.f.page_bytes[pool] <= o.host_free():
                 if self.do("branch:offload", kt.Offload(ckpt=ck, pool=pool, blocks=tuple(idle)), "either"):
                     o.offload(ck, pool, idle)
-        keep = data.draw(st.integers(0, 2)) > 0  # Fork twice as often as Move
+        offloaded = any(b.host is not None for p in self.pools for b in o.ckpts[ck][p].blocks)
+        # mostly Fork; mostly Move when a Host copy exists (a Move then rewrites pages that have one: stale copies)
+        keep = data.draw(st.integers(0, 2)) != 2 if not offloaded else data.draw(st.integers(0, 2)) == 2
         prompt = o.ckpts[ck]["main"].frontier + data.draw(st.integers(0, 8))
         seq = self.fresh("s")
         budget = data.draw(st.integers(0, 64))
@@ -90,7 +93,7 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
             self.follow(seq, prompt, budget, ck, keep, plan, data)
         else:
             self.activate("branch:" + ("fork" if keep else "move"), seq, prompt, budget, ck, keep)
-        if seq in o.seqs and data.draw(st.booleans()):  # rewrite part of the continued prefix
+        if seq in o.seqs and data.draw(st.integers(0, 2)) != 2:  # rewrite part of the continued prefix
             for pool, s in o.seqs[seq].spaces.items():
                 f = data.draw(st.integers(0, s.frontier))
                 if o.trims_provisional(seq, pool, f):  # a mapping a stage not yet launched needs (UNIT-4)
@@ -98,10 +101,11 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
                     continue
                 self.do("branch:truncate", kt.Truncate(seq=seq, pool=pool, frontier=f), "ok")
                 o.truncate(seq, pool, f)
-            if data.draw(st.booleans()):  # and checkpoint the rewritten continuation again
+            if data.draw(st.integers(0, 2)) != 2:  # and checkpoint the rewritten continuation again
                 again = self.fresh("k")
                 self.do("branch:retain-again", kt.Finish(seq=seq, retain=again), "ok")
                 o.finish(seq, again)
+                self.drop_stale(again, data)
         self.observe(data)
 
     def follow(self, seq, prompt, budget, ck, keep, plan, data) -> None:
@@ -110,17 +114,19 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
         drops the partial tail (WR-4), moves a tail it had to copy (CKPT-3) or hands out a page whose lease
         the engine itself named (PAGE-1) is rejected (a lease the model guessed moves aside: kvmodel.store.adopt)."""
         o = self.oracle
-        pages, used = {}, set()
+        pages = {}
         for pool, (members, _) in plan[1].items():
             src = self.view.device_ids("ckpt", ck, pool)
-            free = [i for i in self.view.free_ids(pool) if i not in used]
+            free = self.view.free_ids(pool)
             ids = []
             for i, m in enumerate(members):
                 if m[0] == "keep" and m[1].dev:
                     ids.append(src[i])
+                elif not free:  # fewer free pages than the oracle counts: the refinement check says why
+                    self.refines()
+                    self.fail("refinement", f"{pool}: no free page left for the continuation of {ck}")
                 else:
                     ids.append(free.pop(0))
-                    used.add(ids[-1])
             pages[pool] = ids
         members, src = plan[1]["main"][0], self.view.device_ids("ckpt", ck, "main")
         fresh = [i for i, m in enumerate(members) if m[0] == "cow" or not m[1].dev]
@@ -266,6 +272,8 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
         ck = self.fresh("k") if retain else None
         self.do("finish:retain" if retain else "finish", kt.Finish(seq=seq, retain=ck), "ok")
         o.finish(seq, ck)
+        if ck:
+            self.drop_stale(ck, data)
         return ck if ck else multiple()
 
     @rule(ck=CKPTS, data=st.data())

@@ -66,3 +66,12 @@ def test_kvsim_fuzz_input_errors_exit_2(bad, capsys):
     assert main(["fuzz", "--machine", "store", *bad]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_directory_database_keeps_a_found_bug_for_the_next_campaign(monkeypatch, tmp_path):
+    _fork_shares_the_partial_tail(monkeypatch)
+    db = str(tmp_path / "db")
+    first = run_campaign("store", budget_s=90.0, seed=0, database=db, found_dir=tmp_path / "found")
+    assert first.failed and any((tmp_path / "db").rglob("*"))
+    again = run_campaign("store", budget_s=90.0, seed=777, database=db, found_dir=tmp_path / "found")
+    assert again.failed and again.examples <= 3  # the saved example is replayed first
