@@ -20,7 +20,7 @@ marked before every row has been validated, so a violation leaves nothing to rol
 
 "In flight" has one source of truth, `KVStore.units` (unit id -> `Unit`). `KVAddressSpace.in_flight` is a
 cache of it (the `UnitRow` holding that space, or None) so that a row is found in O(1); its only writers
-are `apply_launch`, `apply_complete` and `_end` below, and UNIT-1 checks the cache against `KVStore.units`.
+are `apply_launch`, `apply_complete`, `_end` and `_leave_readers` below, and UNIT-1 checks the cache against `KVStore.units`.
 Records are frozen `msgspec.Struct`s (named fields, slots, built in C: this is the replay's hot path).
 This module knows nothing of traces: rows are any records with the fields of `LaunchRow` / `CommitRow`.
 """
@@ -331,10 +331,8 @@ def apply_complete(st, plan: CompletePlan) -> None:
     ts = st.t_spaces
     for r in u.rows:
         sp = r.space
-        if sp.readers:  # another unit still reads the space: the cache points at its row
-            sp.readers -= 1
-            if sp.in_flight is r:
-                sp.in_flight = next(x for v in st.units.values() for x in v.rows if x.space is sp)
+        if sp.readers:  # another unit still reads the space
+            _leave_readers(st, sp, r)
         else:
             sp.in_flight = None
         ts[sp] = None
@@ -354,9 +352,15 @@ def _end(st, u: Unit) -> None:
     for r in u.rows:
         sp = r.space
         if sp.readers:
-            sp.readers -= 1
-            if sp.in_flight is r:
-                sp.in_flight = next(x for v in st.units.values() for x in v.rows if x.space is sp)
+            _leave_readers(st, sp, r)
         else:
             sp.in_flight = None
         t[sp] = None
+
+
+def _leave_readers(st, sp, r) -> None:
+    """Read-only row `r` of an ended unit leaves a space other in-flight units still read: the cache points
+    at one of theirs (`KVStore.units` no longer holds r's unit)."""
+    sp.readers -= 1
+    if sp.in_flight is r:
+        sp.in_flight = next(x for v in st.units.values() for x in v.rows if x.space is sp)
