@@ -52,6 +52,14 @@ def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
                                        "--backend", "mtp:3"], ["capacity", "--backend", "dflash:1"]],
         "bench replay": [["bench", "replay", "--events", "500", "--json", f"{tmp}/b.json"]],
         "bench attention": [["bench", "attention", "--contexts", "128", "--json", f"{tmp}/a.json"]],
+        "bench lockstep": [["bench", "lockstep", "--events", "300", "--json", f"{tmp}/l.json"]],
+        "generate": [["generate", f"{tmp}/g.jsonl", "--events", "200", "--seed", "1"],
+                     ["generate", f"{tmp}/f.jsonl", "--events", "400", "--fault", "publish-before-copy"],
+                     ["generate", "--list-faults"]],
+        "selfcheck": [["selfcheck", "--only", "reservation-leaked-at-finish", "--no-faults", "--budget", "30",
+                       "--workers", "1", "--json", f"{tmp}/s.json"]],
+        "fuzz": [["fuzz", "--machine", "store", "--budget", "2", "--seed", "1", "--profile", "ci",
+                  "--database", f"{tmp}/db", "--json", f"{tmp}/fz.json"]],
     }
 
 
@@ -72,4 +80,5 @@ def test_the_command_runs(command, traces, tmp_path, capsys):
     if command == "rules":
         assert '"id": "UNIT-1"' in out or "UNIT-1" in out
     if command.startswith("bench"):
-        assert json.loads((tmp_path / ("b.json" if command == "bench replay" else "a.json")).read_text())
+        name = {"bench replay": "b.json", "bench attention": "a.json", "bench lockstep": "l.json"}[command]
+        assert json.loads((tmp_path / name).read_text())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvsim.kvmodel.store.config import PAGE_SIZE as P
+from kvsim.kvmodel.store.errors import InvariantError
 from kvsim.sim.trace.stream import event_from_builtins
 
 MTP_DRAFT_WINDOW = 4
@@ -51,7 +52,8 @@ class Episode:
         obj = {"op": op, **{k: v for k, v in fields.items() if v is not None}}
         index = self._put(event_from_builtins(obj))
         if bad:
-            assert self.bad_event is None, "an episode has exactly one bad event"
+            if self.bad_event is not None:
+                raise InvariantError("an episode has exactly one bad event", f"a second at event {index}")
             self.bad_event = index
         return index
 

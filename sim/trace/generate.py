@@ -19,6 +19,7 @@ import random
 from dataclasses import asdict, dataclass
 
 from kvsim.kvmodel.store.config import PAGE_SIZE as P
+from kvsim.kvmodel.store.errors import InvariantError
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.faults import FAULTS, MTP_DRAFT_WINDOW, Episode
 from kvsim.sim.trace.stream import TraceWriter
@@ -106,7 +107,9 @@ def generate_with(target, opts: GenOptions) -> Generated:
     """Write the trace `opts` describes to `target` (a path or a binary stream)."""
     fault = FAULTS[opts.fault] if opts.fault else None
     S, C = opts.max_context, opts.concurrency
-    assert fault is None or (S >= 2048 and C >= 4), "options_for refuses faults on smaller configurations"
+    if fault is not None and (S < 2048 or C < 4):
+        raise InvariantError("a fault episode needs max_context >= 2048 and concurrency >= 4",
+                             f"{fault.name} at S = {S}, C = {C} (options_for refuses it)")
     rng = random.Random(opts.seed)
     src = f"kvsim workload seed={opts.seed}" + (f" fault={opts.fault}" if fault else "")
     header = default_header(S, C, opts.profile, src, opts.backend, opts.growth, opts.host_pages,
@@ -129,7 +132,8 @@ def generate_with(target, opts: GenOptions) -> Generated:
         def inject() -> Episode:
             ep = Episode(put, pools, C * _pages(S), S)
             fault.episode(ep)
-            assert ep.bad_event is not None, f"fault {fault.name} wrote no bad event"
+            if ep.bad_event is None:
+                raise InvariantError("a fault episode writes its bad event", f"fault {fault.name} wrote none")
             return ep
 
         while w.events < opts.events:
