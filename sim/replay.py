@@ -149,6 +149,10 @@ class TraceReplay:
         st.reset_touched()
         for f in self.checker.audit():
             self._violation(f, events, 0, "audit")
+        final_audit = getattr(self.observer, "audit", None)  # the lockstep's whole-content audit
+        if final_audit is not None and not self.result.stopped:
+            for f in final_audit():
+                self._violation(f, events, 0, "audit")
         r = self.result
         r.events, r.sha256 = events, sha256
         r.pools = {n: {"capacity": pk[0], "peak_allocated": pk[1], "peak_reserved": pk[2], "min_available": pk[3]}
@@ -293,10 +297,12 @@ class TraceReplay:
     def _observe(self, ev):
         if ev.ckpt is not None:
             return self.st.observe_checkpoint(ev.ckpt, ev.pool, None if ev.table is None else list(ev.table),
-                                              ev.frontier, None if ev.replicas is None else list(ev.replicas))
+                                              ev.frontier, None if ev.replicas is None else list(ev.replicas),
+                                              ev.content)
         if ev.seq is None:
             return self.st.observe_pool(ev.pool, ev.allocated, ev.reserved, ev.available)
-        return self.st.observe_row(ev.seq, ev.pool, None if ev.table is None else list(ev.table), ev.frontier)
+        return self.st.observe_row(ev.seq, ev.pool, None if ev.table is None else list(ev.table), ev.frontier,
+                                   ev.content)
 
 
 def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY, observer_factory=None,

@@ -61,8 +61,8 @@ def test_cons3_fires_when_a_host_restore_is_skipped(monkeypatch):
 
 
 def test_cons3_fires_on_content_written_under_the_wrong_key(monkeypatch):
-    orig = L.append_content
-    monkeypatch.setattr(L, "append_content", lambda pool, row, pos, keys: orig(pool, row, pos, keys ^ np.uint64(1)))
+    orig = L.write_keys
+    monkeypatch.setattr(L, "write_keys", lambda token, a, b: orig(token, a, b) ^ np.uint64(1))
     r = run("scenarios/batched_decode_nvfp4.jsonl")
     assert {v["rule"] for v in r.violations} == {"CONS-3"}
 

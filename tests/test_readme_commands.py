@@ -53,13 +53,21 @@ def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
         "bench replay": [["bench", "replay", "--events", "500", "--json", f"{tmp}/b.json"]],
         "bench attention": [["bench", "attention", "--contexts", "128", "--json", f"{tmp}/a.json"]],
         "bench simulate": [["bench", "simulate", "--workload", "excerpt:conversation", "--requests", "20",
-                            "--json", f"{tmp}/s.json"]],
+                            "--json", f"{tmp}/bs.json"]],
         "simulate": [["simulate", "excerpt:conversation", "--requests", "20", "--pages", "4096", "--profile", "int8",
                       "--host-bytes", "64M", "--record", f"{tmp}/sim.jsonl", "--json", f"{tmp}/sim.json",
                       "--html", f"{tmp}/sim.html", "--quiet"],
                      ["simulate", "excerpt:conversation", "--requests", "10", "--hbm-bytes", "16G",
                       "--sweep", "profile=bf16,fp8", "--executor", "thread", "--json", f"{tmp}/sweep.json",
                       "--quiet"]],
+        "bench lockstep": [["bench", "lockstep", "--events", "300", "--json", f"{tmp}/l.json"]],
+        "generate": [["generate", f"{tmp}/g.jsonl", "--events", "200", "--seed", "1"],
+                     ["generate", f"{tmp}/f.jsonl", "--events", "400", "--fault", "publish-before-copy"],
+                     ["generate", "--list-faults"]],
+        "selfcheck": [["selfcheck", "--only", "reservation-leaked-at-finish", "--no-faults", "--budget", "30",
+                       "--workers", "1", "--json", f"{tmp}/s.json"]],
+        "fuzz": [["fuzz", "--machine", "store", "--budget", "2", "--seed", "1", "--profile", "ci",
+                  "--database", f"{tmp}/db", "--json", f"{tmp}/fz.json"]],
     }
 
 
@@ -80,5 +88,6 @@ def test_the_command_runs(command, traces, tmp_path, capsys):
     if command == "rules":
         assert '"id": "UNIT-1"' in out or "UNIT-1" in out
     if command.startswith("bench"):
-        name = {"bench replay": "b.json", "bench attention": "a.json", "bench simulate": "s.json"}[command]
+        name = {"bench replay": "b.json", "bench attention": "a.json", "bench lockstep": "l.json",
+                "bench simulate": "bs.json"}[command]
         assert json.loads((tmp_path / name).read_text())

@@ -6,11 +6,16 @@ available=capacity"); a table entry naming a page id that no lease carries is a 
 "generation 防止 release/reuse 后的 stale handle"); any other table difference breaks the mirror (AS-3,
 "block table只是 active Device mapping 的执行镜像"); a frontier rounded down to a page boundary breaks
 token exactness (AS-2, "Valid frontier精确到token"); any other difference is a divergence (TRACE-1).
+Reported content (the content keys of the committed positions, an extension a fuzzing oracle writes) is
+compared with the model's own keys read through a valid replica, Device or Host ("replica.epoch=
+page.epoch \\land replica.coverage\\ge n"): a committed column that no valid replica covers has lost its
+last replica (REP-4); a different key is a divergence (TRACE-1).
 """
 
 from __future__ import annotations
 
 from kvsim.kvmodel.store import adopt
+from kvsim.kvmodel.store.address_space import content_key
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.mapping import active_space
 from kvsim.kvmodel.store.tables import HOLE
@@ -67,7 +72,38 @@ def _growth_settled_by(st, pool: str, seen: dict, mine: dict):
     return space, delta
 
 
-def observe_row(st, seq: str, pool: str, table=None, frontier=None) -> None:
+def committed_content(st, space) -> tuple[list[int], int | None]:
+    """The content keys of [0, committed) read through a valid replica of each member page, and the first
+    position no valid replica covers (None when every committed column is readable)."""
+    P, keys = st.P, []
+    for b, page in enumerate(space.pages):
+        cols = min(P, space.committed - b * P)
+        if cols <= 0:
+            break
+        if not (page.device_valid(cols) or page.host_valid(cols)):
+            return keys, b * P
+        for c in range(cols):
+            token = page.key_token_at(c)
+            if token is None:
+                return keys, b * P + c
+            keys.append(content_key(token, b * P + c))
+    return keys, None
+
+
+def _observe_content(st, space, content, **ctx) -> None:
+    st.cov.check("REP-4", exercised=bool(content))
+    keys, lost = committed_content(st, space)
+    if lost is not None and lost < len(content):
+        raise violation("REP-4", f"committed position {lost} has no valid Device or Host replica (its content is "
+                        "lost)", position=lost, **ctx)
+    st.cov.check("TRACE-1", exercised=True)
+    if list(content) != keys:
+        at = next((i for i, (x, y) in enumerate(zip(content, keys)) if x != y), min(len(content), len(keys)))
+        raise violation("TRACE-1", f"reported content differs from the model's at position {at} (reported "
+                        f"{len(content)} keys, the model has {len(keys)})", position=at, **ctx)
+
+
+def observe_row(st, seq: str, pool: str, table=None, frontier=None, content=None) -> None:
     cov = st.cov
     _, space = active_space(st, seq, pool, "observe")
     moves = []
@@ -110,6 +146,8 @@ def observe_row(st, seq: str, pool: str, table=None, frontier=None) -> None:
             why = " (rounded down to a page boundary; frontiers are token-exact)" if rounded else ""
             raise violation(rule, f"engine reports {seq!r} ({pool}) frontier {frontier}, the model has "
                             f"{space.committed}{why}", seq=seq, pool=pool, engine=frontier, model=space.committed)
+    if content is not None:
+        _observe_content(st, space, content, seq=seq, pool=pool)
     if table is not None:
         adopt.adopt(st, pool, moves)
         for pid in table:
@@ -120,9 +158,10 @@ def observe_row(st, seq: str, pool: str, table=None, frontier=None) -> None:
 REPLICAS = ("device", "host", "both")
 
 
-def observe_checkpoint(st, ckpt: str, pool: str, table=None, frontier=None, replicas=None) -> None:
+def observe_checkpoint(st, ckpt: str, pool: str, table=None, frontier=None, replicas=None, content=None) -> None:
     """An engine's report of a retained checkpoint: its membership's Device ids (-1: no Device replica), its
-    frontier and where each page has a valid replica ("device", "host" or "both").
+    frontier, where each page has a valid replica ("device", "host" or "both") and/or its content keys
+    (read through a valid replica: REP-4 when a committed column has none, TRACE-1 when different).
 
     A checkpoint is the complete inactive end state of every failed activation from it ("Active publication
     前，source 保持有效，任一失败都回到完整 inactive 终态"): a report that differs after a refused activation
@@ -179,6 +218,8 @@ def observe_checkpoint(st, ckpt: str, pool: str, table=None, frontier=None, repl
             raise violation(rule, f"checkpoint {ckpt!r} ({pool}): engine reports replicas {list(replicas)}, the "
                             f"model has {mine} (first difference at block {b}){after}", ckpt=ckpt, pool=pool,
                             block=b)
+    if content is not None:
+        _observe_content(st, space, content, ckpt=ckpt, pool=pool)
     if table is not None:
         adopt.adopt(st, pool, moves)
         for pid in table:

@@ -301,11 +301,11 @@ class KVStore:
     def observe_pool(self, pool, allocated=None, reserved=None, available=None):
         return self._run(observe.observe_pool, pool, allocated, reserved, available)
 
-    def observe_row(self, seq, pool, table=None, frontier=None):
-        return self._run(observe.observe_row, seq, pool, table, frontier)
+    def observe_row(self, seq, pool, table=None, frontier=None, content=None):
+        return self._run(observe.observe_row, seq, pool, table, frontier, content)
 
-    def observe_checkpoint(self, ckpt, pool, table=None, frontier=None, replicas=None):
-        return self._run(observe.observe_checkpoint, ckpt, pool, table, frontier, replicas)
+    def observe_checkpoint(self, ckpt, pool, table=None, frontier=None, replicas=None, content=None):
+        return self._run(observe.observe_checkpoint, ckpt, pool, table, frontier, replicas, content)
 
     # -- queries ------------------------------------------------------------------------------------
     def space_of(self, seq: str, pool: str):

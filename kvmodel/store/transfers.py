@@ -27,11 +27,12 @@ PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 class Transfer:
     """A phase-by-phase Host/Device replacement copy ("reserve destination -> copy ... -> release source")."""
 
-    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "generations", "phase", "dest", "snap",
+    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "blocks", "generations", "phase", "dest", "snap",
                  "pinned_source")
 
     def __init__(self, xid, direction, ckpt, pool, pages):
         self.xid, self.direction, self.ckpt, self.pool, self.pages = xid, direction, ckpt, pool, pages
+        self.blocks = [p.block for p in pages]  # as reserved: a reclaimed descriptor may since serve another block
         self.generations = [p.generation for p in pages]  # a page reclaimed after publish is not ours
         self.phase = None  # last completed phase
         self.dest = []  # d2h: host offsets; h2d: device page ids
@@ -143,7 +144,7 @@ def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str,
     if phase != want:
         raise violation("REP-1", f"transfer {xid!r}: phase {phase} after {x.phase} (the order is reserve -> copy "
                         "-> verify -> publish -> release_source)", xfer=xid, phase=phase, after=x.phase)
-    if (direction, ckpt, pool, list(blocks)) != (x.direction, x.ckpt, x.pool, [p.block for p in x.pages]):
+    if (direction, ckpt, pool, list(blocks)) != (x.direction, x.ckpt, x.pool, x.blocks):
         raise violation("TRACE-2", f"transfer {xid!r} phase {phase} names other pages than its reserve",
                         xfer=xid)
     {"copy": _copy, "verify": _verify, "publish": _publish, "release_source": _release_source}[phase](st, x)

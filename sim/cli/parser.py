@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from kvsim.sim.cli import bench, capacity, check, events, peer, replay, rules, simulate
+from kvsim.sim.cli import (bench, capacity, check, events, fuzz, generate, peer, replay, rules, selfcheck,
+                           simulate)
 
-COMMANDS = (replay, check, rules, capacity, bench, simulate, peer, events)
+COMMANDS = (replay, check, rules, capacity, bench, simulate, generate, fuzz, selfcheck, peer, events)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,6 +43,8 @@ U63 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 TableEntry = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
 """A block-table entry: a page id, or -1 for a hole."""
 Positive = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+ContentKey = Annotated[int, msgspec.Meta(ge=0)]
+"""A 64-bit content key, in [0, 2^64) (msgspec cannot bound above int64; ``Observe`` checks the top)."""
 Id = Annotated[str, msgspec.Meta(min_length=1)]
 """A sequence, unit, checkpoint or transfer id."""
 
@@ -331,7 +333,7 @@ class Xfer(EventBase, tag="xfer"):
 
 
 _COUNTERS = ("allocated", "reserved", "available")
-_ROW_FIELDS = ("table", "frontier")
+_ROW_FIELDS = ("table", "frontier", "content")
 
 
 Replica = Literal["device", "host", "both", "none"]
@@ -339,10 +341,13 @@ Replica = Literal["device", "host", "both", "none"]
 
 
 class Observe(EventBase, tag="observe"):
-    """Fact: the engine's reported state.  Three forms: pool counters (no ``seq``; any of allocated /
-    reserved / available), a sequence's row (``seq`` with ``table`` and/or ``frontier``), or (extension) a
-    retained checkpoint (``ckpt`` with ``table``: its members' Device ids, -1 for none; ``frontier``;
-    ``replicas``: per block where a valid replica is)."""
+    """Fact: the engine's reported state.  Three forms: pool counters (no ``seq``/``ckpt``; any of
+    allocated / reserved / available), a sequence's row (``seq`` with ``table``, ``frontier`` and/or
+    ``content``), or (extension) a retained checkpoint (``ckpt`` with ``table``: its members' Device ids, -1
+    for none; ``frontier``; ``replicas``: per block where a valid replica is; and/or ``content``).
+    ``content`` (extension) lists the content keys of the committed positions [0, n) as the reporter
+    expects them (a fuzzing oracle writes it); the model compares them with its own, read through a valid
+    replica."""
     pool: Pool
     allocated: Union[U63, None] = None
     reserved: Union[U63, None] = None
@@ -353,15 +358,20 @@ class Observe(EventBase, tag="observe"):
     result: Union[FactResult, None] = None
     ckpt: Union[Id, None] = None
     replicas: Union[tuple[Replica, ...], None] = None
+    content: Union[tuple[ContentKey, ...], None] = None
 
     def __post_init__(self) -> None:
+        if self.content is not None and any(k >= 1 << 64 for k in self.content):
+            raise ValueError("content keys are 64-bit: integers in [0, 2^64)")
         counters = [n for n in _COUNTERS if getattr(self, n) is not None]
         row = [n for n in _ROW_FIELDS if getattr(self, n) is not None]
         if self.ckpt is not None:
-            if self.seq is not None or counters:
+            if self.seq is not None:
+                raise ValueError("observe names either 'seq' or 'ckpt', not both")
+            if counters:
                 raise ValueError("observe of a checkpoint cannot carry 'seq' or pool counters")
             if not row and self.replicas is None:
-                raise ValueError("observe of a checkpoint needs 'table', 'frontier' and/or 'replicas'")
+                raise ValueError("observe of a checkpoint needs 'table', 'frontier', 'replicas' and/or 'content'")
             return
         if self.replicas is not None:
             raise ValueError("'replicas' belongs to observe of a checkpoint ('ckpt')")
@@ -374,7 +384,7 @@ class Observe(EventBase, tag="observe"):
             if counters:
                 raise ValueError(f"observe of a sequence cannot carry pool counter {counters[0]!r}")
             if not row:
-                raise ValueError("observe of a sequence needs 'table' and/or 'frontier'")
+                raise ValueError("observe of a sequence needs 'table' and/or 'frontier' (or 'content')")
 
 
 Event = Union[Activate, Map, Grow, Launch, Complete, Fail, Truncate, Finish, Release, Offload,
@@ -420,10 +430,11 @@ def schema_document() -> dict:
         {"allOf": [_absent("seq", "ckpt", "replicas", *_ROW_FIELDS),
                    {"anyOf": [_present(n, "integer") for n in _COUNTERS]}]},
         {"allOf": [_present("seq", "string"), _absent("ckpt", "replicas", *_COUNTERS),
-                   {"anyOf": [_present("table", "array"), _present("frontier", "integer")]}]},
+                   {"anyOf": [_present("table", "array"), _present("frontier", "integer"),
+                              _present("content", "array")]}]},
         {"allOf": [_present("ckpt", "string"), _absent("seq", *_COUNTERS),
                    {"anyOf": [_present("table", "array"), _present("frontier", "integer"),
-                              _present("replicas", "array")]}]},
+                              _present("replicas", "array"), _present("content", "array")]}]},
     ]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -1,0 +1,71 @@
+"""`kvsim fuzz`: a stateful fuzzing campaign against the oracle, within a time budget.
+
+Prints a summary and writes JSON (`--json`, default reports/fuzz.json): per machine the steps, examples,
+failures with their counterexample traces (reports/found/<machine>-<hash>.jsonl, replayable with
+`kvsim replay`), per-rule coverage and the blind spots (catalogue rules whose premise never held).
+Exit 1 when a failure was found. A progress bar shows on a terminal only.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+
+from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, reports_dir, write
+
+
+def add_parser(sub) -> None:
+    from kvsim.sim.fuzz.campaign import MACHINES
+    from kvsim.sim.fuzz.profiles import PROFILES
+    f = sub.add_parser("fuzz", help="fuzz the store model against the abstract oracle (stateful Hypothesis machines)")
+    f.add_argument("--machine", default="all", choices=(*MACHINES, "all"))
+    f.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
+                   help="time budget (split evenly between machines with --machine all)")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--profile", default="ci", choices=tuple(PROFILES))
+    f.add_argument("--database", metavar="DIR|redis://HOST:PORT", help="shared Hypothesis example database")
+    f.add_argument("--json", metavar="F", help="write the result here (default: reports/fuzz.json)")
+    f.add_argument("--found", metavar="DIR", help="where counterexamples go (default: reports/found)")
+    f.set_defaults(fn=run)
+
+
+def run(args) -> int:
+    from kvsim.sim.fuzz.campaign import MACHINES, run_campaign
+    from kvsim.sim.fuzz.database import open_database
+    if args.budget <= 0:
+        raise InputError(f"--budget:0: must be positive, got {args.budget}")
+    try:
+        db = open_database(args.database)
+    except ValueError as exc:
+        raise InputError(f"--database:0: {exc}") from None
+    names = MACHINES if args.machine == "all" else (args.machine,)
+    found = args.found or str(reports_dir() / "found")
+    console = Console(stderr=True)
+    results = []
+    for name in names:
+        budget = args.budget / len(names)
+        if console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            with Progress(TextColumn(f"fuzz {name}"), BarColumn(), TextColumn("{task.fields[what]}"),
+                          TimeElapsedColumn(), console=console, transient=True) as prog:
+                task = prog.add_task(name, total=budget, what="")
+                r = run_campaign(name, budget, args.seed, args.profile, db, found,
+                                 progress=lambda t, ex, steps: prog.update(task, completed=min(t, budget),
+                                                                           what=f"{ex} examples, {steps} steps"))
+        else:
+            r = run_campaign(name, budget, args.seed, args.profile, db, found)
+        results.append(r)
+    doc = {"format": "kvfuzz/1", "seed": args.seed, "profile": args.profile, "budget_s": args.budget,
+           "machines": [r.to_json() for r in results], "failed": any(r.failed for r in results)}
+    write(args.json or reports_dir() / "fuzz.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    out = Console()
+    for r in results:
+        verdict = "[red]FAIL[/red]" if r.failed else "[green]ok[/green]"
+        out.print(f"{r.machine}: {verdict}  {r.examples} examples, {r.steps} steps, {r.seconds:.1f} s; "
+                  f"blind spots: {', '.join(r.blind_spots) or 'none'}")
+        for f in r.failures:
+            out.print(f"  {f['rule'] or '?'} ({f['kind']}): {f['message']}", markup=False)
+            if f.get("trace"):
+                out.print(f"  counterexample: {f['trace']}  (kvsim replay {f['trace']})", markup=False)
+    return EXIT_VIOLATION if any(r.failed for r in results) else EXIT_OK

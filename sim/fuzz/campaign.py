@@ -1,0 +1,104 @@
+"""A fuzzing campaign: run one machine (or all) in rounds until the time budget is spent or it fails.
+
+Every round runs the machine under Hypothesis with a seed derived from the campaign's one seed (so the
+same seed replays the same campaign), the profile's settings and the shared example database. A failure
+stops the campaign: Hypothesis shrinks it, the machine writes the final run as a kvtrace/1
+counterexample and the result names the rule replay reports on it. Coverage: how often each machine rule
+ran, and the catalogue's checked / exercised / violated counters summed over every example; the blind
+spots are the catalogue rules whose premise never held.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hypothesis.internal.conjecture import engine
+from hypothesis.stateful import run_state_machine_as_test
+
+from kvsim.sim.fuzz.database import open_database
+from kvsim.sim.fuzz.profiles import profile_settings
+from kvsim.sim.fuzz.stats import RUN
+
+ROUND_EXAMPLES = {"ci": 20, "deep": 40}
+
+
+def machines() -> dict:
+    from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
+    from kvsim.sim.fuzz.physical import LockstepMachine
+    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine}
+
+
+MACHINES = ("store", "host", "lockstep")
+
+
+@dataclass
+class CampaignResult:
+    machine: str
+    seed: int
+    profile: str
+    budget_s: float
+    examples: int = 0
+    steps: int = 0
+    rounds: int = 0
+    seconds: float = 0.0
+    failures: list = field(default_factory=list)
+    rules: dict = field(default_factory=dict)  # machine rule -> times it ran
+    coverage: dict = field(default_factory=dict)  # catalogue rule -> {checked, exercised, violated}
+    blind_spots: list = field(default_factory=list)  # catalogue rules whose premise never held
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["seconds"] = round(self.seconds, 3)
+        return d
+
+
+def _catalogue_ids() -> list[str]:
+    from kvsim.spec.catalogue import all_rules
+    return [r.id for r in all_rules()]
+
+
+def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "ci", database=None,
+                 found_dir="reports/found", progress=None) -> CampaignResult:
+    """Fuzz `machine` for about `budget_s` seconds (a round never stops midway); see the package docstring."""
+    cls = machines()[machine]
+    db = open_database(database) if isinstance(database, (str, type(None))) else database
+    cfg = profile_settings(profile, max_examples=ROUND_EXAMPLES[profile], database=db)
+    result = CampaignResult(machine, seed, profile, budget_s)
+    RUN.reset(None if found_dir is None else Path(found_dir))
+    start = time.monotonic()
+    r = 0
+    # Hypothesis shrinks a failure for up to 300 s; a campaign gives it a quarter of its budget (at least 10 s)
+    # so that `--budget` bounds the whole run. (A module constant read at each shrink: no public setting.)
+    shrink_limit = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = max(10, min(shrink_limit, int(budget_s / 4)))
+    try:
+        while time.monotonic() - start < budget_s:
+            cls._hypothesis_internal_use_seed = (seed * 1_000_003 + r) % (1 << 32)
+            r += 1
+            try:
+                run_state_machine_as_test(cls, settings=cfg)
+            except Exception as exc:  # noqa: BLE001 — FuzzFailure, Hypothesis' flaky report, or a machine crash
+                f = RUN.last_failure or {"kind": type(exc).__name__, "rule": "", "reproduced": False,
+                                         "trace": None, "message": (str(exc).splitlines() or [""])[0][:500]}
+                result.failures.append(f)
+                break
+            finally:
+                if progress is not None:
+                    progress(time.monotonic() - start, RUN.examples, RUN.steps)
+    finally:
+        cls._hypothesis_internal_use_seed = None
+        engine.MAX_SHRINKING_SECONDS = shrink_limit
+    result.rounds = r
+    result.seconds = time.monotonic() - start
+    result.examples, result.steps = RUN.examples, RUN.steps
+    result.rules = dict(sorted(RUN.rules.items()))
+    cov = RUN.coverage
+    result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid))) for rid in _catalogue_ids()}
+    result.blind_spots = [rid for rid, c in result.coverage.items() if not c["exercised"]]
+    return result

@@ -1,0 +1,36 @@
+"""What a fuzzing campaign has seen so far: examples, steps, machine-rule counts, catalogue coverage.
+
+One process-wide record (`RUN`), reset by a campaign before it starts and filled by the machines as
+they run (Hypothesis creates a fresh machine per example, so the totals cannot live on a machine).
+`found_dir` is where the final, shrunk failing run is written (default reports/found); `last_failure`
+describes it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kvsim.kvmodel.store.coverage import Coverage
+
+
+def default_found_dir() -> Path:
+    """reports/found (the reports folder is overridable with KVSIM_REPORTS, as for every command)."""
+    return Path(os.environ.get("KVSIM_REPORTS", "reports")) / "found"
+
+
+class CampaignStats:
+    def __init__(self):
+        self.reset()
+
+    def reset(self, found_dir=None) -> None:
+        found_dir = default_found_dir() if found_dir is None else found_dir
+        self.examples = 0
+        self.steps = 0
+        self.rules: dict[str, int] = {}
+        self.coverage = Coverage()
+        self.found_dir = found_dir
+        self.last_failure: dict | None = None
+
+
+RUN = CampaignStats()
