@@ -373,12 +373,16 @@ class Oracle:
 
     # -- facts ------------------------------------------------------------------------------------------
     def writable_end(self, seq: str, pool: str) -> int:
-        """The furthest b such that writing [frontier, b) is legal now (frontier itself when none is)."""
+        """The furthest b such that writing [frontier, b) is legal now (frontier itself when none is).
+
+        A page an in-flight copy pins (its source or destination) takes no write (store contract L178,
+        "both pinned while copying"; REP-2): reading it stays legal, writing it does not.
+        """
         q = self.seqs[seq]
         s = q.spaces[pool]
         end = s.frontier
         b = s.frontier // P
-        while s.private(b):
+        while s.private(b) and not s.blocks[b].pins:
             end = (b + 1) * P
             b += 1
         if pool == "main" and q.bounded_at is not None:

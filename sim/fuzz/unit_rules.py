@@ -112,6 +112,8 @@ class UnitRules:
             options.append("beyond")
             if s.frontier // P < len(s.blocks) and not s.private(s.frontier // P):
                 options.append("shared")
+            if _fits(s, "pinned"):
+                options.append("pinned")
         kind = data.draw(st.sampled_from(sorted(set(options))))
         unit = self.fresh("u")
         if kind == "stale":
@@ -127,7 +129,7 @@ class UnitRules:
             w = {"below": (max(0, F - data.draw(st.integers(1, P))), F),
                  "gap": (F + 1, max(F + 1, top)),
                  "beyond": (F, top + data.draw(st.integers(1, P))),
-                 "shared": (F, F + 1)}[kind]
+                 "shared": (F, F + 1), "pinned": (F, F + 1)}[kind]
             row = kt.LaunchRow(seq=n, pool=p, write=w)
         self.do(f"launch:illegal-{kind}", kt.Launch(unit=unit, rows=(row,)), "reject")
 
@@ -179,5 +181,8 @@ def _fits(s, kind: str) -> bool:
         return len(s.blocks) * P > s.frontier
     if kind == "shared":
         return s.frontier // P < len(s.blocks) and not s.private(s.frontier // P)
+    if kind == "pinned":  # a private page an in-flight copy pins takes no write (REP-2)
+        b = s.frontier // P
+        return s.private(b) and s.blocks[b].pins > 0
     return True
 
