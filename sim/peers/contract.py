@@ -400,11 +400,7 @@ class Contract:
             if blk == prev:
                 continue
             if prev > 0:
-                left = hold[prev] - 1
-                if left:
-                    hold[prev] = left
-                else:
-                    del hold[prev]
+                _release_holder(hold, prev)
             if blk < 0:
                 continue
             if blk == 0:
@@ -431,11 +427,7 @@ class Contract:
         for i in range(len(row), len(old)):
             prev = old[i]
             if prev > 0:
-                left = hold[prev] - 1
-                if left:
-                    hold[prev] = left
-                else:
-                    del hold[prev]
+                _release_holder(hold, prev)
         r.rows[g] = list(row)
 
     def _writes(self, rid: str, r: _Req, a: int, b: int, line: int) -> None:
@@ -476,3 +468,12 @@ class Contract:
         s["trace_bound_ratio"] = round(s["bound_tokens"] / pt, 6)
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
         return s
+
+
+def _release_holder(hold: dict, blk: int) -> None:
+    """One live table slot fewer names `blk`; the entry goes when none does."""
+    left = hold[blk] - 1
+    if left:
+        hold[blk] = left
+    else:
+        del hold[blk]

@@ -63,13 +63,18 @@ def ts_pfx_1(st, _entity=None, full=True):
     return True if seen else None
 
 
+def _lookback(grp) -> int:
+    """Slots a window group needs cached before a boundary: ceil((W − 1) / block_granularity)."""
+    return -(-(grp.window_tokens - 1) // grp.block_granularity)
+
+
 def supports(grp, boundary_slots: int) -> bool:
     """Whether a group can resume at a boundary (in its slots) given the slots cached."""
     if boundary_slots == 0:
         return True
     if grp.window_tokens is None:
         return all(s in grp.cached for s in range(boundary_slots))
-    lookback = -(-(grp.window_tokens - 1) // grp.block_granularity)
+    lookback = _lookback(grp)
     return all(s in grp.cached for s in range(max(boundary_slots - lookback, 0), boundary_slots))
 
 
@@ -78,7 +83,7 @@ def expected_hits(grp, boundary_slots: int) -> tuple[bool, ...]:
         return ()
     if grp.window_tokens is None:
         return (True,) * boundary_slots
-    lookback = -(-(grp.window_tokens - 1) // grp.block_granularity)
+    lookback = _lookback(grp)
     run = min(lookback, boundary_slots)
     return (False,) * (boundary_slots - run) + (True,) * run
 
