@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from kvsim.kvmodel.store import (BackendConfig, CapacityPolicy, ContractViolation, GrowthConfig, KVStore, Refusal,
                            StoreConfig)
 from kvsim.spec.checking import Checker
+from kvsim.spec.leaks import ownership_graph, unreachable
 
 SEQS = ("a", "b", "c", "d")
 CKPTS = ("k0", "k1", "k2")
@@ -211,3 +213,42 @@ def test_incremental_and_audit_agree_on_a_corrupted_touched_entity(kind, data, p
 def test_a_clean_store_audits_clean(kind):
     store = KVStore(config(kind))
     assert Checker(store).audit() == []
+
+
+def _leak(store, pick: int) -> None:
+    """Break ownership in one of the ways a leak happens: an orphan lease, a page dropped from a space's page
+    list without being released, a checkpoint forgotten with its pages."""
+    kinds = ["lease"]
+    spaces = [s for s in store.all_spaces() if s.pages]
+    if spaces:
+        kinds.append("unmap")
+    if store.checkpoints:
+        kinds.append("forget")
+    kind = kinds[pick % len(kinds)]
+    if kind == "lease":
+        pool = store.pools["main"]
+        if pool.available:
+            pool.lease(None)
+    elif kind == "unmap":
+        spaces[pick % len(spaces)].pages.pop()
+    else:
+        del store.checkpoints[sorted(store.checkpoints)[pick % len(store.checkpoints)]]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(("off", "mtp")), data=st.data(), pick=st.integers(0, 10**6), leak=st.booleans())
+def test_leak_reachability_equals_networkx_descendants(kind, data, pick, leak):
+    """PAGE-4's audit computes reachability by set unions; it must find exactly the nodes of the networkx
+    ownership graph that are not descendants of "roots"."""
+    store = KVStore(config(kind))
+    for _ in range(data.draw(st.integers(0, 50))):
+        try:
+            apply(store, draw_op(data, store))
+        except ContractViolation:
+            pass
+    if leak:
+        _leak(store, pick)
+    g = ownership_graph(store)
+    reach = nx.descendants(g, "roots")
+    expected = sorted((n for n in g.nodes if n != "roots" and n not in reach), key=repr)
+    assert unreachable(store) == expected

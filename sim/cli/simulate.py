@@ -20,7 +20,7 @@ from kvsim.kvmodel.store import PROFILES
 from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
 from kvsim.sim.report.build import build_report
 from kvsim.sim.report.kvreport import dumps_report, headline
-from kvsim.sim.simulate.engine import SimConfig, Simulation
+from kvsim.sim.simulate.engine import ADMISSION, SimConfig, Simulation
 from kvsim.sim.simulate.sweep import parse_axis, parse_bytes, run_sweep
 from kvsim.sim.workloads import WorkloadInputError, open_workload
 from kvsim.sim.workloads.open import resolve
@@ -55,6 +55,9 @@ def add_parser(sub) -> None:
     s.add_argument("--layers", type=int, default=16, help="full-attention layers of the target model")
     s.add_argument("--kv-heads", type=int, default=4)
     s.add_argument("--prefill-chunk", type=int, default=8192, help="prompt tokens per iteration")
+    s.add_argument("--admission", default="evict", choices=ADMISSION,
+                   help="evict: least-recently-used checkpoints give way to an admission (default); wait: "
+                   "they are evicted only for what running requests will not return")
     s.add_argument("--record", help="write the simulated kvtrace/1 events here")
     s.add_argument("--json", help="write the kvreport/1 (or, with --sweep, the points) here")
     s.add_argument("--html", help="write the HTML page here")
@@ -84,7 +87,7 @@ def base_config(args) -> SimConfig:
             raise InputError(f"--pages:0: expected a page count or 'max', got {args.pages!r}")
     return SimConfig(max_context=args.max_context, concurrency=args.concurrency, profile=args.profile, pages=pages,
                      hbm_bytes=hbm, host_bytes=_bytes(args.host_bytes), layers=args.layers, kv_heads=args.kv_heads,
-                     prefill_chunk=args.prefill_chunk)
+                     prefill_chunk=args.prefill_chunk, admission=args.admission)
 
 
 def run(args) -> int:

@@ -14,12 +14,15 @@ The loop, one engine iteration (one GPU unit) at a time:
   pages beyond the match, or its frontier exceeds the prompt (activation requires frontier <= prompt), a
   helper sequence activates from it, truncates to 64·m and retains a "split" checkpoint there (indexed: a
   shared prefix is cut once), which the request then Forks.
-  Admission waits until the pool's available pages cover the activation, its restores and COW, the
+  Admission needs the pool's available pages to cover the activation, its restores and COW, the
   request's whole reservation (prompt + output) and one page for the decode continuation's tail copy.
-  Least-recently-used checkpoints are evicted (offloaded to Host when an arena is configured, released
-  otherwise; the source checkpoint's pages are kept) only for what the decoding lanes will not return
-  when they finish; a waiting head is retried when pages were freed. A request that cannot fit in an
-  empty store is rejected.
+  Under the default policy (`admission="evict"`, as vLLM and SGLang treat cached blocks: free capacity
+  that holds reusable content) least-recently-used checkpoints are evicted until the pages are there
+  (offloaded to Host when an arena is configured, released otherwise; the source checkpoint's pages are
+  kept); the head waits for running requests only when evicting every evictable checkpoint is not
+  enough. Under `admission="wait"` checkpoints are evicted only for what the decoding lanes will not
+  return when they finish (the cache is kept, batches shrink). A waiting head is retried when pages were
+  freed. A request that cannot fit in an empty store is rejected.
 * **Chunked prefill**: at most `prefill_chunk` prompt tokens per iteration, pages mapped just ahead.
 * **Decode rounds**: every decoding lane writes one token per iteration in the same unit, mapping a page
   when it crosses a page boundary.
@@ -46,6 +49,7 @@ from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.stream import TraceInputError, TraceWriter
 
 MAIN = "main"
+ADMISSION = ("evict", "wait")
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class SimConfig:
     layers: int = 16
     kv_heads: int = 4
     prefill_chunk: int = 8192
+    admission: str = "evict"  # "evict": cached checkpoints give way to admissions; "wait": they wait
     timing: Timing = field(default_factory=Timing)
 
     def header(self, source: str) -> kt.Header:
@@ -123,6 +128,8 @@ class Simulation:
                  audit_every: int | None = None):
         if config.concurrency < 2:
             raise ValueError("the scheduler needs at least 2 execution rows (a prefill and a decode)")
+        if config.admission not in ADMISSION:
+            raise ValueError(f"admission policy {config.admission!r}: expected one of {', '.join(ADMISSION)}")
         self.config = config
         self.path = os.fspath(record) if record else f"<simulate {source}>"
         self.header = config.header(source)
@@ -270,7 +277,7 @@ class Simulation:
                 need += restores + 1 + max(0, len(space.pages) - m)
             protect = frozenset() if c is None else frozenset((c.cid,))
             self.keep = frozenset() if c is None else frozenset(space.pages)  # its restores stay as counted
-            ok = self._evict_for(need, protect, self.lane_pages)
+            ok = self._evict_for(need, protect, self.lane_pages if cfg.admission == "wait" else 0)
             self.keep = frozenset()
             if ok:
                 break

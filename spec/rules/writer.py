@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvsim.kvmodel.store import activation
+from kvsim.kvmodel.store.config import PAGE_SIZE
 
 from kvsim.spec.catalogue import state_rule, transition_rule
 
@@ -53,6 +54,12 @@ def wr_3(st, page, full):
     holders = page.holders
     if len(holders) == 1 and not holders[0].protected:
         return None  # one holder protecting nothing (page.protected == 0, decided without the scan)
+    if page.committed >= PAGE_SIZE:  # protected columns never exceed P: only whether any exist is open
+        base = page.block * PAGE_SIZE
+        for h in holders:
+            if h.protected > base:
+                return True
+        return None
     prot = page.protected
     if prot <= 0:
         return None
