@@ -30,12 +30,6 @@ from kvsim.kvmodel.store.effects import CopyColumns, HostToDevice
 from kvsim.kvmodel.store.errors import Refusal, violation
 
 
-class Keep(NamedTuple):
-    """A member page kept as is: moved or shared (restored first when it has no Device replica)."""
-
-    page: object
-
-
 class CopyTail(NamedTuple):
     """A partial tail copied into a private page: its first `columns` committed columns (COW)."""
 
@@ -49,7 +43,8 @@ class PoolPlan(NamedTuple):
     pool: str
     source: object  # source KVAddressSpace or None
     move: bool
-    members: tuple  # per block: Keep | CopyTail
+    members: tuple  # per block: the LogicalKVPage kept as is (moved or shared; restored first when it has no
+    # Device replica), or a CopyTail (a plain page, not a wrapper: a fork of a long prompt keeps hundreds)
     restores: int  # kept pages without a Device replica
     cows: int  # CopyTail members
     reservation: int  # pages reserved beyond the members
@@ -104,7 +99,7 @@ def plan_pool(st, pool: str, source, move: bool, entitlement: int, engine_pages)
                 members.append(CopyTail(page, tail_cols))
                 cows += 1
             else:
-                members.append(Keep(page))
+                members.append(page)
                 if page.device < 0:
                     restores += 1
     return PoolPlan(pool, source, move, tuple(members), restores, cows, max(0, entitlement - len(members)),
@@ -234,8 +229,8 @@ def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool
     pool = st.pools[plan.pool]
     seen = set()
     for b, (m, pid) in enumerate(zip(plan.members, engine)):
-        page = m.page
         copied = isinstance(m, CopyTail)
+        page = m.page if copied else m
         fresh = copied or page.device < 0
         if (copied and src is not None) or (plan.move and not fresh):  # the engine's Move/Fork choice, judged
             cov.check("CKPT-3", exercised=True)
@@ -331,7 +326,7 @@ def _apply_pool(st, seq, plan: PoolPlan, engine):
             if plan.move:
                 st.drop_ref(old, space)
         else:
-            page = m.page
+            page = m
             if page.device < 0:  # restore from the Host replica (identity and epoch kept, PAGE-5)
                 pid = st.lease_device(page, chosen)
                 st.emit(HostToDevice(plan.pool, page.host.offset, pid))

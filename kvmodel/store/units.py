@@ -69,6 +69,7 @@ class UnitRow(msgspec.Struct, frozen=True):
     committed: int
     row: int
     reservation: int
+    index: int  # the row's place in Unit.rows (UNIT-1 finds it there in O(1))
 
 
 class Unit(msgspec.Struct, frozen=True, gc=False):
@@ -129,7 +130,7 @@ def plan_launch(st, unit: str, rows) -> Unit:
         pages = space.pages
         if write is None:
             planned.append(UnitRow(unit, space, None, None, len(pages), space.committed, space.row,
-                                   space.reservation))
+                                   space.reservation, len(planned)))
             continue
         a, b = write
         written += 1
@@ -153,7 +154,8 @@ def plan_launch(st, unit: str, rows) -> Unit:
             protected += (flags >> 1) & 1
             if flags & 4:
                 forced.append(space)
-        planned.append(UnitRow(unit, space, a, b, len(pages), space.committed, space.row, space.reservation))
+        planned.append(UnitRow(unit, space, a, b, len(pages), space.committed, space.row, space.reservation,
+                               len(planned)))
     return Unit(unit, tuple(planned), written, shared, protected, tuple(forced))
 
 

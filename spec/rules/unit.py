@@ -33,7 +33,9 @@ def unit_1(st, space, full):
     if r is None:
         return None
     u = st.units.get(r.unit)
-    if u is None or r not in u.rows or r.space is not space:  # the cache disagrees with KVStore.units
+    rows = None if u is None else u.rows
+    if rows is None or not (0 <= r.index < len(rows) and rows[r.index] is r) or r.space is not space:
+        # the cache disagrees with KVStore.units
         return f"{space.owner!r} ({space.pool}) is marked in unit {r.unit!r}, which does not hold it"
     if r.num_pages != len(space.pages) or r.committed != space.committed or r.row != space.row \
             or r.reservation != space.reservation:

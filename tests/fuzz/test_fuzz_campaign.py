@@ -31,7 +31,7 @@ def _fork_shares_the_partial_tail(monkeypatch):
 
     def plan_pool(st, pool, source, move, entitlement, engine_pages):
         plan = orig(st, pool, source, move, entitlement, engine_pages)
-        return plan._replace(members=tuple(activation.Keep(m.page) if isinstance(m, activation.CopyTail) else m
+        return plan._replace(members=tuple(m.page if isinstance(m, activation.CopyTail) else m
                                            for m in plan.members), cows=0)
     monkeypatch.setattr(activation, "plan_pool", plan_pool)
 
