@@ -119,6 +119,19 @@ def test_recorded_simulation_replays_to_the_same_verdict_and_counts(tmp_path):
     assert other.read_bytes() == trace.read_bytes()
 
 
+def test_evicting_admission_serves_in_fewer_iterations_than_waiting_for_running_requests():
+    """Cached checkpoints give way to an admission ("evict"): batches grow and the workload finishes in
+    fewer engine iterations than when admission waits for running requests to return pages ("wait")."""
+    rs = list(open_workload("excerpt:conversation", 200))
+    evict = simulate(rs, SimConfig(pages=4096)).stats
+    wait = simulate(rs, SimConfig(pages=4096, admission="wait")).stats
+    assert evict["violations"] == wait["violations"] == 0
+    assert evict["requests"] == wait["requests"] == 200
+    assert evict["iterations"] < wait["iterations"] and evict["seconds"] < wait["seconds"]
+    with pytest.raises(ValueError, match="admission policy"):
+        Simulation(SimConfig(admission="lazy"))
+
+
 def test_a_request_that_cannot_fit_is_rejected():
     cfg = SimConfig(max_context=65536, concurrency=8, pages=1024, layers=1, kv_heads=1)
     res = simulate([Request(0, 0.0, 65000, 600, tuple(range(127))), Request(1, 0.0, 100, 3, (5,))], cfg)

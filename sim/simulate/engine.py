@@ -408,9 +408,11 @@ class Simulation:
             self._emit(kt.Complete(unit=unit, commit=tuple(commits)))
             self.now += timing.base + chunk * timing.per_token + len(lanes) * timing.per_lane
             s["iterations"] += 1
-            done = [lane for lane in lanes.values() if lane.frontier + 1 >= lane.end]
+            done = []
             for lane in lanes.values():
-                lane.frontier += 1
+                f = lane.frontier = lane.frontier + 1
+                if f >= lane.end:
+                    done.append(lane)
             s["output_tokens"] += len(lanes)
             for lane in done:
                 self._emit(kt.Finish(seq=lane.seq))

@@ -54,7 +54,7 @@ def page_keys(hash_ids, prompt: int) -> list[int]:
 
 
 class PrefixIndex:
-    """key -> [live checkpoints holding it, latest holder, shortest holder].
+    """key -> [live checkpoints holding it, latest holder, shortest holder, the shortest's key count].
 
     A holder is any object with a `keys` list (the scheduler's checkpoint record). The latest holder is
     the one that most recently registered or used the key; the shortest is the one with the fewest keys
@@ -91,12 +91,12 @@ class PrefixIndex:
         for k in ckpt.keys if keys is None else keys:
             e = index.get(k)
             if e is None:
-                index[k] = [1, ckpt, ckpt]
+                index[k] = [1, ckpt, ckpt, n]
             else:
                 e[0] += 1
                 e[1] = ckpt
-                if e[2] is None or n <= len(e[2].keys):
-                    e[2] = ckpt
+                if n <= e[3] or e[2] is None:
+                    e[2], e[3] = ckpt, n
 
     def touch(self, ckpt) -> None:
         """A holder was used: it becomes the latest holder of its keys (counts unchanged)."""
@@ -105,8 +105,8 @@ class PrefixIndex:
         for k in ckpt.keys:
             e = index[k]
             e[1] = ckpt
-            if e[2] is None or n <= len(e[2].keys):
-                e[2] = ckpt
+            if n <= e[3] or e[2] is None:
+                e[2], e[3] = ckpt, n
 
     def remove(self, ckpt) -> None:
         """A holder is gone (released or moved): its keys lose one holder. Where it was the latest or the
@@ -123,3 +123,4 @@ class PrefixIndex:
                 e[1] = None if e[2] is ckpt else e[2]
             if e[2] is ckpt:
                 e[2] = e[1]
+                e[3] = 0 if e[1] is None else len(e[1].keys)
