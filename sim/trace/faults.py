@@ -59,7 +59,9 @@ class Episode:
 
     # -- the engine's ordinary moves ------------------------------------------------------------
     def activate(self, seq, prompt, budget, src=None, keep=None, pages=None, bad=False) -> int:
-        result = None if pages is None else {"ok": True, "pages": {"main": list(pages)}}
+        # a root activation leases no page in any pool; a page list names Main's table
+        result = None if pages is None else {"ok": True, "pages": {"main": list(pages)} if pages else
+                                             {p: [] for p in self.pools}}
         return self.ev("activate", bad, seq=seq, prompt=prompt, budget=budget, keep_source=keep, result=result,
                        **{"from": src})
 
@@ -273,7 +275,8 @@ def map_while_unit_in_flight(e: Episode) -> None:
     """The next prefill chunk is materialized and the row republished while the row's unit is in flight."""
     s, u = e.new("s"), e.new("u")
     e.activate(s, 300, 100)
-    e.map(s, 128)
+    for p in e.pools:
+        e.map(s, 128, p)
     e.launch(u, s, 0, 128)
     e.map(s, 256, bad=True)
     e.complete(u, s, 128)
