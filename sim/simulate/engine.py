@@ -222,11 +222,11 @@ class Simulation:
         self._emit(kt.Release(ckpt=c.cid))
         self._forget(c)
 
-    def _host_room(self, nbytes: int, protect) -> bool:
-        """Make one Host extent of nbytes fit (the arena is checked on its geometry, not on free bytes),
-        releasing least-recently-used checkpoints that hold Host replicas."""
+    def _host_room(self, sizes: list, protect) -> bool:
+        """Make Host extents of these sizes fit together (the arena is checked on its geometry, not on free
+        bytes), releasing least-recently-used checkpoints that hold Host replicas."""
         arena = self.st.arena
-        while arena.plan([], [nbytes]) is None:
+        while arena.plan([], sizes) is None:
             victim = next((cid for cid in self.host if cid not in protect), None)
             if victim is None:
                 return False
@@ -252,12 +252,13 @@ class Simulation:
                 plan.append((pool, blocks, tuple(b for b in blocks if not pages[b].host_valid(pages[b].committed))))
         if not plan:
             return  # every Device page is in use by a running request: not evictable now
+        sizes = [len(todo) * self.st.pools[pool].page_bytes for pool, _, todo in plan if todo]
+        if sizes and not self._host_room(sizes, protect | {cid}):  # room for every pool's copies, or none
+            self._release(c)
+            self.s["evictions"] += 1
+            return
         for pool, blocks, todo in plan:
             nbytes = len(todo) * self.st.pools[pool].page_bytes
-            if todo and not self._host_room(nbytes, protect | {cid}):
-                self._release(c)
-                self.s["evictions"] += 1
-                return
             if todo:
                 self._emit(kt.Offload(ckpt=cid, pool=pool, blocks=todo))
                 self.s["host_bytes_out"] += nbytes
