@@ -27,6 +27,15 @@ The loop, one engine iteration (one GPU unit) at a time:
   the next admission can reuse it), and the decode sequence activates from it by Fork.
 * **Decode done**: the decode sequence finishes without retaining (generated tokens carry no block ids).
 
+Under the MTP backend (`SimConfig.backend = "mtp"`) every unit, map and truncate covers the Main and the
+MTP pool, an eviction offloads and drops both pools' pages (Host room is made for both before either is
+copied), and decode rounds are speculative (`sim.simulate.mtp`: K positions verified, the accepted ones
+committed). Admission counts Main pages only: the MTP pool mirrors Main's pages page for page and holds
+C·ceil((K-1)/P) pages more, which cover the one provisional lead page an active bundle may hold beyond
+Main, so MTP availability never falls below Main's.
+With a `FaultPlan` (`sim.simulate.inject`) fault episodes run between units when the store has their room;
+they leave nothing held, so the background runs exactly as it would without them.
+
 Virtual time advances per iteration by base + per prefill token + per decoding lane (`Timing`). Nothing
 depends on wall-clock time or unseeded randomness: the same workload and configuration give the same
 events, byte for byte.
