@@ -169,7 +169,7 @@ class Injector:
         self.plan = plan
         self.probes = {n: plan.probes.get(n) or probe(n, sim.config) for n in plan.names}
         self.rng = random.Random(plan.seed ^ 0xFA17_5EED)
-        self.order: list[str] = []  # faults due, the next one last
+        self.order: list[str] = []  # faults due (each at most once), the next one last
         self.next_at = self._gap()
         self.injected: list[tuple[str, str, int, int]] = []  # (name, rule, bad event, events written)
         self.waits = 0
@@ -205,8 +205,8 @@ class Injector:
             return
         order = self.order
         for attempt in range(2):
-            if not order or (attempt and len(order) < 2 * len(self.plan.names)):
-                cycle = list(self.plan.names)
+            if not order or attempt:
+                cycle = [n for n in self.plan.names if n not in order]  # each fault is due at most once
                 self.rng.shuffle(cycle)
                 order[:0] = cycle  # the next cycle, behind the faults still waiting for room
             for i in range(len(order) - 1, -1, -1):
