@@ -12,6 +12,10 @@ Where an episode must name page ids (a stale table, a page handed out twice, a f
 chooses them from the top of the Main pool, `Episode.top`: the background workload holds at most
 (C - 1)·L pages and the store hands out the lowest free id first, so those ids are free until the episode
 leases them (the model adopts an engine's choice after checking it is free).
+The simulation (`sim.simulate.inject`) injects the same episodes into a running workload, renaming their
+ids per injection and taking the highest page ids the live pool has free. Episodes write every pool of the
+configuration (`Episode.pools`): under MTP a unit writes both pools and a root activation's result lists no
+page in either; the two fork episodes that name Main's page table only are not MTP episodes.
 This module knows the kvtrace/1 vocabulary and the contract's arithmetic, never the model's internals.
 """
 
