@@ -6,6 +6,13 @@ figures), an HTML page with occupancy, hit-ratio and Host-traffic plots (`--html
 kvtrace/1 events (`--record`), which `kvsim replay` accepts unchanged. `--sweep KEY=V1,V2` (repeatable: the
 product of the axes) runs one simulation per point through an executor instead and reports a table and
 plots. Exit code 1 when any simulated event broke a rule.
+
+`--fault NAME|all` (`sim.simulate.inject`) injects engine fault episodes while the workload runs; the report's
+stats then count `faults_injected`, `faults_flagged` and list every miss, and the exit code says whether the
+faults were accounted for (0: every requested fault injected and each flagged at its bad event with exactly
+its rule, no other violation; 1 otherwise), as `kvsim check` does for declared scenarios; the recorded
+events replay (`kvsim replay`) to the same violations. `--backend mtp` runs speculative decode rounds
+(`sim.simulate.mtp`).
 """
 
 from __future__ import annotations
@@ -21,12 +28,16 @@ from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
 from kvsim.sim.report.build import build_report
 from kvsim.sim.report.kvreport import dumps_report, headline
 from kvsim.sim.simulate.engine import ADMISSION, SimConfig, Simulation
+from kvsim.sim.simulate.inject import DEFAULT_EVERY, plan_faults
 from kvsim.sim.simulate.sweep import parse_axis, parse_bytes, run_sweep
 from kvsim.sim.workloads import WorkloadInputError, open_workload
 from kvsim.sim.workloads.open import resolve
 
 SHOWN = ("requests", "rejected", "prompt_blocks", "reused_blocks", "hit_ratio", "evictions", "host_evictions",
          "host_bytes_out", "host_bytes_in", "peak_pages", "capacity_pages", "seconds", "events")
+SHOWN_MTP = ("output_tokens", "spec_rounds", "draft_tokens", "accepted_draft_tokens", "acceptance",
+             "tokens_per_round", "peak_mtp_pages", "capacity_mtp_pages")
+SHOWN_FAULTS = ("faults_injected", "faults_flagged", "fault_events", "violations_unexpected")
 SWEEP_COLUMNS = ("capacity_pages", "hit_ratio", "evictions", "host_evictions", "host_bytes_out", "host_bytes_in",
                  "peak_pages", "violations")
 SHORT = {"capacity_pages": "pages", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
@@ -58,6 +69,17 @@ def add_parser(sub) -> None:
     s.add_argument("--admission", default="evict", choices=ADMISSION,
                    help="evict: least-recently-used checkpoints give way to an admission (default); wait: "
                    "they are evicted only for what running requests will not return")
+    s.add_argument("--backend", default="off", choices=("off", "mtp"),
+                   help="speculative backend: mtp = speculative decode rounds over the Main and MTP pools")
+    s.add_argument("--draft-window", type=int, default=4, help="MTP draft window K (positions verified per round)")
+    s.add_argument("--accept-rate", type=float, default=0.7,
+                   help="MTP: probability that each draft token is accepted (seeded draws)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the MTP acceptance draws and the fault placement")
+    s.add_argument("--fault", action="append", metavar="NAME",
+                   help="inject this engine fault's episodes while the workload runs (repeatable; 'all': every "
+                   "fault the configuration supports; see kvsim generate --list-faults)")
+    s.add_argument("--fault-every", type=int, default=DEFAULT_EVERY,
+                   help=f"about one fault episode per N engine iterations (default {DEFAULT_EVERY})")
     s.add_argument("--record", help="write the simulated kvtrace/1 events here")
     s.add_argument("--json", help="write the kvreport/1 (or, with --sweep, the points) here")
     s.add_argument("--html", help="write the HTML page here")
@@ -85,9 +107,16 @@ def base_config(args) -> SimConfig:
             pages = int(args.pages)
         else:
             raise InputError(f"--pages:0: expected a page count or 'max', got {args.pages!r}")
+    if args.draft_window < 1:
+        raise InputError("--draft-window:0: the MTP draft window must be at least 1")
+    if not 0.0 <= args.accept_rate <= 1.0:
+        raise InputError("--accept-rate:0: expected a probability in [0, 1]")
+    if args.seed < 0:
+        raise InputError("--seed:0: expected a non-negative seed")
     return SimConfig(max_context=args.max_context, concurrency=args.concurrency, profile=args.profile, pages=pages,
                      hbm_bytes=hbm, host_bytes=_bytes(args.host_bytes), layers=args.layers, kv_heads=args.kv_heads,
-                     prefill_chunk=args.prefill_chunk, admission=args.admission)
+                     prefill_chunk=args.prefill_chunk, admission=args.admission, backend=args.backend,
+                     draft_window=args.draft_window, accept_rate=args.accept_rate, seed=args.seed)
 
 
 def run(args) -> int:
@@ -95,6 +124,8 @@ def run(args) -> int:
         resolve(args.workload)
         cfg = base_config(args)
         if args.sweep:
+            if args.fault:
+                raise InputError("--fault:0: fault injection runs in one simulation, not in a sweep")
             return _sweep(args, cfg)
         return _one(args, cfg)
     except WorkloadInputError as exc:
@@ -114,7 +145,13 @@ def _progress(console: Console, total, what: str):
 def _one(args, cfg: SimConfig) -> int:
     err = Console(stderr=True)
     prog = _progress(err, args.requests, f"simulating {args.workload}")
-    sim = Simulation(cfg, source=args.workload, record=args.record)
+    plan = None
+    if args.fault:
+        try:
+            plan = plan_faults(args.fault, cfg, args.fault_every, args.seed)
+        except ValueError as exc:
+            raise InputError(f"--fault:0: {exc}") from None
+    sim = Simulation(cfg, source=args.workload, record=args.record, faults=plan)
     requests = open_workload(args.workload, args.requests)
     if prog is not None:
         with prog:
@@ -137,11 +174,42 @@ def _one(args, cfg: SimConfig) -> int:
         t = Table(title=f"simulation of {args.workload}")
         t.add_column("statistic")
         t.add_column("value", justify="right")
-        for k in SHOWN:
+        for k in SHOWN + (SHOWN_MTP if cfg.backend == "mtp" else ()) + (SHOWN_FAULTS if plan else ()):
             v = result.stats[k]
             t.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
         out.print(t)
+        if plan:
+            _print_faults(out, result.stats)
+    if plan:
+        return EXIT_OK if faults_accounted(result.stats) else EXIT_VIOLATION
     return EXIT_VIOLATION if report["violations"] else EXIT_OK
+
+
+def faults_accounted(stats: dict) -> bool:
+    """With injected faults: every requested fault injected, each flagged at its bad event with exactly its
+    rule, and no other violation (the background stays clean)."""
+    return (stats["faults_flagged"] == stats["faults_injected"] and not stats["faults_missed"]
+            and not stats["faults_not_injected"] and stats["violations_unexpected"] == 0)
+
+
+def _print_faults(out: Console, stats: dict) -> None:
+    """Per fault: how often injected; then every miss and every fault that could not be injected."""
+    t = Table(title="injected engine faults")
+    t.add_column("fault")
+    t.add_column("injected", justify="right")
+    for name, n in stats["faults_by_name"].items():
+        t.add_row(name, f"{n:,}")
+    out.print(t)
+    for m in stats["faults_missed"]:
+        out.print(f"[red]missed[/red] {m['fault']} at line {m['line']}: expected {m['rule']}, reported "
+                  f"{', '.join(m['reported']) or 'nothing'}")
+    for name in stats["faults_not_injected"]:
+        out.print(f"[red]not injected[/red] {name}: the store never had room for its episode")
+    for name, why in stats["faults_skipped"].items():
+        out.print(f"skipped {name}: {why}")
+    verdict = "PASS" if faults_accounted(stats) else "FAIL"
+    out.print(f"{verdict}: {stats['faults_flagged']:,} of {stats['faults_injected']:,} injected faults flagged at "
+              f"their bad events with their rules; {stats['violations_unexpected']:,} other violations")
 
 
 def _sweep(args, cfg: SimConfig) -> int:

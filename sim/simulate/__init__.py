@@ -3,6 +3,7 @@ through the store model, emitting kvtrace/1 events that are checked exactly as `
 
 Modules: `prefix` (a small prefix index over block hashes: which retained checkpoint holds the longest
 prefix of a prompt), `reuse` (the reuse a workload allows, computed from its block ids alone), `engine`
-(the scheduler), `series` (bounded time series for the plots), `sweep` (what-if points over an executor),
-`bench` (the whole-trace benchmark).
+(the scheduler), `mtp` (speculative decode rounds under the MTP backend), `inject` (engine fault episodes
+injected while the workload runs, and scoring them), `series` (bounded time series for the plots),
+`sweep` (what-if points over an executor), `bench` (the whole-trace benchmark).
 """

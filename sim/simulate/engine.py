@@ -30,6 +30,15 @@ The loop, one engine iteration (one GPU unit) at a time:
   the next admission can reuse it), and the decode sequence activates from it by Fork.
 * **Decode done**: the decode sequence finishes without retaining (generated tokens carry no block ids).
 
+Under the MTP backend (`SimConfig.backend = "mtp"`) every unit, map and truncate covers the Main and the
+MTP pool, an eviction offloads and drops both pools' pages (Host room is made for both before either is
+copied), and decode rounds are speculative (`sim.simulate.mtp`: K positions verified, the accepted ones
+committed). Admission counts Main pages only: the MTP pool mirrors Main's pages page for page and holds
+C·ceil((K-1)/P) pages more, which cover the one provisional lead page an active bundle may hold beyond
+Main, so MTP availability never falls below Main's.
+With a `FaultPlan` (`sim.simulate.inject`) fault episodes run between units when the store has their room;
+they leave nothing held, so the background runs exactly as it would without them.
+
 Virtual time advances per iteration by base + per prefill token + per decoding lane (`Timing`). Nothing
 depends on wall-clock time or unseeded randomness: the same workload and configuration give the same
 events, byte for byte.
@@ -43,12 +52,15 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 from kvsim.sim.replay import InternalError, TraceReplay
+from kvsim.sim.simulate.inject import FaultPlan, Injector
+from kvsim.sim.simulate.mtp import SpeculativeRounds
 from kvsim.sim.simulate.prefix import P, PrefixIndex, page_keys
 from kvsim.sim.simulate.series import Series
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.stream import TraceInputError, TraceWriter
 
 MAIN = "main"
+MTP = "mtp"
 ADMISSION = ("evict", "wait")
 
 
@@ -77,9 +89,13 @@ class SimConfig:
     kv_heads: int = 4
     prefill_chunk: int = 8192
     admission: str = "evict"  # "evict": cached checkpoints give way to admissions; "wait": they wait
+    backend: str = "off"  # "off" | "mtp": speculative decode rounds (sim.simulate.mtp)
+    draft_window: int = 4  # MTP K
+    accept_rate: float = 0.7  # MTP: each draft token is accepted with this probability (seeded draws)
+    seed: int = 0  # the acceptance draws' seed
     timing: Timing = field(default_factory=Timing)
 
-    def header(self, source: str) -> kt.Header:
+    def header(self, source: str, meta: dict | None = None) -> kt.Header:
         cap = None
         if self.pages is not None:
             cap = kt.KVCapacity(tokens=self.pages * P)
@@ -87,11 +103,11 @@ class SimConfig:
             cap = kt.KVCapacity(auto=kt.AutoCapacity(free_bytes=self.hbm_bytes, headroom_bytes=0))
         return kt.Header(format="kvtrace/1", config=kt.Config(
             max_context=self.max_context, max_concurrency=self.concurrency, page_size=P, kv_profile=self.profile,
-            backend=kt.BackendOff(), model=kt.Model(full_attention_layers=self.layers, kv_heads=self.kv_heads,
-                                                    head_dim=256),
+            backend=kt.BackendMTP(draft_window=self.draft_window) if self.backend == "mtp" else kt.BackendOff(),
+            model=kt.Model(full_attention_layers=self.layers, kv_heads=self.kv_heads, head_dim=256),
             kv_capacity=cap, host_arena_bytes=self.host_bytes, prefill_chunk=self.prefill_chunk),
             meta={"source": source, "simulation": {k: v for k, v in asdict(self).items() if k != "timing"}
-                  | {"timing": asdict(self.timing)}})
+                  | {"timing": asdict(self.timing)}} | (meta or {}))
 
 
 class Ckpt:
@@ -125,14 +141,17 @@ class Simulation:
     """One simulation run; `run(requests)` drives it to the end and returns a SimResult."""
 
     def __init__(self, config: SimConfig, source: str = "simulate", record=None, progress=None,
-                 audit_every: int | None = None):
+                 audit_every: int | None = None, faults: FaultPlan | None = None):
         if config.concurrency < 2:
             raise ValueError("the scheduler needs at least 2 execution rows (a prefill and a decode)")
         if config.admission not in ADMISSION:
             raise ValueError(f"admission policy {config.admission!r}: expected one of {', '.join(ADMISSION)}")
         self.config = config
+        # every pool a unit writes and a truncate or eviction covers: Main, and MTP under the MTP backend
+        self.pools = (MAIN, MTP) if config.backend == "mtp" else (MAIN,)
+        self.spec = SpeculativeRounds(config) if config.backend == "mtp" else None
         self.path = os.fspath(record) if record else f"<simulate {source}>"
-        self.header = config.header(source)
+        self.header = config.header(source, None if faults is None else {"faults": faults.meta()})
         kw = {} if audit_every is None else {"audit_every": audit_every}
         self.rep = TraceReplay(self.path, self.header, **kw)
         self.st = self.rep.st
@@ -153,6 +172,7 @@ class Simulation:
         self.blocked = False  # the queue's head waits for pages: retry when a request frees some
         self.keep: frozenset = frozenset()  # pages of the checkpoint being activated from: never dropped
         self.series = Series()
+        self.injector = None if faults is None else Injector(self, faults)
         self.s = dict(requests=0, rejected=0, prompt_tokens=0, prompt_blocks=0, reused_blocks=0,
                       reused_tokens=0, output_tokens=0, evictions=0, offloads=0, host_evictions=0,
                       restored_pages=0, forks=0, moves=0, splits=0, truncates=0, host_bytes_out=0,
@@ -179,6 +199,22 @@ class Simulation:
     def _space(self, cid):
         return self.st.checkpoints[cid].spaces[MAIN]
 
+    def _ckpt_pages(self, cid) -> frozenset:
+        """The checkpoint's logical pages in every pool (kept while it is activated from)."""
+        spaces = self.st.checkpoints[cid].spaces
+        return frozenset(p for pool in self.pools for p in spaces[pool].pages)
+
+    def _restore_bytes(self, cid) -> int:
+        """Bytes an activation from the checkpoint restores from Host, over every pool."""
+        spaces = self.st.checkpoints[cid].spaces
+        return sum(self.st.pools[pool].page_bytes * sum(1 for p in spaces[pool].pages if p.device < 0)
+                   for pool in self.pools)
+
+    def _truncate(self, seq: str, frontier: int) -> None:
+        """Cut the sequence to `frontier` in every pool (a bundle's pools hold the same committed prefix)."""
+        for pool in self.pools:
+            self._emit(kt.Truncate(seq=seq, pool=pool, frontier=frontier))
+
     def _forget(self, c: Ckpt) -> None:
         self.index.remove(c)
         del self.ckpts[c.cid]
@@ -202,11 +238,11 @@ class Simulation:
         self._emit(kt.Release(ckpt=c.cid))
         self._forget(c)
 
-    def _host_room(self, nbytes: int, protect) -> bool:
-        """Make one Host extent of nbytes fit (the arena is checked on its geometry, not on free bytes),
-        releasing least-recently-used checkpoints that hold Host replicas."""
+    def _host_room(self, sizes: list, protect) -> bool:
+        """Make Host extents of these sizes fit together (the arena is checked on its geometry, not on free
+        bytes), releasing least-recently-used checkpoints that hold Host replicas."""
         arena = self.st.arena
-        while arena.plan([], [nbytes]) is None:
+        while arena.plan([], sizes) is None:
             victim = next((cid for cid in self.host if cid not in protect), None)
             if victim is None:
                 return False
@@ -221,24 +257,31 @@ class Simulation:
             self._release(c)
             self.s["evictions"] += 1
             return
-        pages = self._space(cid).pages
+        spaces = self.st.checkpoints[cid].spaces
         keep = self.keep
-        blocks = [b for b, p in enumerate(pages) if p.device >= 0 and not p.pins and not p.active_refs
-                  and p not in keep]
-        if not blocks:
+        plan = []  # per pool: (pool, droppable blocks, blocks without a current Host replica)
+        for pool in self.pools:
+            pages = spaces[pool].pages
+            blocks = [b for b, p in enumerate(pages) if p.device >= 0 and not p.pins and not p.active_refs
+                      and p not in keep]
+            if blocks:
+                plan.append((pool, blocks, tuple(b for b in blocks if not pages[b].host_valid(pages[b].committed))))
+        if not plan:
             return  # every Device page is in use by a running request: not evictable now
-        todo = tuple(b for b in blocks if not pages[b].host_valid(pages[b].committed))
-        if todo and not self._host_room(len(todo) * self.page_bytes, protect | {cid}):
+        sizes = [len(todo) * self.st.pools[pool].page_bytes for pool, _, todo in plan if todo]
+        if sizes and not self._host_room(sizes, protect | {cid}):  # room for every pool's copies, or none
             self._release(c)
             self.s["evictions"] += 1
             return
-        if todo:
-            self._emit(kt.Offload(ckpt=cid, pool=MAIN, blocks=todo))
-            self.s["host_bytes_out"] += len(todo) * self.page_bytes
-        self._emit(kt.DropDevice(ckpt=cid, pool=MAIN, blocks=tuple(blocks)))
+        for pool, blocks, todo in plan:
+            nbytes = len(todo) * self.st.pools[pool].page_bytes
+            if todo:
+                self._emit(kt.Offload(ckpt=cid, pool=pool, blocks=todo))
+                self.s["host_bytes_out"] += nbytes
+            self._emit(kt.DropDevice(ckpt=cid, pool=pool, blocks=tuple(blocks)))
         self.s["evictions"] += 1
         self.s["offloads"] += 1
-        if all(p.device < 0 for p in pages):
+        if all(p.device < 0 for pool in self.pools for p in spaces[pool].pages):
             del self.dev[cid]  # pages a running request still uses stay listed for a later eviction
         self.host[cid] = None
         self.host.move_to_end(cid)
@@ -276,7 +319,7 @@ class Simulation:
                 restores = sum(1 for p in space.pages if p.device < 0)
                 need += restores + 1 + max(0, len(space.pages) - m)
             protect = frozenset() if c is None else frozenset((c.cid,))
-            self.keep = frozenset() if c is None else frozenset(space.pages)  # its restores stay as counted
+            self.keep = frozenset() if c is None else self._ckpt_pages(c.cid)  # its restores stay as counted
             ok = self._evict_for(need, protect, self.lane_pages if cfg.admission == "wait" else 0)
             self.keep = frozenset()
             if ok:
@@ -299,7 +342,7 @@ class Simulation:
             # Move when the prompt's own checkpoint will hold every key of c: c is not needed again
             move = c.kind == "prompt" and depth == len(c.keys)
             s["restored_pages"] += restores
-            s["host_bytes_in"] += restores * self.page_bytes
+            s["host_bytes_in"] += restores * self.page_bytes if self.spec is None else self._restore_bytes(c.cid)
             if move:
                 self._forget(c)
             else:
@@ -310,7 +353,7 @@ class Simulation:
                 # indexed for later requests sharing the same prefix
                 helper, split = f"h{rid}", Ckpt(f"s{rid}", keys[:m], m * P, "split")
                 self._activate(helper, c.frontier, 0, c.cid, keep=not move)
-                self._emit(kt.Truncate(seq=helper, pool=MAIN, frontier=m * P))
+                self._truncate(helper, m * P)
                 self._emit(kt.Finish(seq=helper, retain=split.cid))
                 self._retain(split)
                 s["splits"] += 1
@@ -319,7 +362,7 @@ class Simulation:
             ok = self._activate(seq, n, o, c.cid, keep=not move)
             s["moves" if move else "forks"] += 1
             if c.frontier > m * P:  # cut the checkpoint's partial tail (copied by the activation)
-                self._emit(kt.Truncate(seq=seq, pool=MAIN, frontier=m * P))
+                self._truncate(seq, m * P)
                 s["truncates"] += 1
         if not ok:
             raise RuntimeError(f"request {rid}: the store refused an activation the scheduler had room for")
@@ -338,7 +381,7 @@ class Simulation:
             return
         seq = f"d{pf.rid}"
         if not self._activate(seq, pf.prompt, pf.output, cid, True):
-            self.keep = frozenset(self._space(cid).pages)
+            self.keep = self._ckpt_pages(cid)
             self._evict_for(self.pool.available + 1, frozenset((cid,)))
             self.keep = frozenset()
             if not self._activate(seq, pf.prompt, pf.output, cid, True):
@@ -360,6 +403,7 @@ class Simulation:
         timing = cfg.timing
         chunk_max = cfg.prefill_chunk
         launch_row, commit_row = kt.LaunchRow, kt.CommitRow
+        pools, spec, injector = self.pools, self.spec, self.injector
         while True:
             while nxt is not None and nxt.arrival <= self.now:
                 if nxt.prompt < 1 or nxt.prompt > cfg.max_context:
@@ -391,29 +435,38 @@ class Simulation:
                 b = pf.frontier + chunk
                 need = -(-b // P)
                 if need > pf.mapped:
-                    self._emit(kt.Map(seq=pf.seq, pool=MAIN, tokens=b))
+                    for pool in pools:
+                        self._emit(kt.Map(seq=pf.seq, pool=pool, tokens=b))
                     pf.mapped = need
-                rows.append(launch_row(pf.seq, MAIN, (pf.frontier, b)))
-                commits.append(commit_row(pf.seq, MAIN, b))
-            for lane in lanes.values():
-                f = lane.frontier
-                if f >= lane.mapped * P:
-                    self._emit(kt.Map(seq=lane.seq, pool=MAIN, tokens=f + 1))
-                    lane.mapped += 1
-                rows.append(launch_row(lane.seq, MAIN, (f, f + 1)))
-                commits.append(commit_row(lane.seq, MAIN, f + 1))
+                for pool in pools:
+                    rows.append(launch_row(pf.seq, pool, (pf.frontier, b)))
+                    commits.append(commit_row(pf.seq, pool, b))
+            if spec is not None:
+                spec.round(lanes, self._emit, rows, commits)  # speculative: K drafts, accepted ones committed
+            else:
+                for lane in lanes.values():
+                    f = lane.frontier
+                    if f >= lane.mapped * P:
+                        self._emit(kt.Map(seq=lane.seq, pool=MAIN, tokens=f + 1))
+                        lane.mapped += 1
+                    rows.append(launch_row(lane.seq, MAIN, (f, f + 1)))
+                    commits.append(commit_row(lane.seq, MAIN, f + 1))
             unit = f"u{self.units}"
             self.units += 1
             self._emit(kt.Launch(unit=unit, rows=tuple(rows)))
             self._emit(kt.Complete(unit=unit, commit=tuple(commits)))
             self.now += timing.base + chunk * timing.per_token + len(lanes) * timing.per_lane
             s["iterations"] += 1
-            done = []
-            for lane in lanes.values():
-                f = lane.frontier = lane.frontier + 1
-                if f >= lane.end:
-                    done.append(lane)
-            s["output_tokens"] += len(lanes)
+            if spec is not None:
+                done = spec.advance(lanes)
+                s["output_tokens"] += spec.last_tokens
+            else:
+                done = []
+                for lane in lanes.values():
+                    f = lane.frontier = lane.frontier + 1
+                    if f >= lane.end:
+                        done.append(lane)
+                s["output_tokens"] += len(lanes)
             for lane in done:
                 self._emit(kt.Finish(seq=lane.seq))
                 del lanes[lane.seq]
@@ -434,6 +487,10 @@ class Simulation:
             self.series.record(round(self.now, 6), pool.allocated, pool.reserved, pool.capacity,
                                s["reused_tokens"] / pt if pt else 0.0, s["host_bytes_out"], s["host_bytes_in"],
                                len(lanes), len(queue) - head)
+            if injector is not None:
+                injector.boundary()  # between units: a fault episode may run here
+        if injector is not None:
+            injector.drain()
         return self._finish()
 
     def _finish(self) -> SimResult:
@@ -457,6 +514,12 @@ class Simulation:
         s["violations"] = len(result.violations)
         s["refusals"] = len(result.refusals)
         s["checkpoints_left"] = len(self.ckpts)
+        if self.spec is not None:
+            s.update(self.spec.stats())
+            s["peak_mtp_pages"] = result.pools[MTP]["peak_allocated"]
+            s["capacity_mtp_pages"] = self.st.pools[MTP].capacity
+        if self.injector is not None:
+            s.update(self.injector.stats(result.violations))
         return SimResult(s, self.series.as_dict(), result, self.header)
 
 

@@ -12,6 +12,10 @@ Where an episode must name page ids (a stale table, a page handed out twice, a f
 chooses them from the top of the Main pool, `Episode.top`: the background workload holds at most
 (C - 1)·L pages and the store hands out the lowest free id first, so those ids are free until the episode
 leases them (the model adopts an engine's choice after checking it is free).
+The simulation (`sim.simulate.inject`) injects the same episodes into a running workload, renaming their
+ids per injection and taking the highest page ids the live pool has free. Episodes write every pool of the
+configuration (`Episode.pools`): under MTP a unit writes both pools and a root activation's result lists no
+page in either; the two fork episodes that name Main's page table only are not MTP episodes.
 This module knows the kvtrace/1 vocabulary and the contract's arithmetic, never the model's internals.
 """
 
@@ -59,7 +63,9 @@ class Episode:
 
     # -- the engine's ordinary moves ------------------------------------------------------------
     def activate(self, seq, prompt, budget, src=None, keep=None, pages=None, bad=False) -> int:
-        result = None if pages is None else {"ok": True, "pages": {"main": list(pages)}}
+        # a root activation leases no page in any pool; a page list names Main's table
+        result = None if pages is None else {"ok": True, "pages": {"main": list(pages)} if pages else
+                                             {p: [] for p in self.pools}}
         return self.ev("activate", bad, seq=seq, prompt=prompt, budget=budget, keep_source=keep, result=result,
                        **{"from": src})
 
@@ -273,7 +279,8 @@ def map_while_unit_in_flight(e: Episode) -> None:
     """The next prefill chunk is materialized and the row republished while the row's unit is in flight."""
     s, u = e.new("s"), e.new("u")
     e.activate(s, 300, 100)
-    e.map(s, 128)
+    for p in e.pools:
+        e.map(s, 128, p)
     e.launch(u, s, 0, 128)
     e.map(s, 256, bad=True)
     e.complete(u, s, 128)
