@@ -110,6 +110,7 @@ def plan_launch(st, unit: str, rows) -> Unit:
     max_context = st.S
     written = shared = protected = 0
     forced = []  # spaces whose write is their one forced control span after bounded completion
+    listed = set()
     for r in rows:
         seq, pool, write = r.seq, r.pool, r.write
         bundle = bundles.get(seq)
@@ -123,10 +124,10 @@ def plan_launch(st, unit: str, rows) -> Unit:
             raise violation("UNIT-1", f"{seq!r} ({pool}) is already a row of in-flight unit {held.unit!r}"
                             + ("" if write is None else " (a written row needs the space to itself)"),
                             seq=seq, pool=pool, unit=unit)
-        for p in planned:
-            if p.space is space:
-                raise violation("UNIT-1", f"{seq!r} ({pool}) is listed twice in unit {unit!r}", seq=seq, pool=pool,
-                                unit=unit)
+        if space in listed:  # spaces hash by identity
+            raise violation("UNIT-1", f"{seq!r} ({pool}) is listed twice in unit {unit!r}", seq=seq, pool=pool,
+                            unit=unit)
+        listed.add(space)
         pages = space.pages
         if write is None:
             planned.append(UnitRow(unit, space, None, None, len(pages), space.committed, space.row,
@@ -276,6 +277,7 @@ def plan_complete(st, unit: str, commits) -> CompletePlan:
         u = _live_unit(st, unit, "complete")  # raises the TRACE-2 violation
     bundles = st.bundles
     spaces, frontiers = [], []
+    committed = set()
     for c in commits:
         seq, pool, frontier = c.seq, c.pool, c.frontier
         bundle = bundles.get(seq)
@@ -286,10 +288,10 @@ def plan_complete(st, unit: str, commits) -> CompletePlan:
         if r is None or r.unit != unit:
             raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) although it is not a row of the "
                             "unit", unit=unit, seq=seq, pool=pool)
-        for p in spaces:
-            if p is sp:
-                raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) twice", unit=unit, seq=seq,
-                                pool=pool)
+        if sp in committed:  # spaces hash by identity
+            raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) twice", unit=unit, seq=seq,
+                            pool=pool)
+        committed.add(sp)
         if frontier < sp.committed:
             raise violation("UNIT-2", f"commit moves {seq!r} ({pool}) back from {sp.committed} to {frontier}; "
                             "only an explicit truncate shortens a frontier", unit=unit, seq=seq, pool=pool)
