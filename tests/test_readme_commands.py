@@ -55,7 +55,7 @@ def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
         "bench simulate": [["bench", "simulate", "--workload", "excerpt:conversation", "--requests", "20",
                             "--json", f"{tmp}/bs.json"]],
         "simulate": [["simulate", "excerpt:conversation", "--requests", "20", "--pages", "4096", "--profile", "int8",
-                      "--host-bytes", "64M", "--record", f"{tmp}/sim.jsonl", "--json", f"{tmp}/sim.json",
+                      "--admission", "wait", "--host-bytes", "64M", "--record", f"{tmp}/sim.jsonl", "--json", f"{tmp}/sim.json",
                       "--html", f"{tmp}/sim.html", "--quiet"],
                      ["simulate", "excerpt:conversation", "--requests", "10", "--hbm-bytes", "16G",
                       "--sweep", "profile=bf16,fp8", "--executor", "thread", "--json", f"{tmp}/sweep.json",
