@@ -31,3 +31,24 @@ def test_release_source_ignores_a_descriptor_reused_after_the_transfer_published
     st.xfer("x", "d2h", "k", "main", [0], "release_source")
     assert page.device >= 0, "release_source dropped the Device replica of another sequence's page"
     assert ck.incremental() == [] and ck.audit() == []
+
+
+def test_two_incarnations_that_truncate_and_rewrite_write_distinct_content_keys():
+    """A sequence id reactivated after finishing is a new incarnation: after a destructive truncate its
+    rewrites carry content keys of their own, never those of an earlier incarnation's rewrites."""
+    st = KVStore(StoreConfig(1024, 2))
+    tokens = []
+    for _ in range(2):
+        st.activate("a", 128, 0)
+        st.map("a", "main", 128)
+        st.launch("u", [("a", "main", (0, 128))])
+        st.complete("u", [("a", "main", 128)])
+        st.truncate("a", "main", 100)  # destructive: positions 100.. are rewritten as new content
+        tokens.append(st.space_of("a", "main").token)
+        st.launch("u", [("a", "main", (100, 128))])
+        st.complete("u", [("a", "main", 128)])
+        page = st.space_of("a", "main").pages[1]
+        tokens.append(page.key_token_at(127 - 64))  # column 63 of block 1
+        st.finish("a", None)
+    assert tokens[0] != tokens[2] and tokens[1] != tokens[3]
+    assert tokens[0] == tokens[1]  # the rewritten column carries the post-truncate token

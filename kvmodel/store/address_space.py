@@ -82,9 +82,11 @@ class KVAddressSpace:
         return len(self.pages) * PAGE_SIZE
 
     def new_token(self) -> None:
-        """After a destructive truncate, later writes are new content (new content keys)."""
+        """After a destructive truncate, later writes are new content (new content keys): the token chains
+        from the current one, which is unique to this incarnation of the sequence id (KVStore.set_token), so
+        two incarnations that each truncate and rewrite never share content keys."""
         self.rewrites += 1
-        self.token = writer_token(self.owner, self.pool, self.rewrites)
+        self.token = writer_token(self.token, self.rewrites)
 
     def snapshot(self) -> tuple:
         return (self.uid, self.pool, self.owner, tuple(p.handle for p in self.pages), self.committed,
