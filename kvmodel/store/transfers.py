@@ -237,6 +237,14 @@ def _release_source(st, x: Transfer) -> None:
     # "release source when no longer required": a Device source an active sequence still reads (a Fork or
     # Move made while the copy ran) is still required and stays; the phase releases the others
     live = [p for p, g in zip(x.pages, x.generations) if p.alive and p.generation == g]
+    if x.direction == "h2d":  # the Host source goes only where the restored Device copy still stands in for it
+        for page in live:
+            if page.host is not None:
+                st.cov.check("REP-4", exercised=True)
+                if not page.device_valid(page.committed):
+                    raise violation("REP-4", f"transfer {x.xid!r}: release_source would free the Host replica of "
+                                    f"block {page.block}, its only valid replica (the restored Device copy is "
+                                    "gone or stale): \"唯一有效 source 也不能先释放\"", xfer=x.xid, block=page.block)
     for page in live:
         if x.direction == "d2h" and page.device >= 0:
             st.cov.check("REP-4", exercised=True)

@@ -78,7 +78,9 @@ def rep_3(st, _entity, full):
                       "Device replica may drop only with a current Host replica and no active reference or pin "
                       "(kvmodel.store.transfers). A d2h transfer's `release_source` releases the Device sources "
                       "no longer required (store contract \"release source when no longer required\"): a page "
-                      "an active sequence still reads keeps its Device replica.")
+                      "an active sequence still reads keeps its Device replica. An h2d transfer's `release_source` "
+                      "frees the Host source only while the restored Device copy is valid; once that copy was "
+                      "dropped again the Host replica is the last one and freeing it is the violation.")
 def rep_4(st, page, full):
     if not page.alive or not page.holders:
         return None

@@ -178,3 +178,26 @@ def test_rep4_fires_on_dropping_a_device_replica_in_active_use():
     retained(st, "c", 200)
     run(st, ("offload", "c", "main", [0]), ("activate", "s", 200, 0, {"source": "c"}))
     assert_violation(st, "REP-4", "drop_device", "c", "main", [0])
+
+
+def test_rep4_fires_on_releasing_a_restores_host_source_after_its_device_copy_was_dropped():
+    """h2d release_source frees the Host source; once the restored Device copy was dropped again, the Host
+    replica is the only valid one and may not go ("唯一有效 source 也不能先释放")."""
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, ("offload", "c", "main", [1]), ("drop_device", "c", "main", [1]))
+    for phase in ("reserve", "copy", "verify", "publish"):
+        run(st, ("xfer", "r", "h2d", "c", "main", [1], phase))
+    run(st, ("drop_device", "c", "main", [1]))  # the restored copy goes again (its Host replica is current)
+    assert_violation(st, "REP-4", "xfer", "r", "h2d", "c", "main", [1], "release_source")
+
+
+def test_rep4_keeps_releasing_a_restores_host_source_while_its_device_copy_stands():
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, ("offload", "c", "main", [1]), ("drop_device", "c", "main", [1]))
+    for phase in ("reserve", "copy", "verify", "publish", "release_source"):
+        run(st, ("xfer", "r", "h2d", "c", "main", [1], phase))
+    page = st.checkpoints["c"].spaces["main"].pages[1]
+    assert page.host is None and page.device_valid(page.committed)
+    assert_kept(st, "REP-4")
