@@ -112,7 +112,7 @@ def test_rep3_fires_on_overlapping_host_extents():
     del st.host_slices[second.host.offset]
     second.host.offset = PAGE_BYTES_BF16 // 2  # half over the first page's slice
     st.host_slices[second.host.offset] = second
-    touch(st, pages=[second], host=True)
+    touch(st, pages=[second], host=[second.host.offset])
     assert_detected(st, "REP-3")
 
 
