@@ -74,7 +74,7 @@ def _live_size(st, off):
             return f"host slice at {off} is not the replica of its page {page.handle}"
         return page.host.size
     x = st.host_dests.get(off)
-    if x is not None and x.direction == "d2h" and x.phase in ("reserve", "copy", "verify") and off in x.dest:
+    if x is not None and x.phase in ("reserve", "copy", "verify"):  # the audit matches host_dests to x.dest
         return st.pools[x.pool].page_bytes
     return None
 
@@ -83,6 +83,7 @@ def _rep_3_touched(st, touched):
     arena = st.arena
     cap = arena.capacity
     order = st.host_order
+    seen_free = set()  # free extents already checked (a released run coalesces into one)
     for off in sorted(touched):
         size = _live_size(st, off)
         if isinstance(size, str):
@@ -93,8 +94,9 @@ def _rep_3_touched(st, touched):
             if indexed:
                 return f"host extent index lists {off}, where no live extent starts"
             free = arena.free_extent_at(off) if off < cap else None
-            if free is not None:
+            if free is not None and free[0] not in seen_free:
                 fo, fs = free
+                seen_free.add(fo)
                 k = bisect.bisect_left(order, fo)
                 for j in (k - 1, k):
                     if 0 <= j < len(order):
