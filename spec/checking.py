@@ -1,7 +1,7 @@
 """Running the state rules: incrementally on what an operation touched, or as a full audit.
 
 Incremental checking costs O(entities the last operation touched): the model records touched pools,
-pages, address spaces and rows, and each state rule's predicate runs on those of its scope. The full
+pages, address spaces, rows and Host extents, and each state rule's predicate runs on those of its scope. The full
 audit runs every predicate on every entity in its global form (recounts, whole rows) and then each rule's
 audit-only `full=` form (reachability with networkx, pool-wide recounts); it must agree with the
 incremental checks (tests/test_model_properties.py checks both after every fuzzed step).
