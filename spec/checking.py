@@ -1,7 +1,7 @@
 """Running the state rules: incrementally on what an operation touched, or as a full audit.
 
 Incremental checking costs O(entities the last operation touched): the model records touched pools,
-pages, address spaces and rows, and each state rule's predicate runs on those of its scope. The full
+pages, address spaces, rows and Host extents, and each state rule's predicate runs on those of its scope. The full
 audit runs every predicate on every entity in its global form (recounts, whole rows) and then each rule's
 audit-only `full=` form (reachability with networkx, pool-wide recounts); it must agree with the
 incremental checks (tests/test_model_properties.py checks both after every fuzzed step).
@@ -67,6 +67,11 @@ def _one(st) -> tuple:
     return (None,)
 
 
+def _host_touched(st) -> tuple:
+    """The store-scope (Host tier) rules' one entity incrementally: the Host extents touched, offset -> size."""
+    return (st.t_host,)
+
+
 TOUCHED = {"pool": attrgetter("t_pools"), "page": attrgetter("t_pages"), "space": _live_touched_spaces,
            "row": attrgetter("t_rows")}
 FOCUSED_TOUCHED = dict(TOUCHED, space=attrgetter("t_spaces"))  # focused operations never end a space
@@ -115,7 +120,7 @@ class Checker:
         self._full_forms = tuple(r for rules in self.by_scope.values() for r in rules if r.full_checker is not None)
         self._focused = {op: self._plan(FOCUSED_TOUCHED, ids) for op, ids in FOCUS.items()}
         self._touched = self._plan(TOUCHED)
-        self._host = ((_one, self._bound["store"]),)
+        self._host = ((_host_touched, self._bound["store"]),)
         self._audit = tuple((EVERY[sc], self._bound[sc]) for sc in SCOPES if self._bound[sc])
         self._config = ((_one, self._bound["config"]),)
 
@@ -135,7 +140,7 @@ class Checker:
         out: list[Finding] = []
         plan = self._focused.get(op)
         if plan is None:
-            if st.t_host:  # Host-tier state is one arena: its rules run on the whole store
+            if st.t_host:  # Host-tier rules run on the touched extents (the audit: on the whole arena)
                 _check(st, self._host, False, out)
             plan = self._touched
         _check(st, plan, False, out)

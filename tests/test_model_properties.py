@@ -4,10 +4,12 @@
 - The model never reaches a state that a state rule rejects: incremental checking after each operation
   and the full audit both find nothing, on every history.
 - Incremental checking and the full audit agree when an entity the last operation touched is corrupted
-  the way a buggy store would corrupt it.
+  the way a buggy store would corrupt it (a Host extent too: overlapping, beyond the arena, unaccounted).
 """
 
 from __future__ import annotations
+
+import bisect
 
 import networkx as nx
 import pytest
@@ -181,32 +183,143 @@ def _corruptions(store):
                 out.append(("WR-2", "page", page, lambda p=page: setattr(p, "writer", p.holders[0])))
             if page.holders and not page.pins:  # a pinned page may lose its references (released mid-copy)
                 out.append(("PAGE-4", "page", page, lambda p=page: p.holders.clear()))
+    return out + _host_corruptions(store)
+
+
+def _host_corruptions(store):
+    """(REP-3, "host", offset, corrupt) for each Host slice in the arena; corrupt() returns the touched offset."""
+    out = []
+    cap = store.arena.capacity
+    for off in sorted(o for o in store.host_slices if o < cap):  # a Host extent, as a buggy transfer leaves it
+        size = store.host_slices[off].host.size
+        out += [("REP-3", "host", off, lambda o=off, s=size: _rekey(store, o, o + s // 2)),  # overlaps
+                ("REP-3", "host", off, lambda o=off: _rekey(store, o, cap + store.host_virtual_end + 8)),  # beyond
+                ("REP-3", "host", off, lambda o=off: _forget(store, o)),  # freed, never given back to the arena
+                ("REP-3", "host", off, lambda o=off, s=size: _recount(store, o, s)),  # counted twice
+                ("REP-3", "host", off, lambda o=off, s=size: store.arena.release(o, s) or o)]  # free while live
+    for off, x in sorted(store.host_dests.items()):  # a pending d2h destination moved half over its neighbour
+        out.append(("REP-3", "host", off, lambda o=off, x=x: _move_dest(store, x, o)))
     return out
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(("off", "mtp")), data=st.data(), pick=st.integers(0, 10**6))
-def test_incremental_and_audit_agree_on_a_corrupted_touched_entity(kind, data, pick):
+def _move_dest(store, x, old: int) -> int:
+    new = old + store.pools[x.pool].page_bytes // 2
+    x.dest = [new if d == old else d for d in x.dest]
+    del store.host_dests[old]
+    store.host_dests[new] = x
+    store.host_order.remove(old)
+    bisect.insort(store.host_order, new)
+    return new
+
+
+def _rekey(store, old: int, new: int) -> int:
+    """The slice at `old` recorded at `new` (the model's index kept in step, as its own paths would)."""
+    page = store.host_slices.pop(old)
+    page.host.offset = new
+    store.host_slices[new] = page
+    store.host_order.remove(old)
+    if new < store.arena.capacity:
+        bisect.insort(store.host_order, new)
+    else:
+        store.host_live_bytes -= page.host.size
+    return new
+
+
+def _forget(store, off: int) -> int:
+    page = store.host_slices.pop(off)
+    store.host_order.remove(off)
+    store.host_live_bytes -= page.host.size
+    page.host = None
+    return off
+
+
+def _recount(store, off: int, size: int) -> int:
+    store.host_live_bytes += size
+    return off
+
+
+def _history(kind, data, steps):
     store = KVStore(config(kind))
-    for _ in range(data.draw(st.integers(0, 50))):
+    for _ in range(data.draw(st.integers(0, steps))):
         try:
             apply(store, draw_op(data, store))
         except ContractViolation:
             pass
-    options = [c for c in _corruptions(store)]
+    return store
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(("off", "mtp")), data=st.data(), pick=st.integers(0, 10**6),
+       host=st.integers(0, 3))
+def test_incremental_and_audit_agree_on_a_corrupted_touched_entity(kind, data, pick, host):
+    store = _history(kind, data, 50)
+    options = _corruptions(store)
+    if host == 0 and _host_corruptions(store):  # a quarter of the cases corrupt a Host extent, when there is one
+        options = _host_corruptions(store)
     if not options:
         return
     rule, kind_, entity, corrupt = options[pick % len(options)]
-    if corrupt() is None and rule in ("CKPT-1", "PAGE-3"):
+    got = corrupt()
+    if got is None and rule in ("CKPT-1", "PAGE-3"):
         return  # corruption not applicable to this entity
     store.reset_touched()
-    {"pool": store.t_pools, "space": store.t_spaces, "page": store.t_pages}[kind_][entity] = None
+    if kind_ == "host":  # the Host extent the corruption touched (its offset, perhaps a new one)
+        store.t_host[got] = 0
+    else:
+        {"pool": store.t_pools, "space": store.t_spaces, "page": store.t_pages}[kind_][entity] = None
     checker = Checker(store)
     inc = {f.rule for f in checker.incremental()}
     full = {f.rule for f in checker.audit()}
     assert rule in inc, (rule, inc)
     assert rule in full, (rule, full)
     assert inc <= full
+
+
+def _host_op(data, store):
+    d = data.draw
+    ckpt = d(st.sampled_from(("c", "d")))
+    blocks = d(st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True))
+    kind = d(st.sampled_from(("offload", "offload", "drop_host", "drop_device", "xfer", "xfer")))
+    if kind != "xfer":
+        return kind, (ckpt, "main", blocks)
+    x = d(st.sampled_from(("x0", "x1", "x2")))
+    xo = store.xfers.get(x)
+    if xo is not None:  # the next phase, or now and then a step the transfer may not take
+        nxt = {"reserve": "copy", "copy": "verify", "verify": "publish", "publish": "release_source"}[xo.phase]
+        return "xfer", (x, xo.direction, xo.ckpt, xo.pool, [p.block for p in xo.pages],
+                        nxt if d(st.integers(0, 7)) else "publish")
+    return "xfer", (x, d(st.sampled_from(("d2h", "d2h", "h2d"))), ckpt, "main", blocks, "reserve")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), pick=st.integers(0, 10**6))
+def test_incremental_and_audit_agree_on_a_corrupted_host_extent(data, pick):
+    """Host-tier histories (offloads, split releases, drops, transfers left in flight) check clean after every
+    operation on the touched extents alone; then a corrupted touched Host extent (overlapping a neighbour or a
+    free extent, beyond the arena, unaccounted) is reported by both the incremental check and the audit."""
+    from tests.rules.builders import retained, small
+    store = small(host_pages=6)
+    retained(store, "c", 256)
+    retained(store, "d", 192)
+    checker = Checker(store)
+    for _ in range(data.draw(st.integers(1, 14))):
+        kind, args = _host_op(data, store)
+        try:
+            getattr(store, kind)(*args)
+        except ContractViolation:
+            pass
+        assert checker.incremental(kind) == [], (kind, args)
+    assert checker.audit() == []
+    options = _host_corruptions(store)
+    if not options:
+        return
+    _, _, _, corrupt = options[pick % len(options)]
+    touched = corrupt()
+    store.reset_touched()
+    store.t_host[touched] = 0
+    inc = {f.rule for f in Checker(store).incremental()}
+    full = {f.rule for f in Checker(store).audit()}
+    assert "REP-3" in inc and "REP-3" in full and inc <= full, (inc, full)
 
 
 @pytest.mark.parametrize("kind", ["off", "mtp", "dflash"])

@@ -12,10 +12,14 @@ them out, the model places the pages itself (first fit as one extent, else page 
 guesses having fragmented the arena — beyond the arena's end, a placeholder outside the geometry) and records
 the placement as a guess: REP-3 is then claimed only when no placement can hold the pages, i.e. when the
 arena's free bytes (capacity minus every live and pending extent, whatever their placement) are short.
-This module knows the arena, Host replicas and open transfers; it knows nothing of traces.
+It keeps the model's index of live extents (`host_order`, `host_live_bytes`, `host_dests`; REP-3 checks
+them where an operation touched the arena, recording those offsets in `t_host`, and recounts them in its
+audit). This module knows the arena, Host replicas and open transfers; it knows nothing of traces.
 """
 
 from __future__ import annotations
+
+import bisect
 
 from kvsim.kvmodel.store.effects import HostMove
 from kvsim.kvmodel.store.errors import violation
@@ -26,15 +30,22 @@ def free_total(st) -> int:
     return st.arena.free_bytes - st.host_virtual
 
 
-def _occupants(st):
-    """(offset, size, kind, owner) of every live Host slice and pending d2h destination."""
-    for off, page in st.host_slices.items():
-        yield off, page.host.size, "slice", page
-    for x in st.xfers.values():
-        if x.direction == "d2h" and x.phase in ("reserve", "copy", "verify"):
-            stride = st.pools[x.pool].page_bytes
-            for d in x.dest:
-                yield d, stride, "dest", x
+def _occupants(st, lo: int, hi: int):
+    """(offset, size, kind, owner) of every live Host slice and pending d2h destination meeting [lo, hi),
+    found in the model's sorted index of live extents (only in-arena extents can meet an in-arena range)."""
+    order = st.host_order
+    i = bisect.bisect_left(order, lo)
+    if i > 0:
+        i -= 1  # the extent starting below lo may reach into the range
+    for off in order[i:bisect.bisect_left(order, hi)]:
+        page = st.host_slices.get(off)
+        if page is not None:
+            sz, kind, owner = page.host.size, "slice", page
+        else:
+            owner = st.host_dests[off]
+            sz, kind = st.pools[owner.pool].page_bytes, "dest"
+        if off + sz > lo:
+            yield off, sz, kind, owner
 
 
 def place(st, pool: str, n: int, offsets=None, **ctx) -> list[int]:
@@ -62,24 +73,22 @@ def place(st, pool: str, n: int, offsets=None, **ctx) -> list[int]:
                         pool=pool, offset=o, **ctx)
     guessed = st.host_guessed
     movable = []
-    for off, sz, kind, owner in _occupants(st):
-        if off < o + size and o < off + sz:
-            if off not in guessed:
-                what = (f"the Host replica of {owner.handle}" if kind == "slice"
-                        else f"the destination of transfer {owner.xid!r}")
-                raise violation("REP-3", f"Host extent [{o}, {o + size}) overlaps [{off}, {off + sz}), "
-                                f"{what}", pool=pool, offset=o, **ctx)
-            movable.append((off, sz, kind, owner))
+    for off, sz, kind, owner in _occupants(st, o, o + size):
+        if off not in guessed:
+            what = (f"the Host replica of {owner.handle}" if kind == "slice"
+                    else f"the destination of transfer {owner.xid!r}")
+            raise violation("REP-3", f"Host extent [{o}, {o + size}) overlaps [{off}, {off + sz}), "
+                            f"{what}", pool=pool, offset=o, **ctx)
+        movable.append((off, sz, kind, owner))
     # apply: move the guesses out of the way, take the engine's extent, put the guesses back elsewhere
-    arena = st.arena
     for off, sz, _, _ in movable:
-        arena.release(off, sz)
-        guessed.discard(off)
-    arena.take(o, size)
+        release(st, off, sz)
+    st.arena.take(o, size)
+    for off in offsets:
+        _occupy(st, off, stride)
     for off, sz, kind, owner in movable:
         new = _guess(st, 1, sz)[0]
         _move(st, off, new, kind, owner)
-    st.t_host = True
     return offsets
 
 
@@ -101,9 +110,18 @@ def _guess(st, n: int, stride: int) -> list[int]:
             else:
                 arena.take(p[0], stride)
                 out.append(p[0])
+    for off in out:
+        _occupy(st, off, stride)
     st.host_guessed.update(out)
-    st.t_host = True
     return out
+
+
+def _occupy(st, offset: int, size: int) -> None:
+    """A live extent now starts at `offset` (its bytes already taken from the arena, or a placeholder)."""
+    if offset < st.arena.capacity:
+        bisect.insort(st.host_order, offset)
+        st.host_live_bytes += size
+    st.t_host[offset] = size
 
 
 def release(st, offset: int, size: int) -> None:
@@ -112,7 +130,13 @@ def release(st, offset: int, size: int) -> None:
         st.host_virtual -= size
     else:
         st.arena.release(offset, size)
+        order = st.host_order
+        i = bisect.bisect_left(order, offset)
+        if i < len(order) and order[i] == offset:
+            del order[i]
+        st.host_live_bytes -= size
     st.host_guessed.discard(offset)
+    st.t_host[offset] = size
 
 
 def _move(st, old: int, new: int, kind: str, owner) -> None:
@@ -123,4 +147,6 @@ def _move(st, old: int, new: int, kind: str, owner) -> None:
         st.t_pages[page] = None
     else:
         owner.dest = [new if d == old else d for d in owner.dest]
+        del st.host_dests[old]
+        st.host_dests[new] = owner
     st.emit(HostMove("", old, new))

@@ -49,6 +49,10 @@ class KVStore:
         self.host_guessed: set = set()  # offsets the model placed itself (kvmodel.store.host_place)
         self.host_virtual = 0  # bytes of guessed placeholders beyond the arena's end
         self.host_virtual_end = 0
+        # REP-3's incremental form reads these; its audit recounts them (kvmodel.store.host_place keeps them)
+        self.host_order: list[int] = []  # sorted offsets of live extents inside the arena (slices, d2h dests)
+        self.host_live_bytes = 0  # bytes of those extents: with the arena's free bytes, its capacity
+        self.host_dests: dict = {}  # host offset -> open d2h transfer whose destination it is (pending)
         self.bundles: dict = {}  # seq -> SequenceKVBundle
         self.checkpoints: dict = {}  # ckpt -> Checkpoint
         self.ended_seqs = EndedHandles()
@@ -80,9 +84,11 @@ class KVStore:
                 self.t_pools.clear()
             if self.t_rows:
                 self.t_rows.clear()
+            if self.t_host:
+                self.t_host = {}  # rebound, not cleared: a caller may keep the last operation's
         except AttributeError:
             self.t_pages, self.t_spaces, self.t_pools, self.t_rows = {}, {}, {}, {}
-        self.t_host = False
+            self.t_host = {}  # host offset -> size of each Host extent placed, released or moved (REP-3)
 
     # -- effects (for a physical implementation following the model) ------------------------------------
     def record_effects(self) -> None:
@@ -142,7 +148,6 @@ class KVStore:
         host_place.release(self, h.offset, h.size)
         del self.host_slices[h.offset]
         page.host = None
-        self.t_host = True
 
     def drop_ref(self, page, space, to_reservation=False) -> None:
         """Remove one address-space reference; a page left with none drops its replicas and is reclaimed.
@@ -333,7 +338,8 @@ class KVStore:
                 tuple(s.snapshot() for s in self.page_stores.values()),
                 tuple(t.snapshot() for t in self.tables.values()),
                 self.arena.snapshot(), tuple(sorted(self.host_slices)), tuple(sorted(self.host_guessed)),
-                self.host_virtual,
+                self.host_virtual, tuple(self.host_order), self.host_live_bytes, tuple(sorted(self.host_dests)),
+                self.arena.free_bytes,
                 tuple(b.snapshot() for b in self.bundles.values()),
                 tuple(c.snapshot() for c in self.checkpoints.values()),
                 tuple(s.snapshot() for s in self.all_spaces()),

@@ -52,8 +52,8 @@ def _publish_host(st, page, offset, stride, epoch, coverage):
     if page.host is not None:
         st.free_host(page)  # release the superseded (stale) source after publication
     page.host = HostReplica(offset, stride, epoch, coverage)
-    st.host_slices[offset] = page
-    st.t_host = True
+    st.host_slices[offset] = page  # its bytes were placed (host_place) as this page's copy destination
+    st.t_host[offset] = stride
     st.t_pages[page] = None
 
 
@@ -149,7 +149,7 @@ def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str,
                         xfer=xid)
     {"copy": _copy, "verify": _verify, "publish": _publish, "release_source": _release_source}[phase](st, x)
     x.phase = phase
-    st.t_host = True
+    _touch_extents(st, x)
 
 
 def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:
@@ -196,7 +196,23 @@ def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:
         st.t_pages[page] = None
     x.phase = "reserve"
     st.xfers[x.xid] = x
-    st.t_host = True
+    if x.direction == "d2h":
+        for d in x.dest:
+            st.host_dests[d] = x  # pending until publish (REP-3 counts them as live extents)
+    _touch_extents(st, x)
+
+
+def _touch_extents(st, x: Transfer) -> None:
+    """A phase touches its transfer's Host extents: the d2h destinations, the h2d sources."""
+    t = st.t_host
+    if x.direction == "d2h":
+        stride = st.pools[x.pool].page_bytes
+        for d in x.dest:
+            t[d] = stride
+    else:
+        for page in x.pages:
+            if page.host is not None:
+                t[page.host.offset] = page.host.size
 
 
 def _copy(st, x: Transfer) -> None:
@@ -221,6 +237,7 @@ def _publish(st, x: Transfer) -> None:
     stride = st.pools[x.pool].page_bytes
     for page, dest, (epoch, cov_) in zip(x.pages, x.dest, x.snap):
         if x.direction == "d2h":
+            st.host_dests.pop(dest, None)  # the destination becomes the page's slice, in place
             _publish_host(st, page, dest, stride, epoch, cov_)
         else:
             page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 from kvsim.kvmodel.store import transfers
 
 from kvsim.spec.catalogue import state_rule, transition_rule
@@ -43,32 +45,130 @@ def rep_2(st, page, full):
                       "the arena) and claims REP-3 only when no placement can hold them: the arena's free bytes, "
                       "which do not depend on placement, are short. It never blames the engine for the model's "
                       "own first-fit fragmentation.")
-def rep_3(st, _entity, full):
+def rep_3(st, touched, full):
+    """Whole arena in the audit (`full`), else only the extents the last operation touched (`st.t_host`).
+
+    Store contract: "Host arena 是有界 variable-size allocator" — every extent in bounds, disjoint from the
+    others and from the free extents, and the bytes accounted for (live + free = capacity).
+
+    The incremental form is O(touched · log E): each touched live extent is checked against its neighbours in
+    the model's sorted index of live extents and against the free extents (bisection), each touched freed
+    offset's free extent against its live neighbours, and the byte accounting on the model's counters. The
+    audit scans everything and recounts those counters and the index: it stays the complete check.
+    """
+    if full or not isinstance(touched, dict):
+        return _rep_3_whole(st)
+    return _rep_3_touched(st, touched)
+
+
+def _overlap(off, size, cap):
+    return f"host extent [{off}, {off + size}) overlaps another or leaves the arena of {cap} B"
+
+
+def _live_size(st, off):
+    """Size of the live extent starting at `off` (a slice or a pending d2h destination), None if none does,
+    or the message if the slice there is not its page's replica."""
+    page = st.host_slices.get(off)
+    if page is not None:
+        if page.host is None or page.host.offset != off:
+            return f"host slice at {off} is not the replica of its page {page.handle}"
+        return page.host.size
+    x = st.host_dests.get(off)
+    if x is not None and x.phase in ("reserve", "copy", "verify"):  # the audit matches host_dests to x.dest
+        return st.pools[x.pool].page_bytes
+    return None
+
+
+def _rep_3_touched(st, touched):
     arena = st.arena
+    cap = arena.capacity
+    order = st.host_order
+    seen_free = set()  # free extents already checked (a released run coalesces into one)
+    for off in sorted(touched):
+        size = _live_size(st, off)
+        if isinstance(size, str):
+            return size
+        i = bisect.bisect_left(order, off)
+        indexed = i < len(order) and order[i] == off
+        if size is None:  # released or moved away: the free extent now there meets no live extent
+            if indexed:
+                return f"host extent index lists {off}, where no live extent starts"
+            free = arena.free_extent_at(off) if off < cap else None
+            if free is not None and free[0] not in seen_free:
+                fo, fs = free
+                seen_free.add(fo)
+                k = bisect.bisect_left(order, fo)
+                for j in (k - 1, k):
+                    if 0 <= j < len(order):
+                        lo = order[j]
+                        ls = _live_size(st, lo)
+                        if isinstance(ls, int) and lo < fo + fs and fo < lo + ls:
+                            return _overlap(max(lo, fo), ls if lo > fo else fs, cap)
+            continue
+        if off >= cap:  # the model's own placeholders (guessed placement), never the engine's extents
+            if off not in st.host_guessed:
+                return f"host extent [{off}, {off + size}) leaves the arena of {cap} B"
+            continue
+        if not indexed:
+            return f"host extent [{off}, {off + size}) is missing from the host extent index"
+        if off + size > cap:
+            return _overlap(off, size, cap)
+        if i > 0:
+            prev = order[i - 1]
+            ps = _live_size(st, prev)
+            if not isinstance(ps, int):
+                return ps or f"host extent index lists {prev}, where no live extent starts"
+            if prev + ps > off:
+                return _overlap(off, size, cap)
+        if i + 1 < len(order) and order[i + 1] < off + size:
+            nxt = order[i + 1]
+            ns = _live_size(st, nxt)
+            return ns if isinstance(ns, str) else _overlap(nxt, ns or 0, cap)
+        free = arena.overlapping(off, size)
+        if free is not None:
+            return _overlap(*max(free, (off, size)), cap)
+    if st.host_live_bytes + arena.free_bytes != cap:
+        return f"host arena accounts for {st.host_live_bytes + arena.free_bytes} B of {cap} B"
+    return True if st.host_slices else None
+
+
+def _rep_3_whole(st):
+    arena = st.arena
+    for off, page in st.host_slices.items():
+        if page.host is None or page.host.offset != off:
+            return f"host slice at {off} is not the replica of its page {page.handle}"
     spans = [(off, page.host.size) for off, page in st.host_slices.items()]
+    pending = {}
     for x in st.xfers.values():
         if x.direction == "d2h" and x.phase in ("reserve", "copy", "verify"):
             stride = st.pools[x.pool].page_bytes
             spans += [(d, stride) for d in x.dest]
+            pending.update((d, x) for d in x.dest)
     beyond = [(off, size) for off, size in spans if off >= arena.capacity]
     for off, size in beyond:  # the model's own placeholders (guessed placement), never the engine's extents
         if off not in st.host_guessed:
             return f"host extent [{off}, {off + size}) leaves the arena of {arena.capacity} B"
     if sum(size for _, size in beyond) != st.host_virtual:
         return f"host placeholders account for {sum(size for _, size in beyond)} B, the model counts {st.host_virtual} B"
-    spans = [(off, size) for off, size in spans if off < arena.capacity]
-    spans += arena.free_extents()
-    spans.sort()
+    live = sorted((off, size) for off, size in spans if off < arena.capacity)
+    free = arena.free_extents()
+    spans = sorted(live + free)
     end = 0
     for off, size in spans:
         if off < end or off + size > arena.capacity:
-            return f"host extent [{off}, {off + size}) overlaps another or leaves the arena of {arena.capacity} B"
+            return _overlap(off, size, arena.capacity)
         end = off + size
     if sum(s for _, s in spans) != arena.capacity:
         return f"host arena accounts for {sum(s for _, s in spans)} B of {arena.capacity} B"
-    for off, page in st.host_slices.items():
-        if page.host is None or page.host.offset != off:
-            return f"host slice at {off} is not the replica of its page {page.handle}"
+    # the counters and the index the incremental form reads (kvmodel.store.host_place keeps them)
+    if sum(s for _, s in free) != arena.free_bytes:
+        return f"host free extents hold {sum(s for _, s in free)} B, the arena counts {arena.free_bytes} B free"
+    if sum(s for _, s in live) != st.host_live_bytes:
+        return f"host extents in the arena hold {sum(s for _, s in live)} B, the model counts {st.host_live_bytes} B"
+    if [off for off, _ in live] != st.host_order:
+        return "the host extent index differs from the live extents in the arena"
+    if pending.keys() != st.host_dests.keys() or any(st.host_dests[d] is not x for d, x in pending.items()):
+        return "the pending host destinations differ from the open d2h transfers' destinations"
     return True if st.host_slices else None
 
 

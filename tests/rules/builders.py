@@ -114,8 +114,9 @@ def assert_refused(store: KVStore, reason: str, op: str, *args, **kwargs) -> Ref
     return result
 
 
-def touch(store: KVStore, pages=(), spaces=(), pools=(), rows=(), host: bool = False) -> None:
-    """Forget what the last operation touched and mark the corrupted entities instead."""
+def touch(store: KVStore, pages=(), spaces=(), pools=(), rows=(), host=()) -> None:
+    """Forget what the last operation touched and mark the corrupted entities instead; `host`: the touched
+    Host extents' offsets (a mapping offset -> size, as `t_host` records them, or just offsets)."""
     store.reset_touched()
     for p in pages:
         store.t_pages[p] = None
@@ -125,7 +126,12 @@ def touch(store: KVStore, pages=(), spaces=(), pools=(), rows=(), host: bool = F
         store.t_pools[name] = None
     for key in rows:
         store.t_rows[key] = None
-    store.t_host = host
+    store.t_host = dict(host) if isinstance(host, dict) else {off: _host_size(store, off) for off in host}
+
+
+def _host_size(store: KVStore, off: int) -> int:
+    page = store.host_slices.get(off)
+    return page.host.size if page is not None and page.host is not None else 0
 
 
 def rules_of(findings) -> set[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvsim.spec.checking import Checker
 from tests.rules.builders import (PAGE_BYTES_BF16, assert_detected, assert_kept, assert_refused, assert_violation, audit_clean, retained,
                        run, small, touch)
 
@@ -112,8 +113,79 @@ def test_rep3_fires_on_overlapping_host_extents():
     del st.host_slices[second.host.offset]
     second.host.offset = PAGE_BYTES_BF16 // 2  # half over the first page's slice
     st.host_slices[second.host.offset] = second
-    touch(st, pages=[second], host=True)
+    touch(st, pages=[second], host=[second.host.offset])
     assert_detected(st, "REP-3")
+
+
+def _offloaded(host_pages=8):
+    st = small(host_pages=host_pages)
+    retained(st, "c", 192)
+    run(st, ("offload", "c", "main", [0, 1]))
+    return st, st.checkpoints["c"].spaces["main"].pages
+
+
+def _rekey(st, page, new):
+    """A buggy placement records the page's slice at `new`, bookkeeping and all."""
+    old = page.host.offset
+    del st.host_slices[old]
+    st.host_order.remove(old)
+    page.host.offset = new
+    st.host_slices[new] = page
+    if new < st.arena.capacity:
+        st.host_order.append(new)
+        st.host_order.sort()
+    else:
+        st.host_live_bytes -= page.host.size
+
+
+def test_rep3_fires_on_a_touched_extent_over_its_neighbour_or_a_free_extent():
+    S = PAGE_BYTES_BF16
+    st, pages = _offloaded()
+    _rekey(st, pages[0], S // 2)  # over the second page's slice, the bytes it left counted nowhere
+    touch(st, host=[S // 2])
+    assert_detected(st, "REP-3")
+    st, pages = _offloaded()
+    _rekey(st, pages[1], S + S // 2)  # over the free extent after it
+    touch(st, host=[S + S // 2])
+    assert_detected(st, "REP-3")
+    st, pages = _offloaded()
+    st.arena.release(S, S)  # freed while the slice is live (a double allocation waiting to happen)
+    touch(st, host=[S])
+    assert_detected(st, "REP-3")
+
+
+def test_rep3_fires_on_a_touched_extent_beyond_the_arena():
+    st, pages = _offloaded()
+    off = st.arena.capacity + 4 * PAGE_BYTES_BF16  # not a placeholder the model guessed
+    _rekey(st, pages[1], off)
+    touch(st, host=[off])
+    assert_detected(st, "REP-3")
+
+
+def test_rep3_fires_on_host_bytes_nobody_accounts_for():
+    st, pages = _offloaded()
+    page = pages[1]
+    off, size = page.host.offset, page.host.size
+    del st.host_slices[off]  # dropped, its bytes never given back to the arena
+    st.host_order.remove(off)
+    st.host_live_bytes -= size
+    page.host = None
+    touch(st, host={off: size})
+    assert_detected(st, "REP-3")
+    st, pages = _offloaded()
+    st.arena.free_bytes -= 1  # the occupancy summary drifts from the extents
+    touch(st, host=[pages[0].host.offset])
+    assert_detected(st, "REP-3")
+
+
+def test_rep3_checks_only_touched_extents_incrementally_and_everything_in_the_audit():
+    st, pages = _offloaded()
+    _rekey(st, pages[0], PAGE_BYTES_BF16 // 2)
+    touch(st, host=[pages[1].host.offset])  # the corrupted extent's neighbour: the overlap is seen from it
+    assert_detected(st, "REP-3")
+    st.reset_touched()
+    assert Checker(st).incremental() == []  # nothing touched, nothing checked
+    assert "REP-3" in {f.rule for f in Checker(st).audit()}
 
 
 def test_rep3_fires_when_free_bytes_suffice_but_no_extent_does():
