@@ -92,7 +92,9 @@ def test_unbounded_reuse_equals_the_trace_bound_on_the_whole_files(name, concurr
     bound = reusable_pages(open_workload(path), config.max_context)
     res = simulate(open_workload(path), config)
     s = res.stats
-    assert s["violations"] == 0 and s["evictions"] == 0 and s["rejected"] == 0
+    assert s["violations"] == 0 and s["evictions"] == 0
+    # prompts beyond max_context are rejected by the simulation and skipped by the bound alike (10 of the
+    # synthetic file's prompts exceed 131,072 tokens)
     assert s["requests"] == bound.requests and s["prompt_tokens"] == bound.prompt_tokens
     assert s["reused_blocks"] == bound.reusable_pages > 0
     assert s["reused_tokens"] == bound.reusable_tokens
