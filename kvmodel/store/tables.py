@@ -47,21 +47,22 @@ class ExecutionTablePool:
     def release(self, row: int) -> None:
         """Recycle a row at a GPU boundary: it keeps no mapping."""
         self.owner[row] = None
-        t = self.table[row]
-        for b in range(len(t)):
-            t[b] = HOLE
+        self.unmap(row, 0)
 
     def publish(self, row: int, begin: int, page_ids, generations) -> None:
         """Publish one contiguous table slice starting at logical block `begin` (ids and their lease generations)."""
-        t, last = self.table[row], self.last[row]
-        for i, pid in enumerate(page_ids):
-            t[begin + i] = pid
-            last[begin + i] = (pid, generations[pid])
+        end = begin + len(page_ids)
+        if end > self.logical_pages:  # a slice assignment would silently grow the row
+            raise InvariantError("a row holds L blocks", f"{self.pool} row {row}: publish of blocks [{begin}, {end}) "
+                                 f"beyond {self.logical_pages}")
+        self.table[row][begin:end] = page_ids
+        self.last[row][begin:end] = [(pid, generations[pid]) for pid in page_ids]
 
     def unmap(self, row: int, begin: int) -> None:
+        """Holes from logical block `begin` on (slice assignment: a row has L = ceil(S/P) entries)."""
         t = self.table[row]
-        for b in range(begin, len(t)):
-            t[b] = HOLE
+        if begin < len(t):
+            t[begin:] = [HOLE] * (len(t) - begin)
 
     def snapshot(self) -> tuple:
         return (tuple(None if o is None else o.uid for o in self.owner), tuple(tuple(t) for t in self.table))

@@ -25,6 +25,8 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
 def rep_2(st, page, full):
     if not page.alive:
         return None
+    if not st.xfers and not page.pins:
+        return None  # no copy in flight, none pinning (the common case, decided without the scan)
     want = 0
     for x in st.xfers.values():
         if page in x.pages and x.phase in ("reserve", "copy", "verify"):

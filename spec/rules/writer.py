@@ -29,7 +29,7 @@ def wr_1(st, page, full):
             decisions="A launch writing a block whose page has several references is the violation; `cow` "
                       "(a kvtrace/1 extension) replaces the member with a private copy first.")
 def wr_2(st, page, full):
-    if not page.alive or page.refs <= 1:
+    if not page.alive or len(page.holders) <= 1:
         return None
     if page.writer is not None:
         return f"shared page {page.handle} ({page.refs} references) has writer {page.writer.owner!r}"
