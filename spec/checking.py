@@ -6,6 +6,10 @@ audit runs every predicate on every entity in its global form (recounts, whole r
 audit-only `full=` form (reachability with networkx, pool-wide recounts); it must agree with the
 incremental checks (tests/test_model_properties.py checks both after every fuzzed step).
 Both go through one loop, `_check`, over rules bound once to their coverage cells.
+One change is not marked touched: a page that loses one of its references and stays shared and writerless
+(`KVStore.drop_ref`). Every page-scope state rule is a condition on the page's own fields and on each of
+its holders, so a smaller holder set cannot make one fail (tests/test_model_properties.py removes each
+holder of such pages in legal stores and checks every page rule); the audit still sees every page.
 Checkers only read the model; findings carry the rule id, a message and the entities involved.
 This module knows nothing of traces or reports.
 """

@@ -365,3 +365,44 @@ def test_leak_reachability_equals_networkx_descendants(kind, data, pick, leak):
     reach = nx.descendants(g, "roots")
     expected = sorted((n for n in g.nodes if n != "roots" and n not in reach), key=repr)
     assert unreachable(store) == expected
+
+
+
+def _shared_stores():
+    """Legal stores with pages of three or more holders: active forks of a checkpoint beside it and beside
+    retained siblings (Device), and checkpoints only, offloaded and dropped from Device (Host-only)."""
+    from tests.rules.builders import new_store, retained, run
+    st1 = new_store(max_concurrency=4, max_context=1024, host_pages=64)
+    retained(st1, "c", 200)
+    run(st1, ("activate", "a", 200, 64, {"source": "c"}), ("finish", "a", "k1"),
+        ("activate", "b", 200, 64, {"source": "c"}), ("activate", "d", 200, 64, {"source": "k1"}))
+    st2 = new_store(max_concurrency=4, max_context=1024, host_pages=64)
+    retained(st2, "c", 200)
+    for k in ("k1", "k2"):
+        run(st2, ("activate", "a", 200, 64, {"source": "c"}), ("finish", "a", k))
+    run(st2, ("offload", "c", "main", [0, 1, 2]), ("drop_device", "c", "main", [0, 1, 2]))
+    return st1, st2
+
+
+def test_a_shared_page_losing_one_of_several_holders_breaks_no_page_rule():
+    """KVStore.drop_ref does not mark a page touched when it stays shared and writerless: every page-scope
+    state rule must then be monotone in the holder set. Removing any one holder of such a page (in legal
+    stores with active and inactive holders, Device and Host-only replicas) leaves every page rule holding."""
+    from kvsim.spec.catalogue import all_rules
+    rules = [r for r in all_rules() if r.kind == "state" and r.scope == "page"]
+    seen = set()
+    for store in _shared_stores():
+        for ps in store.page_stores.values():
+            for page in ps.live_pages():
+                if len(page.holders) < 3 or page.writer is not None:
+                    continue
+                seen.add((len(page.holders), any(h.active for h in page.holders), page.device >= 0))
+                assert all(r.checker(store, page, False) in (None, True) for r in rules)
+                for i in range(len(page.holders)):
+                    gone = page.holders.pop(i)
+                    try:
+                        bad = [(r.id, m) for r in rules if (m := r.checker(store, page, False)) not in (None, True)]
+                    finally:
+                        page.holders.insert(i, gone)
+                    assert bad == [], bad
+    assert {(a, d) for _, a, d in seen} == {(True, True), (False, False)}, seen  # both kinds were exercised

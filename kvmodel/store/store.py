@@ -162,19 +162,26 @@ class KVStore:
         never changes ("两者不改变其他 requests 可用的 global capacity"), and the outcome never depends on
         how much the pool has left. A page left with a single active holder becomes its private page.
         """
-        page.holders.remove(space)
+        holders = page.holders
+        holders.remove(space)
+        if len(holders) > 1 and page.writer is None:
+            # still shared and writerless: only the holder set shrank. Every page-scope state rule is a
+            # condition on the page's own fields and on each holder, so none can start failing; the page is
+            # not marked touched (decode lanes and evicted checkpoints leave long shared prefixes this way).
+            # spec/checking.py states the argument; tests/test_model_properties.py checks it on fuzzed stores.
+            return
         if page.writer is space:
             page.writer = None
         self.t_pages[page] = None
-        if not page.holders:
+        if not holders:
             if page.device >= 0 and page.pins == 0:
                 self.free_device(page, to_reservation)
                 if to_reservation:
                     space.reservation += 1
             self.maybe_reclaim(page)
             return
-        if len(page.holders) == 1 and page.holders[0].active:
-            self.make_private(page, page.holders[0])
+        if len(holders) == 1 and holders[0].active:
+            self.make_private(page, holders[0])
 
     def make_private(self, page, holder) -> None:
         """The sole (active) holder becomes the writer; columns beyond its frontier stop being canonical."""
