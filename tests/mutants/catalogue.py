@@ -20,11 +20,9 @@ MUTANTS = [
     dict(name="replicas-freed-before-last-reference", machine="store",
          bug="use-after-free (vllm#37076): a page's Device replica is freed while another holder remains",
          file="kvmodel/store/store.py",
-         old="        page.holders.remove(space)\n        if page.writer is space:\n            page.writer = None\n"
-             "        self.t_pages[page] = None\n        if not page.holders:",
-         new="        page.holders.remove(space)\n        if page.writer is space:\n            page.writer = None\n"
-             "        self.t_pages[page] = None\n        if len(page.holders) <= 1 and page.pins == 0 and "
-             "not any(h.active for h in page.holders):"),
+         old="            page.writer = None\n        self.t_pages[page] = None\n        if not holders:",
+         new="            page.writer = None\n        self.t_pages[page] = None\n        if len(holders) <= 1 and "
+             "page.pins == 0 and not any(h.active for h in holders):"),
     dict(name="writer-kept-at-finish", machine="store",
          bug="writer not cleared at finish: the retained checkpoint's tail stays writable by its old writer",
          file="kvmodel/store/settle.py",
