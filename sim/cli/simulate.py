@@ -248,10 +248,11 @@ def _sweep(args, cfg: SimConfig) -> int:
         t = Table(title=f"what-if sweep of {args.workload}")
         keys = [k for k, _ in axes]
         for c in keys + [SHORT[c] for c in SWEEP_COLUMNS]:
-            t.add_column(c, justify="right", overflow="fold")
+            t.add_column(c, justify="right", no_wrap=True)
         for r in rows:
             t.add_row(*[_axis_value(k, r["point"][k]) for k in keys], *[_cell(c, r[c]) for c in SWEEP_COLUMNS])
-        Console().print(t)
+        out = Console()
+        (out if out.is_terminal else Console(width=160)).print(t)  # a log or pipe: one line per point
     return EXIT_VIOLATION if any(r["violations"] for r in rows) else EXIT_OK
 
 
