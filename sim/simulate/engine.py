@@ -64,6 +64,15 @@ MTP = "mtp"
 ADMISSION = ("evict", "wait")
 
 
+def _in_use(page) -> bool:
+    """Some running request references the page (page.active_refs > 0), asked from the newest holder back:
+    a shared prefix lists hundreds of retained checkpoints before the lanes that forked it last."""
+    for h in reversed(page.holders):
+        if h.active:
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class Timing:
     """Virtual seconds per engine iteration: base + prefill tokens · per_token + decoding lanes · per_lane."""
@@ -262,8 +271,8 @@ class Simulation:
         plan = []  # per pool: (pool, droppable blocks, blocks without a current Host replica)
         for pool in self.pools:
             pages = spaces[pool].pages
-            blocks = [b for b, p in enumerate(pages) if p.device >= 0 and not p.pins and not p.active_refs
-                      and p not in keep]
+            blocks = [b for b, p in enumerate(pages) if p.device >= 0 and not p.pins and p not in keep
+                      and not _in_use(p)]
             if blocks:
                 plan.append((pool, blocks, tuple(b for b in blocks if not pages[b].host_valid(pages[b].committed))))
         if not plan:
