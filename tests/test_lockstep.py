@@ -13,6 +13,8 @@ from kvsim.kvmodel.store.address_space import content_key
 from kvsim.kvmodel.store.planes import profile_planes
 from kvsim.sim.replay import replay_trace
 
+from tests.test_lockstep_incremental import permuted_table
+
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 LEGAL = sorted(str(p.relative_to(SCENARIOS.parent)) for p in SCENARIOS.glob("*.jsonl"))
 assert LEGAL, "no bundled scenarios found"
@@ -81,14 +83,7 @@ def test_cons3_fires_when_attention_drifts_from_the_oracle(monkeypatch):
 
 
 def test_cons1_fires_when_the_physical_table_is_permuted(monkeypatch):
-    orig = L.Lockstep._publish
-
-    def permuted(self, pool, row):
-        orig(self, pool, row)
-        t = self.pools[pool].table
-        if t[row, 1] >= 0:
-            t[row, 0], t[row, 1] = int(t[row, 1]), int(t[row, 0])
-    monkeypatch.setattr(L.Lockstep, "_publish", permuted)
+    permuted_table(monkeypatch)
     r = run("scenarios/truncate_returns_leases.jsonl")
     assert r.violations and {v["rule"] for v in r.violations} == {"CONS-1"}
 

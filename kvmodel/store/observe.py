@@ -149,10 +149,7 @@ def observe_row(st, seq: str, pool: str, table=None, frontier=None, content=None
     if content is not None:
         _observe_content(st, space, content, seq=seq, pool=pool)
     if table is not None:
-        adopt.adopt(st, pool, moves)
-        for pid in table:
-            if pid != HOLE:
-                adopt.confirm(st, pool, pid)
+        _adopt_table(st, pool, moves, table)
 
 
 REPLICAS = ("device", "host", "both")
@@ -221,10 +218,15 @@ def observe_checkpoint(st, ckpt: str, pool: str, table=None, frontier=None, repl
     if content is not None:
         _observe_content(st, space, content, ckpt=ckpt, pool=pool)
     if table is not None:
-        adopt.adopt(st, pool, moves)
-        for pid in table:
-            if pid != HOLE:
-                adopt.confirm(st, pool, pid)
+        _adopt_table(st, pool, moves, table)
+
+
+def _adopt_table(st, pool: str, moves, table) -> None:
+    """The engine named these ids (checked): adopt its moves of guessed ids and confirm every named id."""
+    adopt.adopt(st, pool, moves)
+    for pid in table:
+        if pid != HOLE:
+            adopt.confirm(st, pool, pid)
 
 
 def _distinct(st, pool: str, table, **ctx) -> None:
