@@ -52,7 +52,7 @@ class Backend:
             self.xp.cuda.get_current_stream().synchronize()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cupy_probe() -> tuple[ModuleType | None, str]:
     """Import CuPy and prove a device works (count > 0 and a tiny kernel runs); never raises."""
     try:

@@ -29,7 +29,7 @@ APPEND_THREADS = 128
 _last_staging = [0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(k_codec: str, v_codec: str, rot_k: bool, rot_v: bool, order: str, head_dim: int):
     options = (
         "-std=c++14",

@@ -140,7 +140,7 @@ class PagedKVLayerView:
         object.__setattr__(self, "num_pages", _check_planes(self))
         _check_table("block_table", self.block_table, 1, _is_device_array(self.k_pages))
 
-    def as_batch_view(self) -> "PagedKVBatchLayerView":
+    def as_batch_view(self) -> PagedKVBatchLayerView:
         """``single_row_paged_kv_batch_view``: the same planes, the row as a one-row matrix (row 0)."""
         return PagedKVBatchLayerView(self.k_pages, self.v_pages, self.k_scale_pages, self.v_scale_pages,
                                      self.block_table.reshape(1, -1), self.head_dim, self.num_kv_heads,

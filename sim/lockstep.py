@@ -32,9 +32,9 @@ from time import process_time
 import numpy as np
 
 from kvsim.gpu.accuracy import FP32_KERNEL_REL_L2
+from kvsim.gpu.append import kv_append_batch
 from kvsim.gpu.attention import attention
 from kvsim.gpu.backend import to_host
-from kvsim.gpu.append import kv_append_batch
 from kvsim.gpu.codecs import PARTS, encode
 from kvsim.gpu.content import content_kv, expected_stored, stored_mismatches
 from kvsim.gpu.oracle import oracle_for_pool, rel_l2

@@ -17,18 +17,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from kvsim.kvmodel.store import ContractViolation, Finding, Refusal
+from kvsim.kvmodel.store import ContractViolation, Finding, Refusal, units
 from kvsim.kvmodel.store.activation import note_refused, plan_activation
 from kvsim.kvmodel.store.coverage import Coverage
 from kvsim.kvmodel.store.errors import violation
-from kvsim.kvmodel.store import units
 from kvsim.kvmodel.store.mapping import active_space, would_cow, would_map
-from kvsim.spec.checking import Checker
-
+from kvsim.sim.timeline import Timeline
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.config import store_for
-from kvsim.sim.timeline import Timeline
 from kvsim.sim.trace.stream import TraceInputError, open_trace
+from kvsim.spec.checking import Checker
 
 AUDIT_EVERY = 50_000
 

@@ -19,7 +19,6 @@ checked / exercised / violated per rule. Reads the state only.
 from __future__ import annotations
 
 from kvsim.kvmodel.store.errors import Finding
-
 from kvsim.spec.catalogue import all_rules
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 KINDS = ("state", "transition", "clause")
 # What a rule's firing is evidence of: "engine" (reachable from trace facts: it judges the engine that

@@ -19,7 +19,6 @@ from __future__ import annotations
 from operator import attrgetter
 
 from kvsim.kvmodel.store.errors import Finding
-
 from kvsim.spec.catalogue import InvalidRule, all_rules, require
 
 

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvsim.sim.cli import main
-from kvsim.sim.trace.stream import encode_line
 from kvsim.sim.trace.generate import default_header, generate
+from kvsim.sim.trace.stream import encode_line
 
 HEADER = encode_line(default_header(max_context=1024, concurrency=4)).decode().rstrip("\n")
 

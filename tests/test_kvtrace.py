@@ -7,11 +7,21 @@ import json
 
 import msgspec
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvsim.sim.trace import records as kt
-from kvsim.sim.trace.stream import (TraceInputError, TraceWriter, decode_event, decode_header, encode_line,
-                          event_from_builtins, header_from_builtins, open_trace, to_builtins)
+from kvsim.sim.trace.stream import (
+    TraceInputError,
+    TraceWriter,
+    decode_event,
+    decode_header,
+    encode_line,
+    event_from_builtins,
+    header_from_builtins,
+    open_trace,
+    to_builtins,
+)
 
 # The header example of DESIGN §6, verbatim.
 DESIGN_HEADER = """{"format": "kvtrace/1",

@@ -9,13 +9,13 @@ import re
 import tracemalloc
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_kvtrace import DESIGN_HEADER, EVENTS, EXAMPLES
 
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace import stream as trace_io
 from kvsim.sim.trace.stream import TraceInputError, TraceWriter, encode_line, open_trace
-
-from test_kvtrace import DESIGN_HEADER, EVENTS, EXAMPLES
 
 HEADER = " ".join(DESIGN_HEADER.split())  # the DESIGN example on one line
 LINE_RE = r"^[^\n]*:(\d+): [^\n]+$"

@@ -12,7 +12,6 @@ from kvsim.gpu.codecs import PLANE_SCHEMA
 from kvsim.kvmodel.store.address_space import content_key
 from kvsim.kvmodel.store.planes import profile_planes
 from kvsim.sim.replay import replay_trace
-
 from tests.test_lockstep_incremental import permuted_table
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

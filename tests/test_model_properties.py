@@ -16,8 +16,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvsim.kvmodel.store import (BackendConfig, CapacityPolicy, ContractViolation, GrowthConfig, KVStore, Refusal,
-                           StoreConfig)
+from kvsim.kvmodel.store import (
+    BackendConfig,
+    CapacityPolicy,
+    ContractViolation,
+    GrowthConfig,
+    KVStore,
+    Refusal,
+    StoreConfig,
+)
 from kvsim.spec.checking import Checker
 from kvsim.spec.leaks import ownership_graph, unreachable
 

@@ -9,8 +9,9 @@ import xml.etree.ElementTree as ET
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from report_samples import FORK, LONG, RULES, UNCHECKED, VIOLATIONS, sample_report
+
+from kvsim.sim.report.junit import junit_classname, render_junit
 from kvsim.sim.report.kvreport import (
     ReportFormatError,
     dumps_report,
@@ -19,12 +20,10 @@ from kvsim.sim.report.kvreport import (
     load_report,
     refusal_summary,
     rule_order,
-    trace_order,
     safe_text,
+    trace_order,
 )
-from kvsim.sim.report.junit import junit_classname, render_junit
 from kvsim.sim.report.markdown import md_cell, render_markdown
-
 
 # --- JSON ------------------------------------------------------------------------------------------------
 

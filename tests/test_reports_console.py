@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 
 import pytest
+from report_samples import RULES, sample_report
 from rich.console import Console
 
-from report_samples import RULES, sample_report
 from kvsim.sim.report.console import print_report, print_rules
 
 

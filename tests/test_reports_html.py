@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-
 from report_samples import FORK, LONG, RULES, sample_report, sample_timelines
+
 from kvsim.sim.report.html_page import downsample_indices, render_html
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.sim.cli.check import expected, got
 from kvsim.sim.cli import main as kvsim
+from kvsim.sim.cli.check import expected, got
 from kvsim.sim.replay import replay_trace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ It speaks blocks and parents only.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Iterable, Mapping
 
 
 class Tier(IntEnum):

@@ -25,7 +25,7 @@ Inputs are token lists and a CacheConfig (kvmodel.cache.config); nothing here mu
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kvsim.kvmodel.cache.admission import PoolShadow, fits
 from kvsim.kvmodel.cache.config import CacheConfig

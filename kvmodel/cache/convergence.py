@@ -11,8 +11,8 @@ frozen record.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from kvsim.kvmodel.cache.matchers import GroupProbe
 

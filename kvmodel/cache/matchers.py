@@ -10,8 +10,8 @@ placement": here it reads a `cached(slot) -> bool` predicate and returns a froze
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kvsim.kvmodel.cache.geometry import GroupGeometry
 

@@ -7,8 +7,8 @@ whose facts are absent is vacuous. The checkers only read it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from kvsim.kvmodel.cache.block_pool import BlockPool
 from kvsim.kvmodel.cache.cache_key import CacheKey

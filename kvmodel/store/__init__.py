@@ -7,10 +7,25 @@ forbids; either leaves the state exactly as it was) and then applies. This packa
 
 from __future__ import annotations
 
-from kvsim.kvmodel.store.capacity import (CapacityResolution, SequenceCapacityCurve, build_layout, capacity_curve, pool_pages,
-                       resolve_automatic, resolve_capacity, resolve_explicit)
-from kvsim.kvmodel.store.config import (PAGE_SIZE, PROFILES, BackendConfig, CapacityPolicy, GrowthConfig, ModelGeometry,
-                     StoreConfig)
+from kvsim.kvmodel.store.capacity import (
+                       CapacityResolution,
+                       SequenceCapacityCurve,
+                       build_layout,
+                       capacity_curve,
+                       pool_pages,
+                       resolve_automatic,
+                       resolve_capacity,
+                       resolve_explicit,
+)
+from kvsim.kvmodel.store.config import (
+                       PAGE_SIZE,
+                       PROFILES,
+                       BackendConfig,
+                       CapacityPolicy,
+                       GrowthConfig,
+                       ModelGeometry,
+                       StoreConfig,
+)
 from kvsim.kvmodel.store.errors import ConfigError, ContractViolation, Finding, Refusal
 from kvsim.kvmodel.store.planes import bytes_per_token_head, profile_planes
 from kvsim.kvmodel.store.store import KVStore

@@ -20,7 +20,6 @@ import hashlib
 
 from kvsim.kvmodel.store.config import PAGE_SIZE
 
-
 MASK64 = (1 << 64) - 1
 KEY_STRIDE = 0x9E3779B97F4A7C15
 

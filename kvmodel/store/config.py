@@ -109,7 +109,7 @@ class StoreConfig:
             raise InvariantError("growth_window needs kv_lease_growth", "asked with growth off")
         return max(self.prefill_chunk, self.growth.window)
 
-    def validate(self) -> "StoreConfig":
+    def validate(self) -> StoreConfig:
         """Raise ConfigError (with the rule id) for anything the contract does not support."""
         if self.page_size != PAGE_SIZE:
             raise ConfigError("CAP-1", f"page_size {self.page_size} is unsupported: the contract fixes P = 64 "

@@ -80,7 +80,7 @@ class Coverage:
     def violated(self) -> dict[str, int]:
         return {r: c.violated for r, c in self._cells.items() if c.violated}
 
-    def merge(self, other: "Coverage") -> None:
+    def merge(self, other: Coverage) -> None:
         for r, c in other._cells.items():
             mine = self.cell(r)
             mine.checked += c.checked

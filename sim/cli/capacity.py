@@ -12,9 +12,16 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from kvsim.kvmodel.store import (PROFILES, BackendConfig, CapacityPolicy, ConfigError, KVStore, ModelGeometry,
-                           StoreConfig, bytes_per_token_head)
-
+from kvsim.kvmodel.store import (
+    PROFILES,
+    BackendConfig,
+    CapacityPolicy,
+    ConfigError,
+    KVStore,
+    ModelGeometry,
+    StoreConfig,
+    bytes_per_token_head,
+)
 from kvsim.sim.cli.common import InputError
 from kvsim.sim.trace.config import store_for
 from kvsim.sim.trace.stream import open_trace

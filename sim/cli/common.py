@@ -13,8 +13,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.replay import replay_trace
+from kvsim.sim.report.kvreport import dumps_report
 
 EXIT_OK, EXIT_VIOLATION, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kvsim.sim.cli import (bench, capacity, check, events, fuzz, generate, peer, replay, rules, selfcheck,
-                           simulate)
+from kvsim.sim.cli import bench, capacity, check, events, fuzz, generate, peer, replay, rules, selfcheck, simulate
 
 COMMANDS = (replay, check, rules, capacity, bench, simulate, generate, fuzz, selfcheck, peer, events)
 

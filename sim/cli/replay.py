@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from kvsim.kvmodel.store import PROFILES
 from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, remember, run_traces, write_reports
 from kvsim.sim.report.build import build_report, timelines
 from kvsim.sim.report.console import print_report
 from kvsim.sim.trace.cachetrace import is_cachetrace
-from kvsim.kvmodel.store import PROFILES
 
 
 def add_parser(sub) -> None:

@@ -7,14 +7,14 @@ plane inventory, through the model's view.
 
 from __future__ import annotations
 
-from hypothesis import reject, strategies as st
+from hypothesis import reject
+from hypothesis import strategies as st
 
 from kvsim.kvmodel.store import PROFILES
 from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.sim.fuzz.oracle import Facts, ceil_div
 from kvsim.sim.fuzz.view import ModelView
 from kvsim.sim.trace import records as kt
-
 
 BACKENDS = st.one_of(st.just(kt.BackendOff()), st.builds(kt.BackendMTP, draft_window=st.sampled_from((1, 2, 3, 65, 130))),
                      st.just(kt.BackendDFlash(full_layers=1, kv_heads=1, head_dim=128)), st.just(kt.BackendDFlash2()))

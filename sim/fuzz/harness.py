@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant
 
-from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.sim.fuzz.configs import facts_for
 from kvsim.sim.fuzz.driver import Driver, write_counterexample
 from kvsim.sim.fuzz.oracle import Oracle

@@ -17,8 +17,9 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, multiple, precondition, rule
 
+from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.sim.fuzz.configs import configs
-from kvsim.sim.fuzz.harness import CKPTS, P, SEQS, XFERS, FuzzFailure, FuzzMachine
+from kvsim.sim.fuzz.harness import CKPTS, SEQS, XFERS, FuzzFailure, FuzzMachine
 from kvsim.sim.fuzz.host_rules import HostTierRules
 from kvsim.sim.fuzz.unit_rules import UnitRules
 from kvsim.sim.trace import records as kt

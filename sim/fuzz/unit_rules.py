@@ -9,7 +9,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from kvsim.sim.fuzz.harness import P, UNITS
+from kvsim.kvmodel.store.config import PAGE_SIZE as P
+from kvsim.sim.fuzz.harness import UNITS
 from kvsim.sim.trace import records as kt
 
 

@@ -25,9 +25,10 @@ cachetrace/1 file (its ``kv`` lines). This module knows events, not schedulers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 import numpy as np

@@ -40,7 +40,8 @@ def available() -> bool:
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as v
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as v
     try:
         return v("tokenspeed-scheduler")
     except PackageNotFoundError:

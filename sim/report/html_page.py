@@ -27,11 +27,10 @@ from kvsim.sim.report.kvreport import (
     missing_declared,
     refusal_summary,
     report_title,
-    rule_order,
     rules_by_evidence,
+    safe_text,
     split_violations,
     trace_order,
-    safe_text,
 )
 
 __all__ = ["render_html", "downsample_indices", "plot_trace_svg", "PLOT_POINT_LIMIT", "MAX_VIOLATION_ROWS"]

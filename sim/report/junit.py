@@ -21,10 +21,10 @@ from kvsim.sim.report.kvreport import (
     missing_declared,
     report_title,
     rule_order,
+    safe_text,
     trace_order,
     trace_rule_counters,
     violations_by_trace_rule,
-    safe_text,
 )
 
 __all__ = ["render_junit", "junit_classname"]

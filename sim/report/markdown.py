@@ -20,7 +20,6 @@ from kvsim.sim.report.kvreport import (
     missing_declared,
     refusal_summary,
     report_title,
-    rule_order,
     rules_by_evidence,
     safe_text,
     split_violations,

@@ -30,8 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Iterator, Literal, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
 
@@ -62,7 +63,7 @@ class Group(msgspec.Struct, **_S):
     block_granularity: Annotated[int, msgspec.Meta(ge=1)]
     total_pages: Annotated[int, msgspec.Meta(ge=2)]
     attn_kind: Literal["full", "sliding", "mamba"] = "full"
-    sliding_window_tokens: Union[Nat, None] = None
+    sliding_window_tokens: Nat | None = None
     cache_blocks_per_lcm_block: Annotated[int, msgspec.Meta(ge=1)] = 1
 
 
@@ -136,16 +137,16 @@ class Result(msgspec.Struct, tag_field="op", tag="result", **_S):
 
 class BlockStored(msgspec.Struct, tag_field="type", tag="BlockStored", **_S):
     block_hashes: list[Hash]
-    parent_block_hash: Union[Hash, None]
+    parent_block_hash: Hash | None
     token_ids: list[int]
     block_size: Annotated[int, msgspec.Meta(ge=1)]
-    lora_id: Union[int, None] = None
-    medium: Union[str, None] = None
+    lora_id: int | None = None
+    medium: str | None = None
 
 
 class BlockRemoved(msgspec.Struct, tag_field="type", tag="BlockRemoved", **_S):
     block_hashes: list[Hash]
-    medium: Union[str, None] = None
+    medium: str | None = None
 
 
 class AllBlocksCleared(msgspec.Struct, tag_field="type", tag="AllBlocksCleared", **_S):

@@ -7,9 +7,15 @@ error at line 1, as DESIGN §6 requires ("unsupported config ... stop the replay
 
 from __future__ import annotations
 
-from kvsim.kvmodel.store import (BackendConfig, CapacityPolicy, ConfigError, GrowthConfig, KVStore, ModelGeometry,
-                           StoreConfig)
-
+from kvsim.kvmodel.store import (
+    BackendConfig,
+    CapacityPolicy,
+    ConfigError,
+    GrowthConfig,
+    KVStore,
+    ModelGeometry,
+    StoreConfig,
+)
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.stream import TraceInputError
 

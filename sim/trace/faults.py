@@ -21,10 +21,9 @@ This module knows the kvtrace/1 vocabulary and the contract's arithmetic, never 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.kvmodel.store.errors import InvariantError
 from kvsim.sim.trace.stream import event_from_builtins
 

@@ -81,8 +81,8 @@ class AutoCapacity(msgspec.Struct, **_STRUCT):
 class KVCapacity(msgspec.Struct, **_STRUCT):
     """kv_capacity policy: exactly one of ``tokens`` (explicit, store contract "kv_capacity 的 explicit policy
     解析为") or ``auto``."""
-    tokens: Union[U63, None] = None
-    auto: Union[AutoCapacity, None] = None
+    tokens: U63 | None = None
+    auto: AutoCapacity | None = None
 
     def __post_init__(self) -> None:
         if (self.tokens is None) == (self.auto is None):
@@ -135,9 +135,9 @@ class Config(msgspec.Struct, **_STRUCT):
     kv_profile: KVProfile
     backend: Backend
     model: Model
-    kv_capacity: Union[KVCapacity, None] = None
+    kv_capacity: KVCapacity | None = None
     host_arena_bytes: U63 = 0
-    kv_lease_growth: Union[KVLeaseGrowth, None] = None
+    kv_lease_growth: KVLeaseGrowth | None = None
     prefill_chunk: U63 = 2048
     reserved_bytes: U63 = 0
 
@@ -146,7 +146,7 @@ class Header(msgspec.Struct, **_STRUCT_WITH_DICT):
     """Line 1 of a kvtrace/1 file."""
     format: Literal["kvtrace/1"]
     config: Config
-    meta: Union[dict[str, Any], None] = None
+    meta: dict[str, Any] | None = None
 
 
 # ----------------------------------------------------------------------------------------- results
@@ -154,24 +154,24 @@ class Header(msgspec.Struct, **_STRUCT_WITH_DICT):
 class ActivateResult(msgspec.Struct, **_STRUCT_WITH_DICT):
     """What the engine answered to ``activate``: rows and pages it chose, or a refusal reason."""
     ok: bool
-    rows: Union[dict[Pool, U63], None] = None
-    pages: Union[dict[Pool, tuple[U63, ...]], None] = None
-    error: Union[str, None] = None
+    rows: dict[Pool, U63] | None = None
+    pages: dict[Pool, tuple[U63, ...]] | None = None
+    error: str | None = None
 
 
 class MapResult(msgspec.Struct, **_STRUCT):
     """What the engine answered to ``map``: the new page ids, or a refusal reason."""
     ok: bool
-    pages: Union[tuple[U63, ...], None] = None
-    error: Union[str, None] = None
+    pages: tuple[U63, ...] | None = None
+    error: str | None = None
 
 
 class GrowResult(msgspec.Struct, **_STRUCT):
     """What the engine answered to ``grow``; a refusal says the frontier where growth is bounded.  Extension:
     an accepted growth may say the new ``entitlement`` in pages per pool (the contract fixes no step size)."""
     ok: bool
-    bounded_at: Union[U63, None] = None
-    entitlement: Union[dict[Pool, U63], None] = None
+    bounded_at: U63 | None = None
+    entitlement: dict[Pool, U63] | None = None
 
 
 class FactResult(msgspec.Struct, **_STRUCT):
@@ -180,16 +180,16 @@ class FactResult(msgspec.Struct, **_STRUCT):
     a d2h ``xfer`` (phase ``reserve``) may carry the Host ``offsets`` of the copied pages (one per block, in
     the order of ``blocks``)."""
     ok: bool
-    error: Union[str, None] = None
-    pages: Union[tuple[U63, ...], None] = None
-    offsets: Union[tuple[U63, ...], None] = None
+    error: str | None = None
+    pages: tuple[U63, ...] | None = None
+    offsets: tuple[U63, ...] | None = None
 
 
 class LaunchRow(msgspec.Struct, **_STRUCT):
     """One row of a GPU unit: writes positions [a, b) (``write``) and reads [0, b); ``write`` null = read only."""
     seq: Id
     pool: Pool
-    write: Union[tuple[U63, U63], None] = None
+    write: tuple[U63, U63] | None = None
 
     def __post_init__(self) -> None:
         if self.write is not None and self.write[0] > self.write[1]:
@@ -219,9 +219,9 @@ class Activate(EventBase, tag="activate"):
     seq: Id
     prompt: U63
     budget: U63
-    from_: Union[Id, None] = msgspec.field(default=None, name="from")
+    from_: Id | None = msgspec.field(default=None, name="from")
     keep_source: bool = True
-    result: Union[ActivateResult, None] = None
+    result: ActivateResult | None = None
 
 
 class Map(EventBase, tag="map"):
@@ -229,20 +229,20 @@ class Map(EventBase, tag="map"):
     seq: Id
     pool: Pool
     tokens: U63
-    result: Union[MapResult, None] = None
+    result: MapResult | None = None
 
 
 class Grow(EventBase, tag="grow"):
     """Request: extend a kv_lease_growth window at a decode-round boundary."""
     seq: Id
-    result: Union[GrowResult, None] = None
+    result: GrowResult | None = None
 
 
 class CowResult(msgspec.Struct, **_STRUCT):
     """What the engine answered to a ``cow`` request: the private destination page it chose."""
     ok: bool
-    page: Union[U63, None] = None
-    error: Union[str, None] = None
+    page: U63 | None = None
+    error: str | None = None
 
 
 class Cow(EventBase, tag="cow"):
@@ -252,27 +252,27 @@ class Cow(EventBase, tag="cow"):
     seq: Id
     pool: Pool
     block: U63
-    result: Union[CowResult, None] = None
+    result: CowResult | None = None
 
 
 class Launch(EventBase, tag="launch"):
     """Fact: a GPU execution unit starts."""
     unit: Id
     rows: tuple[LaunchRow, ...]
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class Complete(EventBase, tag="complete"):
     """Fact: the unit succeeded and publishes these frontiers."""
     unit: Id
     commit: tuple[CommitRow, ...]
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class Fail(EventBase, tag="fail"):
     """Fact: the unit formed no legal commit."""
     unit: Id
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class Truncate(EventBase, tag="truncate"):
@@ -280,21 +280,21 @@ class Truncate(EventBase, tag="truncate"):
     seq: Id
     pool: Pool
     frontier: U63
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class Finish(EventBase, tag="finish"):
     """Fact: terminal settlement, optionally retaining checkpoint ``retain``."""
     seq: Id
-    retain: Union[Id, None] = None
+    retain: Id | None = None
     state_image: bool = True
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class Release(EventBase, tag="release"):
     """Fact: drop a retained checkpoint."""
     ckpt: Id
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class Offload(EventBase, tag="offload"):
@@ -302,7 +302,7 @@ class Offload(EventBase, tag="offload"):
     ckpt: Id
     pool: Pool
     blocks: tuple[U63, ...]
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class DropDevice(EventBase, tag="drop_device"):
@@ -310,7 +310,7 @@ class DropDevice(EventBase, tag="drop_device"):
     ckpt: Id
     pool: Pool
     blocks: tuple[U63, ...]
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class DropHost(EventBase, tag="drop_host"):
@@ -318,7 +318,7 @@ class DropHost(EventBase, tag="drop_host"):
     ckpt: Id
     pool: Pool
     blocks: tuple[U63, ...]
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 class Xfer(EventBase, tag="xfer"):
@@ -329,7 +329,7 @@ class Xfer(EventBase, tag="xfer"):
     pool: Pool
     blocks: tuple[U63, ...]
     phase: Literal["reserve", "copy", "verify", "publish", "release_source"]
-    result: Union[FactResult, None] = None
+    result: FactResult | None = None
 
 
 _COUNTERS = ("allocated", "reserved", "available")
@@ -349,16 +349,16 @@ class Observe(EventBase, tag="observe"):
     expects them (a fuzzing oracle writes it); the model compares them with its own, read through a valid
     replica."""
     pool: Pool
-    allocated: Union[U63, None] = None
-    reserved: Union[U63, None] = None
-    available: Union[U63, None] = None
-    seq: Union[Id, None] = None
-    table: Union[tuple[TableEntry, ...], None] = None
-    frontier: Union[U63, None] = None
-    result: Union[FactResult, None] = None
-    ckpt: Union[Id, None] = None
-    replicas: Union[tuple[Replica, ...], None] = None
-    content: Union[tuple[ContentKey, ...], None] = None
+    allocated: U63 | None = None
+    reserved: U63 | None = None
+    available: U63 | None = None
+    seq: Id | None = None
+    table: tuple[TableEntry, ...] | None = None
+    frontier: U63 | None = None
+    result: FactResult | None = None
+    ckpt: Id | None = None
+    replicas: tuple[Replica, ...] | None = None
+    content: tuple[ContentKey, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.content is not None and any(k >= 1 << 64 for k in self.content):

@@ -16,11 +16,12 @@ import hashlib
 import io
 import os
 import re
-from typing import IO, Any, BinaryIO, Iterator, Union
+from collections.abc import Iterator
+from typing import IO, Any, BinaryIO
 
 import msgspec
 
-from kvsim.sim.trace.records import FORMAT, Event, EVENT_TYPES, Header
+from kvsim.sim.trace.records import EVENT_TYPES, FORMAT, Event, Header
 
 __all__ = [
     "TraceInputError", "TraceReader", "TraceWriter", "open_trace", "decode_event", "decode_header",
@@ -154,7 +155,7 @@ class TraceReader:
     ``sha256`` is the hex digest of the whole file (read to the end if iteration stopped early).
     Use as a context manager, or call ``close()``."""
 
-    def __init__(self, path: Union[str, os.PathLike]) -> None:
+    def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
         self.events = 0
         """Event lines decoded so far."""
@@ -266,20 +267,20 @@ class TraceReader:
         """Close the file (``sha256`` stays available only if it was already computed)."""
         self._file.close()
 
-    def __enter__(self) -> "TraceReader":
+    def __enter__(self) -> TraceReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_trace(path: Union[str, os.PathLike]) -> TraceReader:
+def open_trace(path: str | os.PathLike) -> TraceReader:
     """Open a kvtrace/1 file: returns a reader whose ``header`` is decoded and which iterates lazily over
     ``(index, line, event)``.  Raises ``TraceInputError`` for any malformed input."""
     return TraceReader(path)
 
 
-def decode_header(data: Union[bytes, str], path: str = "<header>", line: int = 1) -> Header:
+def decode_header(data: bytes | str, path: str = "<header>", line: int = 1) -> Header:
     """Decode one header line, raising ``TraceInputError`` (reported at ``path:line``) on bad input."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     try:
@@ -288,7 +289,7 @@ def decode_header(data: Union[bytes, str], path: str = "<header>", line: int = 1
         raise TraceInputError(path, line, _explain_header(raw, exc)) from None
 
 
-def decode_event(data: Union[bytes, str], path: str = "<event>", line: int = 1) -> Event:
+def decode_event(data: bytes | str, path: str = "<event>", line: int = 1) -> Event:
     """Decode one event line, raising ``TraceInputError`` (reported at ``path:line``) on bad input."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     try:
@@ -299,13 +300,13 @@ def decode_event(data: Union[bytes, str], path: str = "<event>", line: int = 1) 
 
 # ----------------------------------------------------------------------------------------- writing and builtins
 
-def encode_line(record: Union[Header, Event]) -> bytes:
+def encode_line(record: Header | Event) -> bytes:
     """One deterministic JSON line (with its ``\\n``): Struct fields in declaration order, dict keys sorted,
     defaults omitted."""
     return _ENCODER.encode(record) + b"\n"
 
 
-def to_builtins(record: Union[Header, Event]) -> Any:
+def to_builtins(record: Header | Event) -> Any:
     """The record as plain dicts/lists/str/int/bool, exactly as it would be written."""
     return msgspec.to_builtins(record, order="deterministic")
 
@@ -334,7 +335,7 @@ class TraceWriter:
     With ``validate`` (the default) each line is decoded back before it is written, so anything written
     decodes -- Struct constructors do not check integer ranges; a bad event raises ``ValueError``."""
 
-    def __init__(self, target: Union[str, os.PathLike, IO[bytes], IO[str]], header: Header, *,
+    def __init__(self, target: str | os.PathLike | IO[bytes] | IO[str], header: Header, *,
                  validate: bool = True) -> None:
         if not isinstance(header, Header):
             raise TypeError(f"header must be a sim.trace.records.Header, not {type(header).__name__}")
@@ -370,7 +371,7 @@ class TraceWriter:
         else:
             self._stream.flush()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -5,7 +5,7 @@ Every loader yields `Request` records in arrival order and streams its file (con
 length). This package knows request shapes only: nothing of the store model, the scheduler or kvtrace/1.
 """
 
-from kvsim.sim.workloads.request import BLOCK_TOKENS, Request, WorkloadInputError
 from kvsim.sim.workloads.open import EXCERPTS, open_workload
+from kvsim.sim.workloads.request import BLOCK_TOKENS, Request, WorkloadInputError
 
 __all__ = ["BLOCK_TOKENS", "Request", "WorkloadInputError", "EXCERPTS", "open_workload"]

@@ -8,8 +8,8 @@ give arrival and length mixes and capacity pressure.
 from __future__ import annotations
 
 import csv
-from datetime import datetime, timezone
-from typing import Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from kvsim.sim.workloads.request import Request, WorkloadInputError, blocks_for
 
@@ -20,7 +20,7 @@ FRESH_ID_BASE = 1 << 48
 
 def _seconds(text: str) -> float:
     day, _, frac = text.strip().partition(".")
-    t = datetime.strptime(day, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    t = datetime.strptime(day, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     return t.timestamp() + (float("0." + frac) if frac else 0.0)
 
 

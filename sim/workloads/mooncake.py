@@ -8,7 +8,8 @@ simulation admits requests in file order). Any breach raises WorkloadInputError 
 
 from __future__ import annotations
 
-from typing import Annotated, Iterator
+from collections.abc import Iterator
+from typing import Annotated
 
 import msgspec
 

@@ -9,9 +9,9 @@ file shipped in ``sim/workloads/excerpts`` (``conversation``, ``synthetic``, ``a
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
 
 from kvsim.sim.workloads.azure import iter_azure
 from kvsim.sim.workloads.mooncake import iter_mooncake

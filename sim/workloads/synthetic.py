@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from typing import Iterator
+from collections.abc import Iterator
 
 from kvsim.sim.workloads.request import BLOCK_TOKENS, Request, blocks_for
 

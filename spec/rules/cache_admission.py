@@ -7,7 +7,6 @@ recorded candidates; it does not call the planner.
 from __future__ import annotations
 
 from kvsim.kvmodel.cache.journal import AdmitRecord
-
 from kvsim.spec.catalogue import state_rule
 
 

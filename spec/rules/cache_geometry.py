@@ -5,7 +5,6 @@ from __future__ import annotations
 from kvsim.kvmodel.cache.group_spec import FULL
 from kvsim.kvmodel.cache.journal import ReclaimRecord
 from kvsim.kvmodel.cache.layer_binding import KERNEL_SOURCES
-
 from kvsim.spec.catalogue import state_rule
 
 

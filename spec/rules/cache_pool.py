@@ -8,7 +8,6 @@ Each returns None (premise absent), True (kept) or a one-line message (violated)
 from __future__ import annotations
 
 from kvsim.kvmodel.cache.journal import AcquireRecord, AdmitRecord
-
 from kvsim.spec.catalogue import state_rule
 
 

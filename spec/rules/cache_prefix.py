@@ -11,7 +11,6 @@ import hashlib
 import struct
 
 from kvsim.kvmodel.cache.journal import ProbeRecord, PublishRecord
-
 from kvsim.spec.catalogue import state_rule
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from kvsim.kvmodel.store.capacity import pool_pages, resolve_explicit, resolve_automatic, m_range
+from kvsim.kvmodel.store.capacity import m_range, pool_pages, resolve_automatic, resolve_explicit
 from kvsim.kvmodel.store.planes import PAGE_SIZE, bytes_per_token_head
-
 from kvsim.spec.catalogue import clause_rule, state_rule
 
 SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 402}

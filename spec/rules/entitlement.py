@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from kvsim.kvmodel.store import mapping, units
-from kvsim.kvmodel.store.config import ceil_div, PAGE_SIZE
-
+from kvsim.kvmodel.store.config import PAGE_SIZE, ceil_div
 from kvsim.spec.catalogue import state_rule, transition_rule
 
 

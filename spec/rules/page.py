@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from kvsim.kvmodel.store import observe
 from kvsim.kvmodel.store.config import PAGE_SIZE
-
 from kvsim.spec.catalogue import state_rule, transition_rule
 from kvsim.spec.leaks import leaked
 

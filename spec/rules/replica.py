@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 
 from kvsim.kvmodel.store import transfers
-
 from kvsim.spec.catalogue import state_rule, transition_rule
 
 transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, verify, publish, release source",

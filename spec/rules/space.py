@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
+from kvsim.kvmodel.store import activation
 from kvsim.kvmodel.store.config import PAGE_SIZE
 from kvsim.kvmodel.store.tables import HOLE
-
-from kvsim.kvmodel.store import activation
-
 from kvsim.spec.catalogue import state_rule, transition_rule
 
 

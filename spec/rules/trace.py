@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kvsim.kvmodel.store import mapping, observe
-
 from kvsim.spec.catalogue import transition_rule
 
 transition_rule("TRACE-1", "The engine's result agrees with what the contract requires",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kvsim.kvmodel.store import settle, units
-
 from kvsim.spec.catalogue import clause_rule, state_rule, transition_rule
 
 

@@ -13,12 +13,10 @@ import pytest
 
 from kvsim.kvmodel.cache import journal as J
 from kvsim.kvmodel.cache.admission import AdmissionPlan
-from kvsim.kvmodel.cache.cache_key import CacheKey
 from kvsim.kvmodel.cache.convergence import ConvergedProbe
 from kvsim.kvmodel.cache.layer_binding import LayerBinding
 from kvsim.kvmodel.cache.state import CacheState
 from kvsim.spec.cache_checking import cache_rules
-
 from tests.cache.builders import P, assert_fires, assert_kept, coordinator, hybrid_config, tokens, warm
 
 _ROOT = Path(__file__).resolve().parents[2]

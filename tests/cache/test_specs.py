@@ -7,8 +7,7 @@ import pytest
 from kvsim.kvmodel.cache.acquire_plan import AcquirePlan, DenseGrowth, SparseSuffix
 from kvsim.kvmodel.cache.config import CacheConfig
 from kvsim.kvmodel.cache.geometry import GroupGeometry
-from kvsim.kvmodel.cache.group_spec import (FULL, MAMBA, SLIDING, CacheConfigError, CacheGroupSpec, full, sliding,
-                                            state)
+from kvsim.kvmodel.cache.group_spec import FULL, MAMBA, SLIDING, CacheConfigError, CacheGroupSpec, full, sliding, state
 
 
 def test_three_kinds_from_two_shapes():

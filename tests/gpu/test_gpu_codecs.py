@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import gpu_scalar_ref as ref
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import gpu_scalar_ref as ref
 from kvsim.gpu import codecs as C
 from kvsim.gpu import formats as F
 from kvsim.gpu.hadamard import hadamard_matrix, rotate

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from kvsim.sim.cli import main
-from kvsim.sim.selfcheck import COPIED, MutantError, Mutant, load_mutants, materialize, package_root, patched_text
+from kvsim.sim.selfcheck import COPIED, Mutant, MutantError, load_mutants, materialize, package_root, patched_text
 
 MUTANTS = load_mutants()
 

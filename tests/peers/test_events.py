@@ -97,6 +97,7 @@ def test_bad_lines_are_input_errors(tmp_path, capsys, text, reason):
 
 def test_fnv1a64_bulk_equals_one_by_one_and_finds_a_bad_hash():
     import random
+
     from kvsim.sim.peers.events import fnv1a64_many
     rng = random.Random(7)
     parents = [None if rng.random() < 0.3 else rng.randrange(2**64) for _ in range(200)]

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.kvmodel.store import (BackendConfig, CapacityPolicy, ContractViolation, GrowthConfig, KVStore, Refusal,
-                           StoreConfig)
+from kvsim.kvmodel.store import (
+    BackendConfig,
+    CapacityPolicy,
+    ContractViolation,
+    GrowthConfig,
+    KVStore,
+    Refusal,
+    StoreConfig,
+)
 from kvsim.spec.checking import Checker
 
 P = 64

@@ -7,15 +7,23 @@ and "Main与backend pools分别reserve、materialize、commit和truncate".
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
+
+import pytest
 
 from kvsim.kvmodel.store.tables import HOLE
 from kvsim.sim.replay import replay_trace
-
-from tests.rules.builders import (assert_detected, assert_kept, assert_refused, assert_violation, committed, retained, run,
-                       small, touch)
+from tests.rules.builders import (
+    assert_detected,
+    assert_kept,
+    assert_refused,
+    assert_violation,
+    committed,
+    retained,
+    run,
+    small,
+    touch,
+)
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 

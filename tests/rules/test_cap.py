@@ -11,14 +11,31 @@ import dataclasses
 
 import pytest
 
-from kvsim.kvmodel.store import (ConfigError, KVStore, SequenceCapacityCurve, bytes_per_token_head, resolve_automatic,
-                           resolve_explicit)
+from kvsim.kvmodel.store import (
+    ConfigError,
+    KVStore,
+    SequenceCapacityCurve,
+    bytes_per_token_head,
+    resolve_automatic,
+    resolve_explicit,
+)
 from kvsim.kvmodel.store.config import CapacityPolicy
 from kvsim.kvmodel.store.pool import DevicePagePool
 from kvsim.spec.checking import Checker
-
-from tests.rules.builders import (P, assert_config_detected, assert_detected, assert_kept, assert_violation, committed,
-                       config, new_store, retained, rules_of, run, touch)
+from tests.rules.builders import (
+    P,
+    assert_config_detected,
+    assert_detected,
+    assert_kept,
+    assert_violation,
+    committed,
+    config,
+    new_store,
+    retained,
+    rules_of,
+    run,
+    touch,
+)
 
 # -- CAP-1 ----------------------------------------------------------------------------------------
 

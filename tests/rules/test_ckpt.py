@@ -11,7 +11,6 @@ import pytest
 
 from tests.rules.builders import assert_detected, assert_kept, assert_violation, committed, retained, run, small, touch
 
-
 # -- CKPT-1 ---------------------------------------------------------------------------------------
 
 @pytest.mark.rule("CKPT-1", "keeps")

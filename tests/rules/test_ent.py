@@ -11,10 +11,18 @@ from __future__ import annotations
 import pytest
 
 from kvsim.kvmodel.store import GrowthConfig, Refusal
-
-from tests.rules.builders import (assert_detected, assert_kept, assert_refused, assert_violation, committed, new_store,
-                       retained, run, small, touch)
-
+from tests.rules.builders import (
+    assert_detected,
+    assert_kept,
+    assert_refused,
+    assert_violation,
+    committed,
+    new_store,
+    retained,
+    run,
+    small,
+    touch,
+)
 
 # -- ENT-1 ----------------------------------------------------------------------------------------
 

@@ -11,10 +11,18 @@ from __future__ import annotations
 import pytest
 
 from kvsim.spec.checking import Checker
-
-from tests.rules.builders import (assert_detected, assert_kept, assert_violation, audit_clean, committed, retained, rules_of,
-                       run, small, touch)
-
+from tests.rules.builders import (
+    assert_detected,
+    assert_kept,
+    assert_violation,
+    audit_clean,
+    committed,
+    retained,
+    rules_of,
+    run,
+    small,
+    touch,
+)
 
 # -- PAGE-1 ---------------------------------------------------------------------------------------
 

@@ -10,8 +10,17 @@ from __future__ import annotations
 import pytest
 
 from kvsim.spec.checking import Checker
-from tests.rules.builders import (PAGE_BYTES_BF16, assert_detected, assert_kept, assert_refused, assert_violation, audit_clean, retained,
-                       run, small, touch)
+from tests.rules.builders import (
+    PAGE_BYTES_BF16,
+    assert_detected,
+    assert_kept,
+    assert_violation,
+    audit_clean,
+    retained,
+    run,
+    small,
+    touch,
+)
 
 PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 

@@ -15,7 +15,6 @@ import pytest
 from kvsim.sim.cli.check import expected, got
 from kvsim.sim.replay import replay_trace
 from kvsim.spec.catalogue import all_rules
-
 from tests.rules.conftest import ELSEWHERE
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"

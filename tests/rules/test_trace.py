@@ -11,7 +11,6 @@ import pytest
 
 from tests.rules.builders import assert_kept, assert_violation, committed, retained, run, small
 
-
 # -- TRACE-1 --------------------------------------------------------------------------------------
 
 @pytest.mark.rule("TRACE-1", "keeps")

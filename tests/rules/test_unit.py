@@ -11,7 +11,6 @@ import pytest
 
 from tests.rules.builders import assert_detected, assert_kept, assert_violation, committed, run, small, touch
 
-
 # -- UNIT-1 ---------------------------------------------------------------------------------------
 
 @pytest.mark.rule("UNIT-1", "keeps")

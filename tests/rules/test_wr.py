@@ -10,8 +10,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.rules.builders import (assert_detected, assert_kept, assert_violation, committed, new_store, retained, run, small,
-                       touch)
+from tests.rules.builders import (
+    assert_detected,
+    assert_kept,
+    assert_violation,
+    committed,
+    new_store,
+    retained,
+    run,
+    small,
+    touch,
+)
 
 
 def shared_tail(st):
