@@ -6,8 +6,8 @@ it produced, finished and preempted requests, its own prefix-cache statistics, i
 count, and the KV-event batches it published. The event batches go to ``sim.peers.events.EventChecker``
 (EV-1 ... EV-7); this judge keeps what the decisions imply -- which live request names which block, and which
 content (a chain of interned (parent, tokens) keys at the engine's block size, ``Contents``)
-each block last received -- and checks the rules of ``RULES``, restating for block-table engines what the
-TS-PFX and PEER rules say of TokenSpeed:
+each block last received -- and checks the rules of ``RULES`` (seed citations there, readings in
+``DECISIONS``), restating for block-table engines what the TS-PFX and PEER rules say of TokenSpeed:
 
 * PEER-5 capacity (cache concepts: "its capacity belongs to the global empty-parent FIFO rather than any
   group"; a pool of N blocks minus the reserved null block): every block id lies in [1, num_blocks) and the
@@ -43,20 +43,48 @@ import numpy as np
 from kvsim.sim.peers.events import EventChecker
 from kvsim.sim.trace import cachetrace as ct
 
-__all__ = ["RULES", "EngineJudge", "Finding"]
+__all__ = ["RULES", "DECISIONS", "EngineJudge", "Finding", "batch_events"]
 
+_SEED = "seed 002 (cache concepts)"
 RULES: dict[str, tuple[str, str]] = {
     "PEER-5": ("every block id lies in the pool and live requests never name more blocks than it holds",
-               "its capacity belongs to the global empty-parent FIFO rather than any group"),
+               f'{_SEED} l.264: "a replicated group translates to itself minus the null block"; l.272: the '
+               'allocator "counts all nonnull refs in the request table"'),
     "PEER-6": ("prefix hits are whole blocks and leave the prompt's last token to compute",
-               "two requests share cache only at multiples of this many tokens"),
+               f'{_SEED} l.13: "two requests share cache only at multiples of this many tokens"'),
     "PEER-7": ("a hit names blocks holding exactly that prefix, computed by an earlier or the same forward, "
                "and live in the engine's event stream",
-               "the FIFO data plane orders any hitter's forward after the writer"),
+               f'{_SEED} l.183: "the FIFO data plane orders any hitter\'s forward after the writer"; l.193: "one '
+               'externally visible prefix event"'),
     "PEER-8": ("a fresh block is named by no other live request; no request computes into a block another "
-               "live request named", "may replace one with the key's existing canonical block"),
-    "PEER-9": ("the scheduler's prefix-cache stats and cached-block count agree with its decisions and its "
-               "event stream", "a router's view diverged from the engine's cache (research/kv-events.md)"),
+               "live request named",
+               f'{_SEED} l.167: "publishing a table\'s completed blocks may replace one with the key\'s existing '
+               'canonical block"'),
+    "PEER-9": ("the scheduler's prefix-cache stats and block counts agree with its decisions and its event "
+               "stream", f'{_SEED} l.193: the scheduler "keeps no residency counters of its own" beyond what the '
+               'event carries; l.38: leak checks ask the index'),
+}
+# How each rule reads the seed for engines whose unit is a block of block_size tokens (vLLM, SGLang).
+DECISIONS: dict[str, str] = {
+    "PEER-5": "The block size plays prefix_granularity's part. vLLM's block 0 (its null block) and SGLang's page 0 "
+              "(its padding slot) are the reserved null block: a pool of N blocks has N - 1 usable, the capacity "
+              "EV-6 applies to the stream.",
+    "PEER-6": "A hit is the computed-token count a request is first scheduled with (vLLM's num_computed_tokens "
+              "of a new request, SGLang's matched prefix length). The prompt's last token is always computed "
+              "(its logits are needed), so a hit stops short of it.",
+    "PEER-7": "Publication at the scheduled window end: vLLM caches a block's hash when it allocates the block "
+              "for the tokens being computed, so a request admitted in the same step may hit it; every layer "
+              "writes the batch's KV before attending, so the hitter's forward reads it after the writer. SGLang "
+              "inserts after the forward, so its hits name blocks of earlier steps only. The stream check reads "
+              "the batches published up to the end of the step (vLLM publishes a step's events after it).",
+    "PEER-8": "A computed block may be swapped for the cache's canonical copy of the same content (SGLang's "
+              "checkpoint adopts the tree's pages and frees its duplicates): the new block must hold that "
+              "content. Requests preempted in a step give their blocks back before the step allocates.",
+    "PEER-9": "vLLM: PrefixCacheStats (requests, queried tokens, hit tokens of newly admitted requests) per step; "
+              "free blocks (its free queue, evictable cached blocks included) plus the blocks live requests name "
+              "equal the usable pool; hashes in its cached-block map equal the stream's live blocks. SGLang: free "
+              "plus evictable pages plus the pages live rows name equal the pool; the tree's evictable plus "
+              "protected tokens equal its total; its total in pages equals the stream's live blocks.",
 }
 
 

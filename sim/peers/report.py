@@ -79,7 +79,7 @@ def add_engine_judge(report: dict, judge, trace: str) -> dict:
     report["violations"].sort(key=lambda v: (v["line"], v["rule"]))
     steps = judge.stats["steps"]
     for rid, (title, clause) in ej.RULES.items():
-        report["rules"][rid] = {"title": title, "clause": clause, "checked": steps,
+        report["rules"][rid] = {"title": title, "clause": clause, "decisions": ej.DECISIONS[rid], "checked": steps,
                                 "exercised": judge.premise[rid], "violated": judge.counts[rid]}
     report["stats"]["scheduler"] = judge.summary()
     total = sum(r["violated"] for r in report["rules"].values())

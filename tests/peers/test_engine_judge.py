@@ -6,7 +6,7 @@ import copy
 import numpy as np
 import pytest
 
-from kvsim.sim.peers.engine_judge import RULES, EngineJudge, batch_events
+from kvsim.sim.peers.engine_judge import DECISIONS, RULES, EngineJudge, batch_events
 from kvsim.sim.peers.events import EventChecker
 from kvsim.sim.trace import cachetrace as ct
 
@@ -113,3 +113,8 @@ def test_native_vllm_and_array_events_are_read_and_unknown_fields_ignored():
     assert isinstance(evs[1], ct.BlockRemoved) and isinstance(evs[2], ct.AllBlocksCleared)
     with pytest.raises(ValueError):
         batch_events([0, [{"type": "Mystery"}]])
+
+
+def test_every_rule_cites_the_seed_and_records_its_reading():
+    for rid, (title, clause) in RULES.items():
+        assert title and "seed 002" in clause and " l." in clause and DECISIONS[rid], rid

@@ -35,6 +35,18 @@ from array import array
 from typing import Any
 
 
+def use_standins() -> None:
+    """scripts/install-engine leaves a torchvision stand-in in VENV/kvsim-standins (PyPI's torchvision does not
+    load beside CPU torch; SGLang's model configs import it at module level). transformers is first asked, so
+    it caches "torchvision absent" and never takes its torchvision paths; then the folder joins sys.path."""
+    folder = os.path.join(sys.prefix, "kvsim-standins")
+    if not os.path.isdir(folder):
+        return
+    from transformers.utils import import_utils
+    import_utils.is_torchvision_available()
+    sys.path.append(folder)
+
+
 def token(rid: str, pos: int, vocab: int) -> int:
     """A synthetic output token, deterministic in (request, position) -- the same formula as kvsim's peers."""
     return zlib.crc32(f"{rid}:{pos}".encode()) % vocab
@@ -178,6 +190,7 @@ def main() -> int:
         if not os.environ.get("TORCH_EXTENSIONS_DIR"):  # SGLang's hash extension: built once per venv
             os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "torch-extensions")
         t0 = time.perf_counter()
+        use_standins()
         import sglang
         d = Driver(cfg)
         import_s = time.perf_counter() - t0
