@@ -138,7 +138,7 @@ def run_engine_peer(args: Any) -> int:
             else None,
             "events_per_s_engine": round(n_events / out.engine_s) if out.engine_s else None,
             "events_per_s_judge": round(n_events / out.judge_s) if out.judge_s else None}
-    trace = args.record or str(args.workload)
+    trace = args.record or f"({engine} event stream)"  # findings name lines of the recorded event log
     inputs = [{"path": str(args.workload), "sha256": file_sha256(args.workload), "events": out.steps}]
     report = add_engine_judge(build(inputs, trace, None, events, stats), out.judge, trace)
     if out.stalled:

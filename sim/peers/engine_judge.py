@@ -183,6 +183,7 @@ class EngineJudge:
         self.content: dict[int, int] = {}       # block -> content key last computed into it
         self.stream: dict[Any, int] = {}        # live event hash -> content key (a router's view)
         self.stream_keys: dict[int, int] = {}   # content key -> live event hashes carrying it
+        self.copies: dict[Any, int] = {}        # live hash stored more than once -> its copies (vLLM's preset)
         self.seen_keys: set[int] = set()        # prompt block keys submitted so far (the trace's bound)
         self.findings: list[Finding] = []
         self.max_findings = max_findings
@@ -200,7 +201,7 @@ class EngineJudge:
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
         if len(self.findings) < self.max_findings:
-            self.findings.append(Finding(rule, line, self._step, message, ctx))
+            self.findings.append(Finding(rule, line, self._step, f"step {self._step}: {message}", ctx))
 
     # -- inputs -----------------------------------------------------------------------------------------------
     def submit(self, rid: str, tokens: np.ndarray) -> None:
@@ -221,9 +222,14 @@ class EngineJudge:
         for i in range(r.prompt // bs):
             self.seen_keys.add(r.key(i, bs, self.contents))  # type: ignore[arg-type]
 
-    def step(self, msg: dict, line: int) -> None:
-        """One driver step: tables, writes, hits, events, then the engine's own statistics."""
+    def step(self, msg: dict, before: int) -> None:
+        """One driver step: tables, writes, hits, events, then the engine's own statistics.
+
+        Findings name lines of the engine's event log (one line per published batch, as ``--record`` writes
+        it): ``before`` batches came earlier, an EV finding names its batch's line, a PEER finding the line of
+        the step's last batch (the stream as of that step) and says which step in its message."""
         self._step = msg["step"]
+        line = before + len(msg.get("batches", ()))
         self.stats["steps"] += 1
         bs = self.bs
         self._added = {}
@@ -278,8 +284,8 @@ class EngineJudge:
         for k, batch in enumerate(msg.get("batches", ())):
             evs = batch_events(batch)
             if sequence is not None and k < len(seqs):
-                sequence(seqs[k], line)
-            self.events.batch(self.parse(batch) if self.parse else evs, line)
+                sequence(seqs[k], before + k + 1)
+            self.events.batch(self.parse(batch) if self.parse else evs, before + k + 1)
             self._stream(evs)
         # prefix hits of the requests first scheduled (or resumed) in this step
         for rid, r, hit, again in hits:
@@ -400,8 +406,11 @@ class EngineJudge:
 
     def _stream(self, evs: list[ct.KvEvent]) -> None:
         """The router's view: live event hashes and the content key each carries (from its parent's and its
-        tokens; a parent the stream does not know chains from nothing)."""
-        stream, keys, contents = self.stream, self.stream_keys, self.contents
+        tokens; a parent the stream does not know chains from nothing). Where the event checker allows
+        duplicate copies (vLLM's preset: a hash stored again while live is a second block with that hash),
+        a hash stays live until as many removals as stores have come, as in vLLM's own cached-block map."""
+        stream, keys, contents, copies = self.stream, self.stream_keys, self.contents, self.copies
+        counted = bool(getattr(self.events, "duplicate_copies", False))
         for ev in evs:
             if isinstance(ev, ct.BlockStored):
                 prev = stream.get(ev.parent_block_hash, -1) if ev.parent_block_hash is not None else 0
@@ -412,16 +421,23 @@ class EngineJudge:
                     old = stream.get(h)
                     if old is not None:
                         _dec(keys, old)
+                        if counted:
+                            copies[h] = copies.get(h, 1) + 1
                     stream[h] = d
                     keys[d] = keys.get(d, 0) + 1
                     prev = d
             elif isinstance(ev, ct.BlockRemoved):
                 for h in ev.block_hashes:
-                    if h in stream:
+                    if h in copies:
+                        copies[h] -= 1
+                        if copies[h] == 1:
+                            del copies[h]
+                    elif h in stream:
                         _dec(keys, stream.pop(h))
             else:
                 stream.clear()
                 keys.clear()
+                copies.clear()
 
     def _stats(self, msg: dict, line: int) -> None:
         st = msg.get("stats")

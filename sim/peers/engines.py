@@ -170,9 +170,9 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
                 if log:
                     for b in msg["batches"]:
                         log.write(enc.encode(b) + b"\n")
-                line = out.steps
                 t1 = clock()
                 judge.step(msg, line)
+                line += len(msg["batches"])
                 t2 = clock()
                 out.judge_s += t2 - t1
                 out.observe_s += t1 - t0

@@ -38,8 +38,10 @@ def judge(steps, same_step_hits=True):
     j = EngineJudge(BS, BLOCKS, ev, same_step_hits=same_step_hits)
     j.submit("a", A)
     j.submit("b", B)
-    for n, m in enumerate(steps, start=1):
-        j.step(m, n)
+    before = 0
+    for m in steps:
+        j.step(m, before)
+        before += len(m.get("batches", ()))
     return j, ev
 
 
@@ -95,13 +97,14 @@ def test_write_into_a_block_another_request_named_fires():
     j, _ = judge(steps)
     assert {f.rule for f in j.findings} == {"PEER-8"}
     assert any("computes block 2 into block 3" in f.message for f in j.findings)
+    assert all(f.message.startswith("step 1: ") and f.line == 1 for f in j.findings)  # the log's last batch
 
 
 def test_capacity_over_the_pool_fires():
     ev = EventChecker(block_size=BS, capacity=2)
     j = EngineJudge(BS, 3, ev)  # 2 usable blocks, a names 3
     j.submit("a", A)
-    j.step({"step": 0, "new": [["a", 0, [1, 2, 3]]], "scheduled": {"a": 10}, "batches": []}, 1)
+    j.step({"step": 0, "new": [["a", 0, [1, 2, 3]]], "scheduled": {"a": 10}, "batches": []}, 0)
     assert {f.rule for f in j.findings} == {"PEER-5"}
 
 
@@ -118,3 +121,21 @@ def test_native_vllm_and_array_events_are_read_and_unknown_fields_ignored():
 def test_every_rule_cites_the_seed_and_records_its_reading():
     for rid, (title, clause) in RULES.items():
         assert title and "seed 002" in clause and " l." in clause and DECISIONS[rid], rid
+
+
+def test_duplicate_copies_keep_a_hash_live_until_every_copy_is_removed():
+    """vLLM re-stores a live hash (a second block with the same content) and removes one copy per evicted block:
+    where the checker allows copies (vLLM's preset) the stream view counts them, as vLLM's cached-block map does;
+    without the allowance a removal drops the hash (a set, as a plain router keeps it)."""
+    def run(counted):
+        ev = EventChecker(block_size=BS)
+        ev.duplicate_copies = counted
+        j = EngineJudge(BS, BLOCKS, ev)
+        j.submit("a", A)
+        block = stored([11], None, [0, 1, 2, 3])
+        j.step({"step": 0, "batches": [[0, [block], 0], [0, [block], 0]], "cached_blocks": 1}, 0)
+        j.step({"step": 1, "batches": [[1, [{"type": "BlockRemoved", "block_hashes": [11]}], 0]],
+                "cached_blocks": 1}, 2)
+        return j
+    assert [f.rule for f in run(True).findings] == []
+    assert [f.rule for f in run(False).findings] == ["PEER-9"]

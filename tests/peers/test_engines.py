@@ -38,9 +38,10 @@ def need(name: str) -> str:
 
 
 def allowed_findings(engine: str) -> set[str]:
-    """Without an engine preset in the event checker, vLLM's documented re-store of a live hash (a fully cached
-    block-aligned prompt recomputes its last block) is an EV-2 finding; with the preset it is allowed."""
-    return set() if engine in getattr(pe, "PRESETS", {}) or engine == "sglang" else {"EV-2"}
+    """Without an engine preset in the event checker, vLLM's re-store of a live hash (a fully cached
+    block-aligned prompt recomputes its last block: tiny_workload.jsonl's m6) is an EV-2 finding, and once one
+    copy is evicted a set-keeping stream view lags vLLM's cached-block map (PEER-9); the preset allows copies."""
+    return set() if engine in getattr(pe, "PRESETS", {}) or engine == "sglang" else {"EV-2", "PEER-9"}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
