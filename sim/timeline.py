@@ -13,7 +13,7 @@ MAX_POINTS = 4096
 class Timeline:
     __slots__ = ("pools", "event", "series", "stride", "capacity")
 
-    def __init__(self, pools: dict):
+    def __init__(self, pools: dict) -> None:
         self.pools = list(pools)
         self.capacity = {name: p.capacity for name, p in pools.items()}
         self.event: list[int] = []

@@ -17,16 +17,23 @@ This module knows nothing of traces or reports.
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.errors import Finding
 from kvsim.spec.catalogue import InvalidRule, all_rules, require
 
+if TYPE_CHECKING:
 
-def _ctx_page(page):
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
+
+
+def _ctx_page(page: LogicalKVPage):
     return {"pool": page.pool, "page": page.device, "block": getattr(page, "block", None)}
 
 
-def _ctx_space(space):
+def _ctx_space(space: KVAddressSpace):
     return {("seq" if space.active else "ckpt"): space.owner, "pool": space.pool}
 
 
@@ -61,16 +68,16 @@ def _validate_focus() -> None:
 _validate_focus()
 
 
-def _live_touched_spaces(st) -> list:
+def _live_touched_spaces(st: KVStore) -> list:
     """finish/release may leave ended spaces touched: only live ones are checked."""
     return [s for s in st.t_spaces if s.active or s.owner in st.checkpoints]
 
 
-def _one(st) -> tuple:
+def _one(st: KVStore) -> tuple:
     return (None,)
 
 
-def _host_touched(st) -> tuple:
+def _host_touched(st: KVStore) -> tuple:
     """The store-scope (Host tier) rules' one entity incrementally: the Host extents touched, offset -> size."""
     return (st.t_host,)
 
@@ -84,7 +91,7 @@ EVERY = {"config": _one, "pool": lambda st: list(st.pools),
          "row": lambda st: [(name, r) for name, t in st.tables.items() for r in range(t.rows)], "store": _one}
 
 
-def _check(st, plan: tuple, full: bool, out: list) -> None:
+def _check(st: KVStore, plan: tuple, full: bool, out: list) -> None:
     """The one checking loop, for incremental checks and the audit alike.
 
     `plan` is ((entities_of, bound), ...): `entities_of(st)` gives the entities of one scope (what the last
@@ -111,7 +118,7 @@ def _check(st, plan: tuple, full: bool, out: list) -> None:
 class Checker:
     """Evaluates state rules against one KVStore and counts into its Coverage."""
 
-    def __init__(self, store):
+    def __init__(self, store) -> None:
         self.st = store
         self.by_scope: dict[str, list] = {s: [] for s in SCOPES}
         for rule in all_rules():

@@ -38,7 +38,7 @@ class AdmitResult:
 
 
 class CacheCoordinator:
-    def __init__(self, config: CacheConfig, journal: list | None = None, layers=()):
+    def __init__(self, config: CacheConfig, journal: list | None = None, layers=()) -> None:
         self.config = config
         self.geometry = [GroupGeometry(s) for s in config.groups]
         self.matchers = [matcher_for(g) for g in self.geometry]

@@ -69,7 +69,7 @@ def remember(report: dict) -> None:
         pass  # an unwritable reports folder must not fail a replay
 
 
-def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockstep_profile=None):
+def run_traces(paths, stop_at_first: bool = False, lockstep: bool = False, console=None, lockstep_profile=None):
     """Replay traces in order; returns the results (stops after the first violating trace if asked).
 
     A progress bar shows on a terminal only (never in CI logs).

@@ -36,7 +36,7 @@ class FuzzMachine(RuleBasedStateMachine):
     name = "fuzz"
     lockstep = False
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.driver = None
         self.failed = False
@@ -46,7 +46,7 @@ class FuzzMachine(RuleBasedStateMachine):
     def observer_factory(self, cfg):
         return None
 
-    def start(self, cfg):
+    def start(self, cfg) -> None:
         """Begin a run under `cfg` (each machine's @initialize rule draws it from its own strategy)."""
         header = kt.Header(format="kvtrace/1", config=cfg, meta={"source": f"kvsim fuzz --machine {self.name}"})
         self.driver = Driver(header, self.observer_factory(cfg))
@@ -151,14 +151,14 @@ class FuzzMachine(RuleBasedStateMachine):
 
     # -- refinement after every step ----------------------------------------------------------------
     @invariant()
-    def refines(self):
+    def refines(self) -> None:
         if self.driver is None or self.failed:
             return
         events, notes = differences(self.oracle, self.view)
         if notes:
             self.fail("refinement", "; ".join(notes[:6]))
 
-    def teardown(self):
+    def teardown(self) -> None:
         if self.driver is None:
             return
         RUN.coverage.merge(self.driver.st.cov)

@@ -23,7 +23,7 @@ class HostTierRules:
         return pool, data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3, unique=True)), False
 
     @rule(ck=CKPTS, data=st.data())
-    def offload(self, ck, data):
+    def offload(self, ck, data) -> None:
         o = self.oracle
         ck = self.steer(ck, o.ckpts, data)
         if ck not in o.ckpts:
@@ -43,7 +43,7 @@ class HostTierRules:
 
     @precondition(lambda self: self.driver is not None and self.oracle.f.host_bytes and self.oracle.ckpts)
     @rule(data=st.data())
-    def evict(self, data):
+    def evict(self, data) -> None:
         """Offload a checkpoint's idle pages and drop their Device replicas (a later activation restores them),
         or bring Host-only pages back by a phase-by-phase h2d transfer."""
         o = self.oracle
@@ -87,7 +87,7 @@ class HostTierRules:
                 self.do("drop_device:stale-host", kt.DropDevice(ckpt=ck, pool=pool, blocks=tuple(stale)), "reject")
 
     @rule(ck=CKPTS, data=st.data())
-    def drop_device(self, ck, data):
+    def drop_device(self, ck, data) -> None:
         o = self.oracle
         ck = self.steer(ck, o.ckpts, data)
         if ck not in o.ckpts:
@@ -101,7 +101,7 @@ class HostTierRules:
             o.drop_device(ck, pool, blocks)
 
     @rule(ck=CKPTS, data=st.data())
-    def drop_host(self, ck, data):
+    def drop_host(self, ck, data) -> None:
         o = self.oracle
         ck = self.steer(ck, o.ckpts, data)
         if ck not in o.ckpts:
@@ -143,7 +143,7 @@ class HostTierRules:
         return xid
 
     @rule(x=XFERS, data=st.data())
-    def xfer_next(self, x, data):
+    def xfer_next(self, x, data) -> None:
         o = self.oracle
         x = self.steer(x, o.xfers, data)
         if x not in o.xfers:

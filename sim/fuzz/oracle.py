@@ -59,7 +59,7 @@ class Block:
     _n = 0
     __slots__ = ("n", "holders", "dev", "host", "version", "cols", "pins", "alive")
 
-    def __init__(self, cols: int = 0):
+    def __init__(self, cols: int = 0) -> None:
         Block._n += 1
         self.n = Block._n
         self.holders: list = []
@@ -136,7 +136,7 @@ PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 
 
 class Oracle:
-    def __init__(self, facts: Facts):
+    def __init__(self, facts: Facts) -> None:
         self.f = facts
         self.seqs: dict[str, Seq] = {}
         self.ckpts: dict[str, dict] = {}  # ckpt -> {pool: Space}

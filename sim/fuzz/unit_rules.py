@@ -45,7 +45,7 @@ class UnitRules:
 
     @precondition(lambda self: self.driver is not None and self.free_spaces())
     @rule(data=st.data())
-    def decode_round(self, data):
+    def decode_round(self, data) -> None:
         """An engine round for one sequence: map ahead, launch over every pool, complete (speculative:
         each pool accepts its own prefix), then settle (trim what was mapped beyond the frontier)."""
         o = self.oracle
@@ -83,7 +83,7 @@ class UnitRules:
                 o.truncate(name, pool, s.frontier)
         self.observe(data)
 
-    def commit(self, unit, commits, label):
+    def commit(self, unit, commits, label) -> None:
         o = self.oracle
         ev = kt.Complete(unit=unit, commit=tuple(kt.CommitRow(seq=n, pool=p, frontier=f) for n, p, f in commits))
         self.do(label, ev, "ok")
@@ -99,7 +99,7 @@ class UnitRules:
 
     @precondition(lambda self: self.driver is not None and self.oracle.seqs)
     @rule(data=st.data())
-    def launch_illegal(self, data):
+    def launch_illegal(self, data) -> None:
         o = self.oracle
         free = self.free_spaces()
         busy = [(n, p) for n, q in sorted(o.seqs.items()) for p, s in q.spaces.items() if s.unit is not None]
@@ -135,7 +135,7 @@ class UnitRules:
         self.do(f"launch:illegal-{kind}", kt.Launch(unit=unit, rows=(row,)), "reject")
 
     @rule(unit=UNITS, data=st.data())
-    def complete(self, unit, data):
+    def complete(self, unit, data) -> None:
         o = self.oracle
         unit = self.steer(unit, o.units, data)
         if unit not in o.units:
@@ -166,7 +166,7 @@ class UnitRules:
                               f"{owner} holds there (a write must be new content)")
 
     @rule(unit=UNITS, data=st.data())
-    def fail_unit(self, unit, data):
+    def fail_unit(self, unit, data) -> None:
         unit = self.steer(unit, self.oracle.units, data)
         if unit not in self.oracle.units:
             self.do("fail:stale", kt.Fail(unit=unit), "reject")

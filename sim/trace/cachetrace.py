@@ -217,7 +217,7 @@ def read_cachetrace(path: str | Path) -> tuple[Header, Iterator[tuple[int, Line]
 class CacheTraceWriter:
     """Write a cachetrace/1 file line by line (header first)."""
 
-    def __init__(self, path: str | Path, header: Header):
+    def __init__(self, path: str | Path, header: Header) -> None:
         self._f = open(path, "wb")
         self.lines = 0
         self.write(header)

@@ -73,8 +73,8 @@ def options_for(events: int, seed: int = 0, fault: str | None = None, **override
     return opts
 
 
-def default_header(max_context=4096, concurrency=8, profile="bf16", source="kvsim workload", backend="off",
-                   growth=False, host_pages=0, meta=None) -> kt.Header:
+def default_header(max_context: int = 4096, concurrency: int = 8, profile: str = "bf16", source: str = "kvsim workload", backend: str = "off",
+                   growth: bool = False, host_pages: int = 0, meta=None) -> kt.Header:
     return kt.Header(format="kvtrace/1", config=kt.Config(
         max_context=max_context, max_concurrency=concurrency, page_size=P, kv_profile=profile,
         backend=kt.BackendMTP(draft_window=MTP_DRAFT_WINDOW) if backend == "mtp" else kt.BackendOff(),
@@ -91,7 +91,7 @@ def _pages(tokens: int) -> int:
 class _Lane:
     __slots__ = ("seq", "frontier", "target", "mapped", "prompt")
 
-    def __init__(self, seq, frontier, prompt, target):
+    def __init__(self, seq, frontier, prompt, target) -> None:
         self.seq, self.frontier, self.prompt, self.target = seq, frontier, prompt, target
         self.mapped = 0
 

@@ -6,8 +6,13 @@ recorded candidates; it does not call the planner.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.cache.journal import AdmitRecord
 from kvsim.spec.catalogue import state_rule
+
+if TYPE_CHECKING:
+    from kvsim.kvmodel.cache.state import CacheState
 
 
 def fit(shadow, need, victims) -> bool:
@@ -42,7 +47,7 @@ def _key(c):
                       "group, parent, child). The victims lie within the shortest fitting prefix of that order and "
                       "include its last element; dropping any one victim breaks the fit; a refusal means even "
                       "every candidate does not fit.")
-def ts_adm_1(st, _entity=None, full=True):
+def ts_adm_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:
         if not isinstance(r, AdmitRecord):

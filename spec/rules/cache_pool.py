@@ -7,11 +7,16 @@ Each returns None (premise absent), True (kept) or a one-line message (violated)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.cache.journal import AcquireRecord, AdmitRecord
 from kvsim.spec.catalogue import state_rule
 
+if TYPE_CHECKING:
+    from kvsim.kvmodel.cache.state import CacheState
 
-def _records(st, kind):
+
+def _records(st: CacheState, kind):
     return [r for r in st.journal if isinstance(r, kind)]
 
 
@@ -23,7 +28,7 @@ def _records(st, kind):
             decisions="Indexes recounted: per-group free slots (holes of bound parents), the empty-parent FIFO "
                       "(each empty parent exactly once), per-parent occupied counts, per-(group, bucket) sets of "
                       "parents with a hole in that bucket.")
-def ts_pool_1(st, _entity=None, full=True):
+def ts_pool_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     pool = st.pool
     if pool is None:
         return None
@@ -66,7 +71,7 @@ def ts_pool_1(st, _entity=None, full=True):
             '"A failed acquire leaves both placement and request tables unchanged"', scope="cache",
             decisions="A refusal is legal only when holes in bound parents + empty parents × slots per parent "
                       "< the count; a refused admission acquires nothing.")
-def ts_pool_2(st, _entity=None, full=True):
+def ts_pool_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in _records(st, AcquireRecord):
         if r.result is not None:
@@ -100,7 +105,7 @@ def _capacity(snap, group):
             decisions="Bucket load counts every nonnull block of the request's table in that group, updated after "
                       "each child; among all holes of bound parents the choice is the lexicographic minimum of "
                       "(bucket load, bucket, −parent occupancy, parent, child).")
-def ts_pool_3(st, _entity=None, full=True):
+def ts_pool_3(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     recs = [r for r in _records(st, AcquireRecord) if r.result]
     if not recs:
         return None
@@ -144,7 +149,7 @@ def naive_placement(snap, group: int, num: int, table_ids) -> list[int] | None:
             decisions="Checked: no acquired (fresh, to-be-zeroed) id is 0 or beyond the virtual block count "
                       "1 + N·D·K; every occupied block translates to an owner < D and a local page in "
                       "[1, 1 + N·K), distinct per owner, and a replicated group's local id is its own id.")
-def ts_pool_4(st, _entity=None, full=True):
+def ts_pool_4(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     pool = st.pool
     for r in _records(st, AcquireRecord):

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.cache.journal import ProbeRecord, PublishRecord
 from kvsim.spec.catalogue import state_rule
 
+if TYPE_CHECKING:
+    from kvsim.kvmodel.cache.state import CacheState
 
-def chain_hashes(tokens, p: int) -> list[str]:
+
+def chain_hashes(tokens: int, p: int) -> list[str]:
     """Hex SHA-256 per whole page: u32 prior-digest length + digest, u32 token count + u32 tokens."""
     out, prior = [], b""
     for i in range(len(tokens) // p):
@@ -32,7 +36,7 @@ def chain_hashes(tokens, p: int) -> list[str]:
             decisions="Framing from TokenSpeed's prefix_hasher.h (research/tokenspeed.md §3). A published key's "
                       "page offset is its slot modulo P / block_granularity; a probe's bound and hit are multiples "
                       "of P; published tokens are whole pages.")
-def ts_pfx_1(st, _entity=None, full=True):
+def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
     for r in st.journal:
@@ -95,7 +99,7 @@ def expected_hits(grp, boundary_slots: int) -> tuple[bool, ...]:
             decisions="A window group resumes at boundary b with ceil((W − 1)/bg) cached slots before b, or a "
                       "shorter run reaching slot 0; W = 2 for state groups; replayable groups are not matched and "
                       "claim no hit.")
-def ts_pfx_2(st, _entity=None, full=True):
+def ts_pfx_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
     for r in st.journal:
