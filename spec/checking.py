@@ -23,17 +23,18 @@ from kvsim.kvmodel.store.errors import Finding
 from kvsim.spec.catalogue import InvalidRule, all_rules, require
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
 
     from kvsim.kvmodel.store.address_space import KVAddressSpace
     from kvsim.kvmodel.store.pages import LogicalKVPage
     from kvsim.kvmodel.store.store import KVStore
 
 
-def _ctx_page(page: LogicalKVPage):
+def _ctx_page(page: LogicalKVPage) -> dict[str, object]:
     return {"pool": page.pool, "page": page.device, "block": getattr(page, "block", None)}
 
 
-def _ctx_space(space: KVAddressSpace):
+def _ctx_space(space: KVAddressSpace) -> dict[str, object]:
     return {("seq" if space.active else "ckpt"): space.owner, "pool": space.pool}
 
 
@@ -118,7 +119,7 @@ def _check(st: KVStore, plan: tuple, full: bool, out: list) -> None:
 class Checker:
     """Evaluates state rules against one KVStore and counts into its Coverage."""
 
-    def __init__(self, store) -> None:
+    def __init__(self, store: KVStore) -> None:
         self.st = store
         self.by_scope: dict[str, list] = {s: [] for s in SCOPES}
         for rule in all_rules():
@@ -134,7 +135,7 @@ class Checker:
         self._audit = tuple((EVERY[sc], self._bound[sc]) for sc in SCOPES if self._bound[sc])
         self._config = ((_one, self._bound["config"]),)
 
-    def _plan(self, entities_of: dict, ids=None) -> tuple:
+    def _plan(self, entities_of: dict, ids: Iterable[str] | None = None) -> tuple:
         """(entities_of, bound rules) per scope of `entities_of` with rules to run (only `ids`, if given)."""
         plan = []
         for sc, get in entities_of.items():
@@ -148,7 +149,7 @@ class Checker:
         the touched sets."""
         st = self.st
         out: list[Finding] = []
-        plan = self._focused.get(op)
+        plan = None if op is None else self._focused.get(op)
         if plan is None:
             if st.t_host:  # Host-tier rules run on the touched extents (the audit: on the whole arena)
                 _check(st, self._host, False, out)

@@ -66,7 +66,7 @@ def unreachable(st: KVStore) -> list[tuple]:
             leases.update((x.pool, d) for d in x.dest)
         else:
             host.update(x.dest)
-    lost = []
+    lost: list[tuple] = []
     for store in st.page_stores.values():
         for page in store.live_pages():
             if page not in pages:

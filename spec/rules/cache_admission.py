@@ -12,10 +12,13 @@ from kvsim.kvmodel.cache.journal import AdmitRecord
 from kvsim.spec.catalogue import state_rule
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from kvsim.kvmodel.cache.admission import EvictionCandidate, PoolShadow
     from kvsim.kvmodel.cache.state import CacheState
 
 
-def fit(shadow, need, victims) -> bool:
+def fit(shadow: PoolShadow, need: Sequence[int], victims: Iterable[EvictionCandidate]) -> bool:
     """Σ_g ceil(max(need_g − free_g, 0) / slots_per_parent_g) ≤ empty parents, after the victims leave."""
     occ = dict(shadow.occupancy)
     free = list(shadow.free_slots)
@@ -34,7 +37,7 @@ def fit(shadow, need, victims) -> bool:
     return parents <= empty
 
 
-def _key(c):
+def _key(c: EvictionCandidate) -> tuple:
     return (c.epoch, int(c.tier), c.rank, c.group, c.parent, c.child)
 
 

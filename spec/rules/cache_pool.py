@@ -13,10 +13,12 @@ from kvsim.kvmodel.cache.journal import AcquireRecord, AdmitRecord
 from kvsim.spec.catalogue import state_rule
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from kvsim.kvmodel.cache.state import CacheState
 
 
-def _records(st: CacheState, kind):
+def _records(st: CacheState, kind: type) -> list:
     return [r for r in st.journal if isinstance(r, kind)]
 
 
@@ -34,7 +36,7 @@ def ts_pool_1(st: CacheState, _entity: object | None = None, full: bool = True) 
         return None
     groups = len(pool.packing)
     free = [0] * groups
-    holes = {}
+    holes: dict = {}
     empty = set()
     for p in range(1, pool.num_parents + 1):
         bound, occ = pool.parent(p)
@@ -91,7 +93,7 @@ def ts_pool_2(st: CacheState, _entity: object | None = None, full: bool = True) 
     return True if seen else None
 
 
-def _capacity(snap, group):
+def _capacity(snap: tuple, group: int) -> tuple[int, int, int]:
     """(holes, empty parents, slots per parent) of group in a BlockPool snapshot, recounted."""
     packing, shards, bound, occ, _count, fifo, _free, _partial = snap
     holes = sum(o.count(False) for p, o in enumerate(occ) if o is not None and bound[p] == group)
@@ -116,7 +118,7 @@ def ts_pool_3(st: CacheState, _entity: object | None = None, full: bool = True) 
     return True
 
 
-def naive_placement(snap, group: int, num: int, table_ids) -> list[int] | None:
+def naive_placement(snap: tuple, group: int, num: int, table_ids: Iterable[int]) -> list[int] | None:
     """The seed's placement order replayed on a pool snapshot, by brute force over every hole."""
     packing, shards, bound, occ, _count, fifo, _free, _partial = snap
     d = shards[group] or 1
@@ -127,7 +129,7 @@ def naive_placement(snap, group: int, num: int, table_ids) -> list[int] | None:
     for b in table_ids:
         if b:
             loads[((b - 1) % spp) % d] += 1
-    out = []
+    out: list[int] = []
     while len(out) < num:
         holes = [(loads[c % d], c % d, -sum(o), p, c) for p, o in occ.items() for c, u in enumerate(o) if not u]
         if not holes:
@@ -179,7 +181,10 @@ def ts_pool_4(st: CacheState, _entity: object | None = None, full: bool = True) 
                         continue
                     seen = True
                     block = pool.block_id(g, p, c)
-                    owner, local = pool.to_local(g, block)
+                    loc = pool.to_local(g, block)
+                    if loc is None:
+                        return f"group {g}: occupied child ({p}, {c}) translates to the null block"
+                    owner, local = loc
                     if not (0 <= owner < d and 1 <= local < 1 + pool.num_parents * k):
                         return f"group {g}: block {block} translates to owner {owner}, local page {local}"
                     if (owner, local) in seen_local or (d == 1 and local != block):

@@ -15,12 +15,16 @@ from kvsim.kvmodel.cache.journal import ProbeRecord, PublishRecord
 from kvsim.spec.catalogue import state_rule
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from kvsim.kvmodel.cache.journal import ProbeGroup
     from kvsim.kvmodel.cache.state import CacheState
 
 
-def chain_hashes(tokens: int, p: int) -> list[str]:
+def chain_hashes(tokens: Sequence[int], p: int) -> list[str]:
     """Hex SHA-256 per whole page: u32 prior-digest length + digest, u32 token count + u32 tokens."""
-    out, prior = [], b""
+    out: list[str] = []
+    prior = b""
     for i in range(len(tokens) // p):
         page = tokens[i * p:(i + 1) * p]
         prior = hashlib.sha256(struct.pack("<I", len(prior)) + prior + struct.pack(f"<I{len(page)}I", len(page), *page)
@@ -66,12 +70,13 @@ def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -
     return True if seen else None
 
 
-def _lookback(grp) -> int:
+def _lookback(grp: ProbeGroup) -> int:
     """Slots a window group needs cached before a boundary: ceil((W − 1) / block_granularity)."""
+    assert grp.window_tokens is not None  # a window group
     return -(-(grp.window_tokens - 1) // grp.block_granularity)
 
 
-def supports(grp, boundary_slots: int) -> bool:
+def supports(grp: ProbeGroup, boundary_slots: int) -> bool:
     """Whether a group can resume at a boundary (in its slots) given the slots cached."""
     if boundary_slots == 0:
         return True
@@ -81,7 +86,7 @@ def supports(grp, boundary_slots: int) -> bool:
     return all(s in grp.cached for s in range(max(boundary_slots - lookback, 0), boundary_slots))
 
 
-def expected_hits(grp, boundary_slots: int) -> tuple[bool, ...]:
+def expected_hits(grp: ProbeGroup, boundary_slots: int) -> tuple[bool, ...]:
     if grp.replayable:
         return ()
     if grp.window_tokens is None:
@@ -120,5 +125,5 @@ def ts_pfx_2(st: CacheState, _entity: object | None = None, full: bool = True) -
     return True if seen else None
 
 
-def _pattern(hits) -> str:
+def _pattern(hits: Iterable[bool]) -> str:
     return "".join("H" if h else "." for h in hits) or "(none)"

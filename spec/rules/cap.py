@@ -30,9 +30,10 @@ def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     if not m_min <= res.m <= m_max:
         return f"M = {res.m} outside [M_min, M_max] = [{m_min}, {m_max}]"
     pol = cfg.capacity
-    if pol.kind == "explicit" and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
+    if pol.kind == "explicit" and pol.tokens is not None and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
         return f"explicit kv_capacity {pol.tokens} resolved to M = {res.m}, not ceil(K/P)"
-    if pol.kind == "automatic" and res.m != resolve_automatic(res.curve, pol.free_bytes, pol.headroom_bytes):
+    if pol.kind == "automatic" and pol.free_bytes is not None and pol.headroom_bytes is not None \
+            and res.m != resolve_automatic(res.curve, pol.free_bytes, pol.headroom_bytes):
         return f"automatic kv_capacity resolved to M = {res.m}, not min(M_max, M_min + floor((F-R-B_min)/B_step))"
     if pol.kind == "max" and res.m != m_max:
         return f"default kv_capacity resolved to M = {res.m}, not M_max = {m_max}"
@@ -60,7 +61,7 @@ def cap_2(st: KVStore, _entity: object, full: bool) -> str | bool | None:
             'store contract: "allocated+reserved+available=capacity"', scope="pool",
             decisions="The audit recounts allocated from the leases; reserved is the sum of active reservations "
                       "(checked under ENT-1).")
-def cap_3(st: KVStore, name, full: bool) -> str | bool | None:
+def cap_3(st: KVStore, name: str, full: bool) -> str | bool | None:
     p = st.pools[name]
     if p.allocated < 0 or p.reserved < 0 or p.available < 0:
         return f"{name}: allocated {p.allocated}, reserved {p.reserved}, available {p.available} (negative)"
@@ -78,7 +79,7 @@ def cap_3(st: KVStore, name, full: bool) -> str | bool | None:
             evidence="model",
             decisions="Guards the model: engine page ids are checked against their own pool's namespace when adopted "
                       "(PAGE-1), so only model state can break this.")
-def cap_4(st: KVStore, name, full: bool) -> str | bool | None:
+def cap_4(st: KVStore, name: str, full: bool) -> str | bool | None:
     p = st.pools[name]
     if p.capacity != st.resolution.pages[name]:
         return f"{name}: capacity {p.capacity} differs from the startup vector {st.resolution.pages[name]}"

@@ -15,12 +15,12 @@ if TYPE_CHECKING:
     from kvsim.kvmodel.store.store import KVStore
 
 
-def _pending_dest(st: KVStore, pool: str, pid) -> bool:
+def _pending_dest(st: KVStore, pool: str, pid: int) -> bool:
     return any(x.direction == "h2d" and x.pool == pool and pid in x.dest and x.phase in ("reserve", "copy", "verify")
                for x in st.xfers.values())
 
 
-def leases_carry_their_pages(st: KVStore):
+def leases_carry_their_pages(st: KVStore) -> str | bool | None:
     """Audit form of PAGE-1 over every pool: each leased id's holder is a live page on that id (or the
     destination of an h2d transfer not yet published)."""
     for name, p in st.pools.items():
@@ -101,7 +101,7 @@ def page_4(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     return True
 
 
-def distinct_identities(st: KVStore):
+def distinct_identities(st: KVStore) -> str | bool | None:
     """Audit form of PAGE-5 over every space and pool."""
     for space in st.all_spaces():
         seen = set()
@@ -110,7 +110,7 @@ def distinct_identities(st: KVStore):
                 return f"{space.owner!r} ({space.pool}) maps descriptor {page.handle} twice"
             seen.add(page)
     for store in st.page_stores.values():
-        epochs = {}
+        epochs: dict = {}
         for p in store.live_pages():
             if p.epoch in epochs:
                 return f"{store.pool}: pages {epochs[p.epoch].handle} and {p.handle} share epoch {p.epoch}"

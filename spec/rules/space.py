@@ -43,7 +43,7 @@ def as_2(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
             scope="row",
             decisions="Incrementally, the members a step touched and the first entry past the membership are "
                       "compared; the audit compares whole rows, leased or not.")
-def as_3(st: KVStore, key, full: bool) -> str | bool | None:
+def as_3(st: KVStore, key: tuple[str, int], full: bool) -> str | bool | None:
     pool, row = key
     t = st.tables[pool]
     owner = t.owner[row]

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from kvsim.kvmodel.store.store import KVStore
 
 
-def _units_hold_their_rows(st: KVStore):
+def _units_hold_their_rows(st: KVStore) -> str | bool | None:
     """Audit form: every row of every in-flight unit is cached on its space (the other direction of unit_1)."""
     rows: dict = {}
     for u in st.units.values():
