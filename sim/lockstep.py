@@ -103,7 +103,7 @@ class Lockstep:
                                      f"{name}: physical {pool.page_bytes} != model {g.page_bytes}")
             self.pools[name] = pool
         self.host: dict[int, np.ndarray] = {}  # Host arena slices by offset (packed HostKVPageLayout)
-        self.completed = None  # rows of the unit completed by the last event
+        self.completed: list | None = None  # rows of the unit completed by the last event
         self.rng = np.random.default_rng(0)
         self._poisons: dict[int, np.ndarray] = {}
         self.audit_units, self.incremental = audit_units, incremental
@@ -375,9 +375,9 @@ class Lockstep:
         if not n:
             return []
         self.st.cov.check("CONS-3", exercised=True)
-        bad = stored_mismatches(self.pools[pool_name], space.row, n, committed_keys(space), limit=3)
-        if bad:
-            return [Finding("CONS-3", f"committed content is not bit-exact: {'; '.join(bad)}",
+        mismatches = stored_mismatches(self.pools[pool_name], space.row, n, committed_keys(space), limit=3)
+        if mismatches:
+            return [Finding("CONS-3", f"committed content is not bit-exact: {'; '.join(mismatches)}",
                             {"seq": seq, "pool": pool_name, "row": space.row})]
         return []
 

@@ -50,6 +50,7 @@ def configs(draw, host_pages=st.sampled_from((0, 0, 1, 2, 3, 6)), heads: int = 2
 
 def pool_capacity(cfg: kt.Config) -> dict:
     """Pages per pool from the header alone (store contract "MTP physical pages": M + C·ceil((K-1)/P))."""
+    assert cfg.kv_capacity is not None and cfg.kv_capacity.tokens is not None  # the fuzz configs are explicit
     M = cfg.kv_capacity.tokens // P
     b = cfg.backend
     if isinstance(b, kt.BackendMTP):

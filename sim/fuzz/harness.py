@@ -38,7 +38,8 @@ class FuzzMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.driver = None
+        # set by start(); the rules' preconditions test for None before a run begins
+        self.driver: Driver = None  # type: ignore[assignment]
         self.failed = False
         self.ids = 0
 
@@ -81,7 +82,7 @@ class FuzzMachine(RuleBasedStateMachine):
             latest.parent.mkdir(parents=True, exist_ok=True)  # failing run, which is the shrunk one at the end
             latest.write_bytes(data)
         if final and RUN.found_dir is not None:
-            if latest.exists():
+            if latest is not None and latest.exists():
                 latest.unlink()
             ce = write_counterexample(self.name, data, RUN.found_dir, lockstep=self.lockstep)
             RUN.last_failure = {"kind": kind, "message": text, "rule": ce.rule or f"ORACLE-{kind}",

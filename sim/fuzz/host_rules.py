@@ -5,14 +5,21 @@ can may still be refused for its geometry."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hypothesis import strategies as st
 from hypothesis.stateful import multiple, precondition, rule
 
 from kvsim.sim.fuzz.harness import CKPTS, XFERS
 from kvsim.sim.trace import records as kt
 
+if TYPE_CHECKING:  # a mixin of FuzzMachine: type-check it as one
+    from kvsim.sim.fuzz.harness import FuzzMachine as _Machine
+else:
+    _Machine = object
 
-class HostTierRules:
+
+class HostTierRules(_Machine):
     def pick_blocks(self, ck, data):
         """(pool, blocks, out_of_range) of a live checkpoint."""
         pools = [p for p in self.pools if self.oracle.ckpts[ck][p].blocks] or list(self.pools)
@@ -158,7 +165,9 @@ class HostTierRules:
                                                if p != nxt and p != "reserve"]))
             self.do("xfer:out-of-order", kt.Xfer(**base, phase=wrong), "reject")
             return
-        ev = kt.Xfer(**base, phase=nxt)
+        if nxt is None:  # every phase done: the transfer ended (the precondition keeps it from here)
+            return
+        ev = kt.Xfer(**base, phase=nxt)  # type: ignore[arg-type]  # nxt is one of PHASES
         live = [b for b in xo.blocks if b.alive]
         if nxt == "release_source" and any(not (b.dev if xo.direction == "h2d" else b.host_current) for b in live):
             # the copy it published has been dropped since: releasing the source would lose the last replica.

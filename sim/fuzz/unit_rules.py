@@ -6,6 +6,8 @@ as it commits and must be new: it never repeats what another live continuation h
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
@@ -13,8 +15,13 @@ from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.sim.fuzz.harness import UNITS
 from kvsim.sim.trace import records as kt
 
+if TYPE_CHECKING:  # a mixin of FuzzMachine: type-check it as one
+    from kvsim.sim.fuzz.harness import FuzzMachine as _Machine
+else:
+    _Machine = object
 
-class UnitRules:
+
+class UnitRules(_Machine):
     def free_spaces(self):
         return [(name, pool) for name, q in sorted(self.oracle.seqs.items()) for pool, s in q.spaces.items()
                 if s.unit is None]
@@ -62,7 +69,7 @@ class UnitRules:
             if self.request("round:map", kt.Map(seq=name, pool=pool, tokens=tokens), refusal is None, res):
                 o.map(name, pool, tokens)
         rows = [(name, pool, (s.frontier, o.writable_end(name, pool))) for pool, s in q.spaces.items()]
-        rows = [(n, p, None if w[0] == w[1] else w) for n, p, w in rows]
+        rows = [(n, p, None if w[0] == w[1] else w) for n, p, w in rows]  # type: ignore[misc]  # read-only rows
         unit = self.fresh("u")
         self.do("round:launch", kt.Launch(unit=unit, rows=tuple(kt.LaunchRow(seq=n, pool=p, write=w)
                                                                  for n, p, w in rows)), "ok")
