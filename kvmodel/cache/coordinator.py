@@ -156,7 +156,7 @@ class CacheCoordinator:
         out = []
         for g, idx in enumerate(self.indexes):
             closed = self.matchers[g].prefix_closed
-            for key, e in idx.evictable():
+            for _key, e in idx.evictable():
                 if (g, e.block) in protected:
                     continue
                 if closed:

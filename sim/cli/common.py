@@ -77,7 +77,9 @@ def run_traces(paths, stop_at_first: bool = False, lockstep: bool = False, conso
     observer = None
     if lockstep:
         from kvsim.sim.lockstep import lockstep_factory
-        observer = (lambda st: lockstep_factory(st, lockstep_profile))
+
+        def observer(st):
+            return lockstep_factory(st, lockstep_profile)
     results = []
     err = console if console is not None else Console(stderr=True)
     for path in paths:
@@ -87,7 +89,7 @@ def run_traces(paths, stop_at_first: bool = False, lockstep: bool = False, conso
                           TimeElapsedColumn(), console=err, transient=True) as prog:
                 task = prog.add_task(str(path), total=None)
                 r = replay_trace(path, stop_at_first, observer_factory=observer,
-                                 progress=lambda n: prog.advance(task, n))
+                                 progress=lambda n, task=task: prog.advance(task, n))
         else:
             r = replay_trace(path, stop_at_first, observer_factory=observer)
         results.append(r)
