@@ -14,7 +14,8 @@ last position of a ``context``-token row whose pages are a random permutation of
 
 ``extra_bytes`` is the peak extra memory of the paged call: tracemalloc's peak on NumPy (every staging
 buffer and temporary), the staging workspace the kernel wrapper allocates on CuPy. Times are the
-minimum over repetitions, paged and dense interleaved (the machine may be shared and noisy). Nothing here asserts a timing.
+minimum over repetitions, paged and dense interleaved (the machine may be shared and noisy). Nothing here asserts a
+timing.
 
 Must not know about the store model.
 """

@@ -17,7 +17,8 @@ views"), at a cost proportional to what the units touched, not to the contexts:
   or contiguity, and nothing is gathered to a contiguous context: attention stages one tile at a time);
 - CONS-3: every dirty column inside an active sequence's committed domain is bit-exact against the codec
   applied to the content of its key. An untouched column cannot change, so this covers the read domain.
-After the first completed unit, every `audit_units` units after it and at the end of the trace the *audit* re-reads every active
+After the first completed unit, every `audit_units` units after it and at the end of the trace the *audit* re-reads
+every active
 sequence's whole committed content page by page through its table (CONS-1..3, the check the incremental one
 must agree with) and runs paged attention over every active row against the FP64 oracle within the kernel
 tolerance (CONS-3). `incremental=False` leaves only the audits (tests compare the two).

@@ -10,7 +10,8 @@ frontier (F=1000)": 15 shared full pages and a private tail with 40 copied colum
 
 Plan, then execute: `plan_activation` is pure (it reads the state and counts nothing; the rules it
 evaluated go into the caller's `checks` list) and returns a refusal or an `ActivationPlan`; `activate`
-counts those checks and applies a plan completely. A follower passes the engine's rows and page ids, which are adopted after
+counts those checks and applies a plan completely. A follower passes the engine's rows and page ids, which are adopted
+after
 checking they were free (AS-1, PAGE-1) and that shared/moved pages kept their identity (CKPT-3, WR-4).
 Semantic decisions the seed leaves open (recorded in CKPT-3 / ENT-1 entries): `keep_source=False`
 consumes the checkpoint (Move); pages another checkpoint still references stay shared and immutable,

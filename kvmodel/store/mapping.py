@@ -10,7 +10,8 @@ cushion, extended only at decode-round boundaries; when the window cannot grow t
 Decisions left open by the seed (ENT-3 / WR-2 entries): the contract fixes no growth step ("按需扩充"), so
 an engine's accepted growth is judged only by whether it fits capacity (and adopted when the trace says the
 new entitlement), a refusal only by its bounded completion; without the engine's word the model's own step
-tries rungs of extra tokens (window, 128, 64) like NInfer and grows every pool of the bundle atomically; the covered frontier of bounded
+tries rungs of extra tokens (window, 128, 64) like NInfer and grows every pool of the bundle atomically; the covered
+frontier of bounded
 completion is min(ceiling, Main entitlement · P) and stays fixed once reached; `cow` replaces a shared
 member with a private copy of the columns this space has committed in that block, taking one page from
 global available (the shared member was billed once, to its owner, never to this reservation).

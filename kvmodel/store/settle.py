@@ -12,7 +12,8 @@ Decisions (ENT-4 / CKPT-1 / CKPT-2 entries): truncate never advances a frontier 
 never goes below the space's checkpoint-protected frontier (WR-3); a private page whose committed
 columns are cut gets a new content epoch and later writes a new content-key lineage; a shared page is
 never cut (it stays an immutable member) and unmapping it returns no lease, so the entitlement unit it
-filled goes with it (always, whatever the pool has left: ENT-4's entry); a retained checkpoint keeps ceil(frontier/P) pages, protects its committed
+filled goes with it (always, whatever the pool has left: ENT-4's entry); a retained checkpoint keeps ceil(frontier/P)
+pages, protects its committed
 frontier and drops uncommitted tail pages.
 """
 

@@ -20,7 +20,8 @@ marked before every row has been validated, so a violation leaves nothing to rol
 
 "In flight" has one source of truth, `KVStore.units` (unit id -> `Unit`). `KVAddressSpace.in_flight` is a
 cache of it (the `UnitRow` holding that space, or None) so that a row is found in O(1); its only writers
-are `apply_launch`, `apply_complete`, `_end` and `_leave_readers` below, and UNIT-1 checks the cache against `KVStore.units`.
+are `apply_launch`, `apply_complete`, `_end` and `_leave_readers` below, and UNIT-1 checks the cache against
+`KVStore.units`.
 Records are frozen `msgspec.Struct`s (named fields, slots, built in C: this is the replay's hot path).
 This module knows nothing of traces: rows are any records with the fields of `LaunchRow` / `CommitRow`.
 """

@@ -1,5 +1,6 @@
 """Hypothesis settings profiles for the fuzzing machines: `ci` (fast and derandomized: every machine well
-under a minute on two cores, the same examples on every run) and `deep` (long runs, many steps). Registered by name, never loaded globally: the machines'
+under a minute on two cores, the same examples on every run) and `deep` (long runs, many steps). Registered by name,
+never loaded globally: the machines'
 tests and campaigns apply them per machine, so other property tests keep their own settings."""
 
 from __future__ import annotations
