@@ -72,7 +72,8 @@ def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int)
 def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
     """The `kvsim events` command line that judges the recorded log with the same options."""
     from kvsim.sim.cli.parser import build_parser
-    sub = next(a for a in build_parser()._subparsers._group_actions if a.choices)  # noqa: SLF001
+    parser: Any = build_parser()
+    sub = next(a for a in parser._subparsers._group_actions if a.choices)
     opts = {o for a in sub.choices["events"]._actions for o in a.option_strings}
     words = ["kvsim", "events", record]
     if "--engine" in opts:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -103,9 +104,10 @@ def event_checker(engine: str, block_size: int, capacity: int) -> EventChecker:
     scheme, allowances), else block size and capacity with structure-only checks."""
     from kvsim.sim.peers import events as pe
     preset = getattr(pe, "PRESETS", {}).get(engine)
+    checker: Any = pe.EventChecker
     if preset is not None:
-        return pe.EventChecker(block_size=block_size, capacity=capacity, preset=preset)
-    return pe.EventChecker(block_size=block_size, hash_scheme="none", capacity=capacity)
+        return checker(block_size=block_size, capacity=capacity, preset=preset)
+    return checker(block_size=block_size, hash_scheme="none", capacity=capacity)
 
 
 def _checker_parse() -> Callable | None:
