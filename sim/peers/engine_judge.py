@@ -193,7 +193,7 @@ class EngineJudge:
                       "preempted_hit_tokens": 0, "preemptions": 0, "scheduled_tokens": 0, "finished": 0,
                       "peak_live_blocks": 0, "reported_hit_tokens": 0, "reported_query_tokens": 0}
         self._step = -1
-        self._queried = 0
+        self._written: set[int] = set()    # blocks this step's forward completed
         self._added: dict[int, int] = {}   # blocks named anew in this step, and by how many slots
         self._start: dict[str, int] = {}   # requests whose table changed in this step: its length at the start
 
@@ -234,6 +234,7 @@ class EngineJudge:
         bs = self.bs
         self._added = {}
         self._start = {}
+        self._written = set()
         # requests preempted by this step's scheduling gave their blocks back before anything was allocated
         for rid in msg.get("preempted", ()):
             self.stats["preemptions"] += 1
@@ -270,6 +271,7 @@ class EngineJudge:
                 want = r.key(i, bs, self.contents) if (i + 1) * bs <= end else None
                 if want is not None:
                     self.content[blk] = want
+                    self._written.add(blk)
                 else:
                     self.content.pop(blk, None)
             r.computed = end
@@ -376,7 +378,6 @@ class EngineJudge:
             self.stats["hit_tokens"] += hit
             self.stats["hits"] += hit > 0
             r.hit = hit
-            self._queried += r.prompt
         if not hit:
             return
         self.premise["PEER-6"] += 1
@@ -395,6 +396,11 @@ class EngineJudge:
                 why = "holds no computed content" if have is None else "holds another prefix"
                 self._find("PEER-7", line, f"{rid} hits block {i} through block {blk}, which {why}", request=rid,
                            slot=i, block=blk, hit=hit)
+                return
+            if not self.same_step_hits and blk in self._written:
+                self._find("PEER-7", line, f"{rid} hits block {i} through block {blk}, which this step's own forward "
+                           "computes (this engine publishes a block only after the forward that writes it)",
+                           request=rid, slot=i, block=blk, hit=hit)
                 return
             if want not in self.stream_keys:
                 self._find("PEER-7", line, f"{rid} hits block {i} through block {blk}, whose content is not live "

@@ -71,6 +71,8 @@ def test_same_step_hit_on_blocks_the_forward_computes_is_legal():
     s1.update(new=[], cached=[["a", False, None, 10], ["b", False, None, 10]], stats={"requests": 0, "queries": 0,
                                                                                       "hits": 0})
     assert fired(steps) == []
+    j, _ = judge(steps, same_step_hits=False)  # an engine that inserts after the forward (SGLang) may not
+    assert {f.rule for f in j.findings} == {"PEER-7"} and "this step's own forward" in j.findings[0].message
 
 
 @pytest.mark.parametrize("rule, mutate", [
