@@ -225,7 +225,10 @@ def run_compare(args: Any) -> int:
                          "stalled": len(o.stalled)})
     else:
         notes.append("tokenspeed: skipped (tokenspeed-scheduler not installed: pip install 'kvsim[peers]')")
-    rows.append(_simulate_row(args.workload, len(reqs), pages))
+    if pages < 2:
+        notes.append(f"kvsim simulate: skipped ({tokens} tokens is under two {TS_PAGE}-token pages)")
+    else:
+        rows.append(_simulate_row(args.workload, len(reqs), pages))
     if pages * TS_PAGE != tokens:
         notes.append(f"{tokens} tokens is not a whole number of {TS_PAGE}-token pages: tokenspeed and simulate get "
                      f"{pages * TS_PAGE} tokens")
@@ -235,18 +238,22 @@ def run_compare(args: Any) -> int:
         import json
         write(args.json, json.dumps(result, indent=1, sort_keys=True) + "\n")
     if not args.quiet:
-        _print_compare(result, Console(soft_wrap=True))
+        console = Console(soft_wrap=True)
+        _print_compare(result, console if console.is_terminal else Console(soft_wrap=True, width=160))
     return EXIT_OK if all(r["violations"] == 0 and not r["stalled"] for r in rows) else EXIT_VIOLATION
 
 
 def _simulate_row(workload: str, n: int, pages: int) -> dict:
     from kvsim.sim.simulate.engine import SimConfig, Simulation
+    from kvsim.sim.trace.stream import TraceInputError
     from kvsim.sim.workloads import WorkloadInputError, open_workload
 
+    # the store model's capacity resolution asks M >= concurrency rows and max_context within the capacity
+    cfg = SimConfig(pages=pages, max_context=min(131072, pages * TS_PAGE), concurrency=max(2, min(256, pages)))
     try:
-        sim = Simulation(SimConfig(pages=max(pages, 1)), source=workload)
+        sim = Simulation(cfg, source=workload)
         res = sim.run(open_workload(workload, n))
-    except WorkloadInputError as exc:
+    except (WorkloadInputError, TraceInputError) as exc:
         raise InputError(str(exc)) from None
     st = res.stats
     return {"engine": "kvsim simulate", "block_size": TS_PAGE, "blocks": pages, "capacity_tokens": pages * TS_PAGE,
@@ -257,7 +264,8 @@ def _simulate_row(workload: str, n: int, pages: int) -> dict:
 def _print_compare(result: dict, console: Console) -> None:
     t = Table(title=f"prefix-hit ratio on {result['requests']} rows of {result['workload']}, "
                     f"{result['capacity_tokens']:,} tokens of cache", title_justify="left")
-    for c in ("engine", "block size", "blocks", "tokens", "hit ratio", "trace bound", "violations", "stalled"):
+    for c in ("engine", "block size", "blocks", "tokens", "hit ratio", "trace bound", "violations",
+              "stalled/rejected"):
         t.add_column(c, justify="left" if c == "engine" else "right")
     for r in result["rows"]:
         t.add_row(r["engine"], str(r["block_size"]), f"{r['blocks']:,}", f"{r['capacity_tokens']:,}",
