@@ -51,13 +51,14 @@ def test_peer_run_passes_is_deterministic_and_its_log_judges_the_same(engine, tm
     for k in (1, 2):
         rep, rec = tmp_path / f"r{k}.json", tmp_path / f"e{k}.jsonl"
         rc = main(["peer", engine, str(TINY), "--engine-python", py, "--blocks", "100", "--no-timing", "--quiet",
-                   "--json", str(rep), "--record", str(rec)])
+                   "--json", str(rep), "--record", str(rec), "--html", str(tmp_path / f"r{k}.html")])
         report = json.loads(rep.read_text())
         got = {v["rule"] for v in report["violations"]}
         assert got <= allowed_findings(engine), report["violations"][:5]
         assert rc == (0 if not got else 1)
         outs.append((rep.read_bytes(), rec.read_bytes()))
     assert outs[0] == outs[1]  # same input, same bytes: report and recorded log
+    assert "PEER-7" in (tmp_path / "r2.html").read_text()
     s = report["stats"]
     assert s["scheduler"]["finished"] == 8 and s["kv_events"]["removed"] > 0  # 100 blocks evict
     assert s["scheduler"]["hit_ratio"] <= s["scheduler"]["trace_bound_ratio"] + 1e-9
