@@ -70,13 +70,11 @@ def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int)
 
 
 def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
-    """The `kvsim events` command line that judges the recorded log with the same options."""
-    from kvsim.sim.cli.parser import build_parser
-    parser: Any = build_parser()
-    sub = next(a for a in parser._subparsers._group_actions if a.choices)
-    opts = {o for a in sub.choices["events"]._actions for o in a.option_strings}
+    """The `kvsim events` command line that judges the recorded log as this run's event checker did: the
+    engine's preset where ``sim.peers.events`` has one (``--engine``), else its block size."""
+    from kvsim.sim.peers import events as pe
     words = ["kvsim", "events", record]
-    if "--engine" in opts:
+    if engine in getattr(pe, "PRESETS", {}):
         words += ["--engine", engine]
     else:
         words += ["--block-size", str(bs)]
