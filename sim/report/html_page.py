@@ -32,6 +32,7 @@ from kvsim.sim.report.kvreport import (
     split_violations,
     trace_order,
 )
+from kvsim.sim.report.verdict import verdict_of
 
 __all__ = ["render_html", "downsample_indices", "plot_trace_svg", "PLOT_POINT_LIMIT", "MAX_VIOLATION_ROWS"]
 
@@ -221,7 +222,8 @@ def _violation_table(title: str, anchor: str, violations: list[dict], max_rows: 
     rows = [
         _tr([
             _td(None, "nw", f'<a href="#rule-{_h(v.get("rule", ""))}">{_h(v.get("rule", ""))}</a>'),
-            _td(v.get("trace", "")), _td(str(v.get("line", "")), "n"), _td(str(v.get("event", "")), "n"), _td(v.get("op", "")),
+            _td(v.get("trace", "")), _td(str(v.get("line", "")), "n"), _td(str(v.get("event", "")), "n"),
+            _td(v.get("op", "")),
             _td(v.get("message", ""), "msg"), _td(format_context(v.get("context")), "ctx"),
         ])
         for v in violations[:max_rows]
@@ -272,7 +274,7 @@ def _coverage(report: dict) -> str:
 
 def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
     """The whole page as text (UTF-8 when written); at most max_rows violation rows."""
-    passed = report.get("verdict") == "pass"
+    passed = verdict_of(report).passed
     verdict = f'<div class="verdict {"pass" if passed else "fail"}">{_h(headline(report))}</div>'
     traces = [_trace_section(report, number, trace, timelines.get(trace))
               for number, trace in enumerate(trace_order(report))]
@@ -283,6 +285,7 @@ def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROW
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{report_title(report)} report: {'PASS' if passed else 'FAIL'}</title>\n<style>{_CSS}</style>\n</head>\n"
+        f"<title>{report_title(report)} report: {'PASS' if passed else 'FAIL'}</title>\n"
+        f"<style>{_CSS}</style>\n</head>\n"
         f"<body>\n{body}\n</body>\n</html>\n"
     )

@@ -25,6 +25,7 @@ from kvsim.sim.report.kvreport import (
     split_violations,
     trace_order,
 )
+from kvsim.sim.report.verdict import verdict_of
 
 __all__ = ["render_markdown", "md_cell", "MAX_VIOLATION_ROWS"]
 
@@ -143,7 +144,7 @@ def _coverage(report: dict) -> list[str]:
 
 def render_markdown(report: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
     """The report as Markdown text ending in a newline; at most max_rows violation rows."""
-    verdict = "✅ PASS" if report.get("verdict") == "pass" else "❌ FAIL"
+    verdict = "✅ PASS" if verdict_of(report).passed else "❌ FAIL"
     parts = [
         [f"## {report_title(report)}: {verdict}", "", f"**{md_cell(headline(report))}**"],
         _inputs(report),

@@ -14,6 +14,7 @@ import io
 import re
 
 from kvsim.sim.report.kvreport import headline, refusal_summary, safe_text
+from kvsim.sim.report.verdict import verdict_of
 
 __all__ = ["render_simulation_html", "render_sweep_html"]
 
@@ -133,7 +134,7 @@ def _refusals(report: dict) -> str:
 
 def render_simulation_html(report: dict, series: dict, title: str) -> str:
     """One simulation run: verdict, statistics, the three plots, violations and refusals."""
-    passed = report.get("verdict") == "pass"
+    passed = verdict_of(report).passed
     stats = {k: v for k, v in report.get("stats", {}).items() if k != "traces"}
     body = "\n".join([
         f"<h1>kvsim simulation: {_h(title)}</h1>",
