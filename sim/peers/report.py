@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kvsim.sim.peers import contract as pc
 from kvsim.sim.peers import events as pe
+from kvsim.sim.report.verdict import stamp
 
 __all__ = ["build", "file_sha256", "percentiles"]
 
@@ -66,5 +67,7 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
         out_stats["kv_events"] = events.summary()
     if total > len(violations):
         out_stats["violations_not_listed"] = total - len(violations)
-    return {"format": "kvreport/1", "inputs": inputs, "verdict": "fail" if total else "pass",
-            "violations": violations, "refusals": [], "rules": rules, "stats": out_stats}
+    report = {"format": "kvreport/1", "inputs": inputs, "verdict": "fail" if total else "pass",
+              "violations": violations, "refusals": [], "rules": rules, "stats": out_stats}
+    stamp(report)
+    return report

@@ -149,8 +149,12 @@ def print_table(table: Table, console: Console, plain: bool) -> None:
     if not plain:
         console.print(table)
         return
+    title, table.title = table.title, None
+    if title:
+        console.print(Text(str(title)), soft_wrap=True, highlight=False)
     table.box = None
     table.show_edge = False
+    table.pad_edge = False
     table.title_justify = "left"
     table.caption_justify = "left"
     table.expand = False
@@ -225,16 +229,24 @@ def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_R
 
 def print_rules(rules: Iterable[dict], console: Console, plain: bool | None = None) -> None:
     """Print the rule catalogue (id, kind, title, seed clause) and, when the entries carry them, the
-    checked / exercised / violated counters."""
+    checked / exercised / violated counters. Plain, the short columns come first and the title with its seed
+    clause last, so every row stays one aligned line."""
     rules = list(rules)
+    plain = Style.of(console).plain if plain is None else plain
     with_counters = any(any(key in rule for key in COUNTERS) for rule in rules)
     table = Table(title=f"kvsim rules ({len(rules)})", title_justify="left")
     table.add_column("id", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("evidence", no_wrap=True)
-    table.add_column("title", overflow="fold", ratio=3)
-    table.add_column("seed clause", overflow="fold", ratio=2)
-    if with_counters:
+    if with_counters and plain:
+        for name in COUNTERS:
+            table.add_column(name, justify="right", no_wrap=True)
+    if plain:
+        table.add_column("title — seed clause")
+    else:
+        table.add_column("title", overflow="fold", ratio=3)
+        table.add_column("seed clause", overflow="fold", ratio=2)
+    if with_counters and not plain:
         for name in COUNTERS:
             table.add_column(name, justify="right", no_wrap=True)
     for rule in rules:
@@ -244,9 +256,12 @@ def print_rules(rules: Iterable[dict], console: Console, plain: bool | None = No
         if rule.get("not_checkable"):
             title += f" — not checkable from traces: {rule['not_checkable']}"
         cells = [_t(rule.get("id", ""), "bold"), _t(rule.get("kind", "")),
-                 _t(EVIDENCE_WORDS.get(rule.get("evidence", ""), rule.get("evidence", ""))), _t(title),
-                 _t(rule.get("clause", ""), "dim")]
-        if with_counters:
-            cells += [_n(rule[key]) if key in rule else Text("") for key in COUNTERS]
+                 _t(EVIDENCE_WORDS.get(rule.get("evidence", ""), rule.get("evidence", "")))]
+        counters = [_n(rule[key]) if key in rule else Text("") for key in COUNTERS] if with_counters else []
+        if plain:
+            clause = f" — {rule['clause']}" if rule.get("clause") else ""
+            cells += [*counters, _t(title + clause)]
+        else:
+            cells += [_t(title), _t(rule.get("clause", ""), "dim"), *counters]
         table.add_row(*cells, style=_rule_style(rule) if with_counters else None)
-    print_table(table, console, Style.of(console).plain if plain is None else plain)
+    print_table(table, console, plain)

@@ -14,7 +14,7 @@ import io
 import re
 
 from kvsim.sim.report.kvreport import headline, refusal_summary, safe_text
-from kvsim.sim.report.verdict import verdict_of
+from kvsim.sim.report.verdict import sweep_verdict, verdict_of
 
 __all__ = ["render_simulation_html", "render_sweep_html"]
 
@@ -198,10 +198,8 @@ def render_sweep_html(rows: list[dict], title: str, columns: tuple) -> str:
 
     body_rows = "".join("<tr>" + "".join(f"<td class=n>{_h(axis(k, r['point'][k]))}</td>" for k in keys)
                         + "".join(f"<td class=n>{_num(r[c])}</td>" for c in columns) + "</tr>" for r in rows)
-    bad = sum(r["violations"] for r in rows)
-    verdict = (f'<div class="verdict {"fail" if bad else "pass"}">'
-               + (_h(f"FAIL: {bad:,} violations") if bad else _h(f"PASS: {len(rows)} points, no violation"))
-               + "</div>")
+    judged = sweep_verdict(rows)
+    verdict = f'<div class="verdict {judged.status}">{_h(judged.headline)}</div>'
     body = "\n".join([f"<h1>kvsim what-if sweep: {_h(title)}</h1>", verdict,
                       f"<table><thead><tr>{head}</tr></thead><tbody>{body_rows}</tbody></table>",
                       f'<div class="plot">{plot_sweep_svg(rows)}</div>' if rows else ""])
