@@ -107,7 +107,8 @@ def capacity_command(args, console) -> int:
     c = facts["capacity"]
     console.print(f"capacity ({c['policy']}): M = {c['m']} pages = {c['tokens']:,} tokens, "
                   f"M_min {c['m_min']}, M_max {c['m_max']}; B(M) = {c['reservation_bytes']:,} B "
-                  f"(B_min {c['b_min']:,} + (M − M_min)·{c['b_step']:,})", markup=False, highlight=False, soft_wrap=True)
+                  f"(B_min {c['b_min']:,} + (M − M_min)·{c['b_step']:,})",
+                  markup=False, highlight=False, soft_wrap=True)
     t = Table(title="pools")
     for col in ("pool", "order", "layers", "kv heads", "head dim", "pages", "PageBytes", "startup bytes"):
         t.add_column(col, justify="right" if col not in ("pool", "order") else "left")

@@ -41,6 +41,8 @@ def run(args) -> int:
     kept = remember(report)
     console = Console()
     style = output_style(args, console)
-    notes = [f"coverage of this run kept in {kept} (kvsim rules shows it)"] if kept is not None else []
-    print_report(report, console, style=style, notes=notes)
+    if kept is not None and not style.quiet:  # on stderr: stdout holds the findings and the verdict only
+        Console(stderr=True).print(f"coverage of this run kept in {kept} (kvsim rules shows it)", soft_wrap=True,
+                                   markup=False, highlight=False)
+    print_report(report, console, style=style)
     return verdict.exit_code

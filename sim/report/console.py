@@ -206,9 +206,9 @@ def _refusal_lines(report: dict) -> list[str]:
 
 
 def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_ROWS, style: Style | None = None,
-                 title: str = "kvsim replay", notes: Iterable[str] = ()) -> None:
+                 title: str = "kvsim replay") -> None:
     """Print the findings (at most max_rows), the refusals by reason, the coverage (on a terminal, or when
-    asked), the notes (where files went) and last the verdict line."""
+    asked) and last the verdict line."""
     style = style or Style.of(console)
     verdict = verdict_of(report)
     if not style.quiet:
@@ -221,9 +221,6 @@ def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_R
                 console.print(_refusals_table(report))
         if report.get("rules") and (style.coverage or not style.plain):
             print_table(_coverage_table(report), console, style.plain)
-        if not style.github:
-            for note in notes:
-                console.print(Text(safe_text(note)), soft_wrap=True, highlight=False)
     print_verdict(verdict, console, style, title)
 
 
