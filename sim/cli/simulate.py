@@ -42,7 +42,7 @@ SHOWN_MTP = ("output_tokens", "spec_rounds", "draft_tokens", "accepted_draft_tok
 SHOWN_FAULTS = ("faults_injected", "faults_flagged", "fault_events", "violations_unexpected")
 SWEEP_COLUMNS = ("capacity_pages", "hit_ratio", "evictions", "host_evictions", "host_bytes_out", "host_bytes_in",
                  "peak_pages", "violations")
-SHORT = {"capacity_pages": "pages", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
+SHORT = {"capacity_pages": "capacity", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
          "host_bytes_out": "to Host GiB", "host_bytes_in": "from Host GiB", "peak_pages": "peak", "violations": "viol"}
 
 
