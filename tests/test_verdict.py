@@ -187,3 +187,28 @@ def test_replay_keeps_its_last_run_out_of_the_folder_it_runs_in(deep, tmp_path):
     rc, _, _ = _kvsim(tmp_path, "replay", str(deep / "scen" / "fork_f1000.jsonl"),
                       env={"KVSIM_REPORTS": str(tmp_path / "mine")})
     assert rc == 0 and (tmp_path / "mine" / "last-run.json").exists()
+
+
+SAMPLES = ROOT / "sim" / "peers" / "samples"
+
+
+@pytest.mark.parametrize("args", [
+    ["replay", str(SAMPLES / "findings" / "swa_orphans.cachetrace.jsonl")],
+    ["replay", str(SAMPLES / "findings" / "tail_hit.cachetrace.jsonl")],
+    ["events", str(SAMPLES / "vllm_array_sha256.jsonl"), "--block-size", "4", "--hash", "sha256", "--capacity", "4"],
+    ["events", str(SAMPLES / "tokenspeed_events.jsonl"), "--partial-tails"],
+])
+def test_coverage_never_shows_more_exercised_than_checked(args, tmp_path, monkeypatch):
+    """Peer and event rules count plans (or batches) in both counters, so exercised <= checked; the HTML bar is
+    never wider than its box."""
+    from kvsim.sim.cli import main
+    from kvsim.sim.report.html_page import render_html
+
+    monkeypatch.setenv("KVSIM_REPORTS", str(tmp_path))
+    main([*args, "--json", str(tmp_path / "r.json"), "--quiet"])
+    report = json.loads((tmp_path / "r.json").read_text())
+    peer = {r: c for r, c in report["rules"].items() if r.startswith(("TS-", "PEER-", "EV-"))}
+    assert peer and any(c["exercised"] for c in peer.values())
+    assert all(c["exercised"] <= c["checked"] for c in peer.values()), peer
+    widths = [float(w) for w in re.findall(r'style="width:([0-9.]+)%"', render_html(report, {}))]
+    assert widths and max(widths) <= 100.0
