@@ -201,9 +201,9 @@ def _inputs(report: dict) -> str:
         cells = [_td(trace, markup=f'<a href="#trace-{number}">{_h(trace)}</a>')]
         if check:
             cells.append(_td("did not behave as declared" if trace in bad else "as declared", "nw"))
+        digest = str(entry.get("sha256", ""))
         cells += [_td(entry.get("events", 0), "n"), _td(violations, "n"), _td(refusals, "n"),
-                  _td(None, markup=f'<code title="{_h(entry.get("sha256", ""))}">{_h(str(entry.get("sha256", ""))[:16])}'
-                                   "</code>")]
+                  _td(None, markup=f'<code title="{_h(digest)}">{_h(digest[:16])}</code>')]
         rows.append(_tr(cells, ' class="violated"' if trace in bad else ""))
     header = ["trace", *(["behaved"] if check else []), "events", "violations", "refusals", "sha256"]
     first = 2 if check else 1
