@@ -87,7 +87,8 @@ def differences(path: str, want: list[tuple[str, int, int]], violations: list[di
     return sorted(out, key=lambda d: (int(d.get("line") or 0), str(d.get("rule"))))
 
 
-def run_check(scenarios, out, lockstep, console, style: Style | None = None) -> int:
+def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: Console,
+              style: Style | None = None) -> int:
     style = style or Style.of(console)
     legal, bad = scenario_files(scenarios)
     paths = [display_path(p) for p in legal + bad]

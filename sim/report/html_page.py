@@ -238,7 +238,7 @@ def _toc(report: dict) -> str:
 
 def _trace_section(report: dict, number: int, trace: str, timeline: dict | None, open_: bool) -> str:
     """One trace, collapsible: its pools and its plot (open when it failed, or when the page has few traces)."""
-    entry = next((e for e in report.get("inputs", []) if e.get("path") == trace), {})
+    entry: dict = next((e for e in report.get("inputs", []) if e.get("path") == trace), {})
     found = sum(1 for v in report.get("violations", []) if v.get("trace") == trace)
     summary = (f'{_h(trace)} <span class="note">{_h(plural(int(entry.get("events", 0)), "event"))}, '
                f'{_h(plural(found, "violation"))}</span>')

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import io
 import re
+from typing import Any
 
 from kvsim.sim.report.html_page import FONT_STACK, PLOT_FONTS
 from kvsim.sim.report.kvreport import headline, refusal_summary, safe_text
@@ -39,7 +40,7 @@ def _h(value: object) -> str:
     return html.escape(safe_text(value), quote=True)
 
 
-def _text(v, key: str = "") -> str:
+def _text(v: object, key: str = "") -> str:
     """A value as a person reads it, never a Python repr: percent for ratios, separators for counts, "n/a"
     for None, lists and mappings spelled out ("none" when empty)."""
     if v is None:
@@ -62,7 +63,7 @@ def _text(v, key: str = "") -> str:
     return str(v)
 
 
-def _num(v, key: str = "") -> str:
+def _num(v: object, key: str = "") -> str:
     return _h(_text(v, key))
 
 
@@ -72,7 +73,7 @@ def _page(title: str, body: str) -> str:
             f"<title>{_h(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
 
 
-def _svg(figure) -> str:
+def _svg(figure: Any) -> str:
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     svg = buffer.getvalue()
@@ -80,7 +81,7 @@ def _svg(figure) -> str:
     return re.sub(r'<g id="[^"]*"', "<g", svg)
 
 
-def _figure(rows: int, salt: str, height_per: float = 2.4):
+def _figure(rows: int, salt: str, height_per: float = 2.4) -> tuple[Any, Any]:
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -282,7 +283,7 @@ def render_sweep_html(rows: list[dict], title: str, columns: tuple) -> str:
     """A sweep: the table of every point and the plots against capacity."""
     keys = list(rows[0]["point"]) if rows else []
     head = "".join(f"<th>{_h(c)}</th>" for c in keys + list(columns))
-    def axis(k: str, v) -> str:
+    def axis(k: str, v: Any) -> str:
         return f"{v / GIB:g} GiB" if k in ("hbm", "host") else _text(v, k)
 
     body_rows = "".join("<tr>" + "".join(f"<td class=n>{_h(axis(k, r['point'][k]))}</td>" for k in keys)
