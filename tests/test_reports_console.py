@@ -62,10 +62,11 @@ def test_a_finding_line_is_never_wrapped_however_long_the_path():
     report = sample_report()
     deep = "/".join(["a_rather_long_folder_name"] * 12) + "/trace.jsonl"
     report["violations"] = [dict(report["violations"][0], trace=deep)]
-    console = Console(file=io.StringIO(), width=80)
-    print_report(report, console)
-    lines = console.file.getvalue().splitlines()
-    assert lines[0].startswith(f"{deep}:{report['violations'][0]['line']}: WR-2 ")
+    for terminal in (False, True):  # on a terminal too: coloured, never split by rich
+        console = Console(file=io.StringIO(), width=80, force_terminal=terminal, color_system=None)
+        print_report(report, console)
+        lines = console.file.getvalue().splitlines()
+        assert lines[0].startswith(f"{deep}:{report['violations'][0]['line']}: WR-2 ")
 
 
 def test_quiet_keeps_the_verdict_line_and_github_annotates():
