@@ -114,8 +114,8 @@ def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: C
     remember(report)
     print_findings([d for m in mismatches for d in m["why"]], console, style)
     fired = report["stats"]["check"]["rules_fired"]
-    if not style.quiet and not style.github:
-        console.print(Text(f"{len(fired)} distinct rules fired as declared; reports in {outdir}/ "
-                           f"({', '.join(REPORT_FILES.values())})"), soft_wrap=True, highlight=False)
+    if not style.quiet:  # on stderr: stdout holds the findings and the verdict only
+        Console(stderr=True).print(Text(f"{len(fired)} distinct rules fired as declared; reports in {outdir}/ "
+                                        f"({', '.join(REPORT_FILES.values())})"), soft_wrap=True, highlight=False)
     print_verdict(verdict, console, style, "kvsim check")
     return verdict.exit_code
