@@ -115,7 +115,7 @@ def _print(report: dict, console: Console, style: Style) -> None:
     s = report["stats"]
     sc, kv = s["scheduler"], s["kv_events"]
     console.print(f"plans {s['peer']['plans']:,}  requests {sc['requests']:,}  pages {s['peer']['num_device_pages']:,}"
-                  f"  hit ratio {sc['hit_ratio']:.4%} (trace bound {sc['trace_bound_ratio']:.4%})  "
+                  f"  hit ratio {100 * sc['hit_ratio']:.2f} % (trace bound {100 * sc['trace_bound_ratio']:.2f} %)  "
                   f"KV events: {kv['stored']:,} stored, {kv['removed']:,} removed", markup=False, soft_wrap=True)
     t = s.get("timing")
     if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:

@@ -164,15 +164,27 @@ def _stats_table(stats: dict) -> str:
     return f"<table><thead><tr><th>statistic</th><th>value</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _violations(report: dict, limit: int = 200) -> str:
-    vs = report.get("violations", [])
-    if not vs:
-        return "<h2>Violations</h2><p>None: every event passed every rule.</p>"
+def _violation_table(title: str, vs: list[dict], limit: int) -> str:
     rows = "".join(f"<tr><td>{_h(v.get('rule'))}</td><td class=n>{_num(v.get('event'))}</td><td>{_h(v.get('op'))}"
                    f"</td><td>{_h(v.get('message'))}</td></tr>" for v in vs[:limit])
     more = f'<p class="note">… and {len(vs) - limit:,} more (see the JSON report).</p>' if len(vs) > limit else ""
-    return (f"<h2>Violations ({len(vs):,})</h2><table><thead><tr><th>rule</th><th>event</th><th>op</th>"
+    return (f"<h2>{_h(title)} ({len(vs):,})</h2><table><thead><tr><th>rule</th><th>event</th><th>op</th>"
             f"<th>message</th></tr></thead><tbody>{rows}</tbody></table>{more}")
+
+
+def _violations(report: dict, limit: int = 200) -> str:
+    """The violations; with injected faults, those no fault accounts for first, then the expected ones."""
+    vs = report.get("violations", [])
+    if not vs:
+        return "<h2>Violations</h2><p>None: every event passed every rule.</p>"
+    if not any("expected" in v for v in vs):
+        return _violation_table("Violations", vs, limit)
+    other = [v for v in vs if not v.get("expected")]
+    parts = [_violation_table("Violations no injected fault accounts for", other, limit) if other else
+             "<h2>Violations no injected fault accounts for</h2><p>None.</p>"]
+    parts.append(_violation_table("Expected violations (each injected fault at its bad event, with its rule)",
+                                  [v for v in vs if v.get("expected")], limit))
+    return "".join(parts)
 
 
 def _refusals(report: dict) -> str:

@@ -93,9 +93,9 @@ def verdict_of(report: Mapping[str, Any]) -> Verdict:
 
 def _noun(stats: Mapping[str, Any]) -> str | None:
     """What the inputs are: event logs, a live peer run (one input, counted in plans) or kvtrace/1 traces."""
-    if "kv_events" in stats or "logs" in stats:
-        return "log"
-    return None if "peer" in stats else "trace"
+    if "peer" in stats:
+        return None
+    return "log" if "kv_events" in stats or "logs" in stats else "trace"
 
 
 def _scope(report: Mapping[str, Any], stats: Mapping[str, Any]) -> tuple[str, dict]:
