@@ -10,6 +10,7 @@ report exactly those (rule, event, line) triples. The reports list every violati
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -76,8 +77,8 @@ def differences(path: str, want: list[tuple[str, int, int]], violations: list[di
     event, message): every violation not declared, every declaration not reported, and a violation scenario
     that declares nothing."""
     have = {(v["rule"], v["event"], v["line"]) for v in violations}
-    out = [dict(v, message=f"{v.get('message', '')} [not declared by the scenario]", difference="undeclared")
-           for v in violations if not v.get("expected")]
+    out: list[dict] = [dict(v, message=f"{v.get('message', '')} [not declared by the scenario]",
+                            difference="undeclared") for v in violations if not v.get("expected")]
     out += [{"rule": rule, "trace": path, "line": line, "event": event, "difference": "not-reported",
              "message": f"declared at event {event} but not reported"}
             for rule, event, line in want if (rule, event, line) not in have]
@@ -93,7 +94,7 @@ def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: C
     legal, bad = scenario_files(scenarios)
     paths = [display_path(p) for p in legal + bad]
     results = run_traces(paths, lockstep=lockstep)
-    mismatches = []
+    mismatches: list[dict[str, Any]] = []
     for path, r in zip(legal + bad, results):
         want = expected(path) if path in bad else []
         have = got(r)

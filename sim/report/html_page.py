@@ -18,6 +18,7 @@ import io
 import re
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -124,7 +125,7 @@ def plot_trace_svg(trace: str, timeline: dict, violation_events: Sequence[int], 
     pools = [(name, data) for name, data in timeline.get("pools", {}).items() if len(data.get("allocated", []))]
     violations = sorted(set(violation_events))
     refusals = sorted(set(refusal_events))
-    settings = {"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
+    settings: dict[str, Any] = {"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
                 "axes.spines.top": False, "axes.spines.right": False, "font.family": "sans-serif",
                 "font.sans-serif": PLOT_FONTS}
     with matplotlib.rc_context(settings), warnings.catch_warnings():

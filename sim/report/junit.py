@@ -187,7 +187,8 @@ def render_junit(report: dict) -> bytes:
         for m in missing_declared(report):
             missing.setdefault((m["trace"], m["rule"]), []).append(m)
         suites = [_suite(report, trace, rule_ids, groups, missing) for trace in trace_order(report)]
-    totals = {key: sum(int(suite.get(key)) for suite in suites) for key in ("tests", "failures", "errors", "skipped")}
+    totals = {key: sum(int(suite.get(key) or 0) for suite in suites)
+              for key in ("tests", "failures", "errors", "skipped")}
     root = _element("testsuites", {"name": report_title(report), **totals, "time": 0})
     root.extend(suites)
     ET.indent(root, space="  ")
