@@ -27,6 +27,7 @@ from rich.text import Text
 
 from kvsim.sim.report.kvreport import (
     format_context,
+    message_text,
     refusal_summary,
     rule_family,
     rule_order,
@@ -102,7 +103,7 @@ def finding_line(v: dict) -> str:
         extra.append(_one_line(v["op"]))
     context = format_context(v.get("context"))
     tail = f" ({', '.join(extra)}{'; ' + _one_line(context) if context else ''})" if extra or context else ""
-    return f"{where}: {_one_line(v.get('rule', ''))} {_one_line(v.get('message', ''))}{tail}"
+    return f"{where}: {_one_line(v.get('rule', ''))} {_one_line(message_text(v))}{tail}"
 
 
 def _gh_escape(text: str, prop: bool = False) -> str:
@@ -115,7 +116,7 @@ def github_annotation(v: dict, level: str = "error") -> str:
     rule = safe_text(v.get("rule", ""))
     where = _gh_escape(safe_text(v.get("trace", "")), True)
     props = f"file={where},line={v.get('line', 0)},title={_gh_escape(rule, True)}"
-    return f"::{level} {props}::{_gh_escape(rule + ' ' + safe_text(v.get('message', '')))}"
+    return f"::{level} {props}::{_gh_escape(rule + ' ' + safe_text(message_text(v)))}"
 
 
 def print_findings(violations: list[dict], console: Console, style: Style, max_rows: int | None = None,

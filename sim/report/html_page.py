@@ -26,6 +26,7 @@ from kvsim.sim.report.kvreport import (
     format_context,
     headline,
     is_check,
+    message_text,
     missing_declared,
     refusal_summary,
     report_title,
@@ -288,7 +289,7 @@ def _violation_table(title: str, anchor: str, violations: list[dict], max_rows: 
             _td(None, "nw", f'<a href="#rule-{_h(v.get("rule", ""))}">{_h(v.get("rule", ""))}</a>'),
             _td(v.get("trace", "")), _td(str(v.get("line", "")), "n"), _td(str(v.get("event", "")), "n"),
             _td(v.get("op", "")),
-            _td(v.get("message", ""), "msg"), _td(format_context(v.get("context")), "ctx"),
+            _td(message_text(v), "msg"), _td(format_context(v.get("context")), "ctx"),
         ])
         for v in violations[:max_rows]
     ]
