@@ -43,7 +43,7 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
         st = contract.stats
         fresh = st["pages_zeroed"] + st["pages_copied"]
         premise = {"TS-TBL-1": st["plans"], "TS-POOL-4": fresh, "TS-PFX-1": st["hits"], "PEER-1": st["plans"],
-                   "PEER-2": fresh, "PEER-3": st["cache_ops"], "PEER-4": st["hits"]}
+                   "PEER-2": fresh, "PEER-3": st["cache_ops"], "PEER-4": st["hits"], **contract.l2.exercised}
         for rid, (title, clause) in pc.RULES.items():
             rules[rid] = {"title": title, "clause": clause, "checked": st["plans"],
                           "exercised": premise[rid], "violated": contract.counts[rid]}

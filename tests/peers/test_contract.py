@@ -12,9 +12,9 @@ A = [1, 2, 3, 4, 5, 6, 7, 8, 9]
 B = [1, 2, 3, 4, 7, 7, 7, 7, 7]
 
 
-def contract(pages=10):
+def contract(pages=10, host_pages=64):
     return Contract(ct.Config(scheduler="test", prefix_granularity=4, groups=[ct.Group("full", 4, pages)],
-                              num_device_pages=pages))
+                              num_device_pages=pages, num_host_pages=host_pages))
 
 
 def plan(n, ids, ext, inl, pfx, tables=None, zero=None, copy=None, cache=None, aborts=None):
@@ -116,7 +116,7 @@ def test_cache_op_acknowledgement_peer_3(ops, done, want):
     cache = [ct.CacheOp("WriteBackOp", ids) for ids in ops]
     steps = [(ct.Submit("a", A, 5), 2), (plan(0, ["a"], 1, [9], [0], {"a": [1, 2, 3]}, [1, 2, 3], cache=cache), 4),
              (ct.Result(0, [[50]], [], done), 5)]
-    assert sorted(run(steps)) == want
+    assert sorted(f for f in run(steps) if f[0] == "PEER-3") == want  # (an op without pages is also TS-L2-3)
 
 
 def test_hit_on_a_page_computed_in_the_same_plan_fires_peer_4():
