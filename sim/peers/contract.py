@@ -75,7 +75,8 @@ class Finding:
 
 
 class _Req:
-    __slots__ = ("rid", "tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill", "framed")
+    __slots__ = ("rid", "tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill", "framed",
+                 "image")
 
     def __init__(self, rid: str, tokens) -> None:
         self.rid = rid
@@ -88,6 +89,7 @@ class _Req:
         self.hit = 0
         self.prefill = len(tokens)
         self.framed: bytes | None = None
+        self.image: dict[str, set[int]] = {}  # a retracted request's pages: its rows then, and what restores gave it
 
     def token_slice(self, a: int, b: int):
         n = len(self.tokens)
@@ -128,6 +130,9 @@ class Contract:
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
         self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> (request, slot) last written
         self.l2 = host_tier.HostTier(self)
+        # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
+        # restore hands pages to a request that rejoins the batch plans later
+        self.handed: dict[str, set[int]] = {g: set() for g in self.groups}
         self._keyed_loads: dict[str, set[int]] = {}
         self.published: set[bytes] = set()
         self.pending: list[bytes] = []
@@ -224,12 +229,14 @@ class Contract:
             if g not in self.groups:
                 raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
             for rid, row in rows.items():
-                self._row(g, rid, row, fresh.get(g, set()), newly.setdefault(g, {}), line)
+                self._row(g, rid, row, fresh.get(g, set()) | self.handed[g], newly.setdefault(g, {}), line)
         for g, blocks in fresh.items():
             hold = self.holders[g]
             got = newly.get(g, {})
             for blk in sorted(blocks):
                 receivers = got.get(blk, [])
+                if not receivers:  # handed to a request outside this batch (a restore's growth): named later
+                    self.handed[g].add(blk)
                 if hold.get(blk, 0) > len(receivers):
                     self._find("PEER-2", line, f"{g} block {blk} is handed out fresh while a live table still names "
                                "it", group=g, block=blk)
@@ -424,6 +431,7 @@ class Contract:
                            request=rid, group=g, block=blk)
             hold[blk] = hold.get(blk, 0) + 1
             if blk in fresh:
+                self.handed[g].discard(blk)
                 newly.setdefault(blk, []).append((rid, i))
                 if blk not in self._keyed_loads.get(g, ()):
                     continue
@@ -472,6 +480,8 @@ class Contract:
             for blk in row:
                 if blk > 0:
                     _release_holder(hold, blk)
+        if r.rows:
+            r.image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
         r.rows = {}
 
     def _end(self, rid: str) -> None:

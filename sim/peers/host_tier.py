@@ -74,6 +74,7 @@ class HostPage:
     writer: tuple | None
     op: int
     acked: bool = False
+    stored_as: str = ""  # the key the write-back named ("" for an unkeyed store)
 
 
 @dataclass
@@ -176,6 +177,8 @@ class HostTier:
             if op.kind == SNAPSHOT:
                 self.stats["snapshots"] += 1
                 self._snapshot(op, oid, line)
+            elif op.kind == RESTORE and op.request is not None and op.slot is not None and not pairs:
+                pass  # the request's image (snapshot slot -> pool index) is its transfer: every page was cached
             elif not pairs:
                 self._find("TS-L2-3", line, f"{op.kind} {oid} carries no transfer (an op that never completes a "
                            "copy would hold its tickets forever)", op_id=oid)
@@ -242,7 +245,7 @@ class HostTier:
             self._policy(oid, g, src, line)
         for other in self.host.values():
             other.pop(dst, None)
-        self.host[g][dst] = HostPage(have, c.writer[g].get(src), oid)
+        self.host[g][dst] = HostPage(have, c.writer[g].get(src), oid, stored_as=key)
         fl.host_dst.append((g, dst))
 
     def _tail_key(self, g: str, src: int, key: str) -> bool:
@@ -286,8 +289,9 @@ class HostTier:
         owners: set[tuple[str, int]] = set()
         for rid in snapshots:
             r = c.reqs.get(rid)
-            if r is not None:
+            if r is not None:  # its rows, or (retracted again before it rejoined a batch) its image
                 owners.update((g, b) for g, row in r.rows.items() for b in row if b > 0)
+                owners.update((g, b) for g, blocks in r.image.items() for b in blocks)
         for g, src, _dst, _key, _off in pairs:
             if g is None:
                 continue
@@ -309,6 +313,8 @@ class HostTier:
         self._grant(g, dst, line, "loaded into")
         filled.setdefault(g, []).append(dst)
         fl.device_dst.append((g, dst))
+        if op.kind == RESTORE and op.request in c.reqs:
+            c.reqs[op.request].image.setdefault(g, set()).add(dst)
         c.content[g].pop(dst, None)
         if tier == "snapshot":  # the snapshot pool is its own tier: its pages are the request's private image
             c.writer[g].pop(dst, None)
@@ -319,7 +325,7 @@ class HostTier:
         fl.host_pins.append(src)
         hp = self.host[g].get(src)
         self.exercised["TS-L2-5"] += 1
-        if key:
+        if key and op.kind == LOAD_BACK:
             if src not in self.l3_filled:
                 self._find("TS-L2-5", line, f"{op.kind} {oid} is a Host-only load but carries key {key[:12]}.. "
                            "(only an L3 prefetch destination is keyed)", op_id=oid, group=g, page=src)
@@ -329,6 +335,9 @@ class HostTier:
         elif not hp.acked:
             self._find("TS-L2-5", line, f"{op.kind} {oid} reads Host page {src} before write-back {hp.op} that "
                        "fills it was acknowledged", op_id=oid, group=g, page=src)
+        elif key and key != hp.stored_as:  # a restore re-registers what it restores under the stored key
+            self._find("TS-L2-5", line, f"{op.kind} {oid} restores Host page {src} under key {key[:12]}.., which it "
+                       f"was not written back with", op_id=oid, group=g, page=src)
         if hp is not None:
             if hp.writer is not None:
                 c.writer[g][dst] = hp.writer
