@@ -23,8 +23,9 @@ from kvsim.spec.catalogue import all_rules
 
 
 def cache_rules() -> list:
-    """The TS-* rules, in catalogue order."""
-    return [r for r in all_rules() if r.scope == "cache"]
+    """The TS-* state rules (predicates over a CacheState), in catalogue order; the TS-L2 transition rules are
+    judged on cachetrace/1 by sim.peers.host_tier."""
+    return [r for r in all_rules() if r.scope == "cache" and r.kind == "state"]
 
 
 def check_cache(state, coverage=None, rules=None) -> list[Finding]:

@@ -32,6 +32,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-plans", type=int, default=None, help="stop after N plans")
     p.add_argument("--stagger", type=int, default=0, help="submit request i before plan i*K (default 0: all at once; -1: one at a time, "
                    "each once the scheduler is idle)")
+    p.add_argument("--swa-replayable", action="store_true",
+                   help="declare the sliding-window group replayable (re-fed before a hit, never cached)")
     p.add_argument("--ack-delay", type=int, default=0,
                    help="hold each cache op's acknowledgement for 0..N plans (drawn from --seed)")
     p.add_argument("--seed", type=int, default=0, help="seed of the --ack-delay draws")
@@ -75,6 +77,8 @@ def run(args) -> int:
         raise InputError("--stagger:0: must be at least -1")
     if args.host_pages < 0:
         raise InputError("--host-pages:0: must be at least 0")
+    if args.swa_replayable and args.swa_window is None:
+        raise InputError("--swa-replayable:0: needs --swa-window")
     if args.swa_window is not None and args.swa_window < 1:
         raise InputError("--swa-window:0: must be at least 1")
     for name in ("ack_delay", "seed", "max_retracted", "force_retraction", "clear_every"):
@@ -94,7 +98,7 @@ def run(args) -> int:
         raise InputError(f"--inject-fault:0: unknown fault {args.inject_fault!r} (known: "
                          f"{', '.join(sorted(faults.NAMES))})")
     cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger, host_pages=args.host_pages,
-                       swa_window=args.swa_window, ack_delay=args.ack_delay, seed=args.seed,
+                       swa_window=args.swa_window, swa_replayable=args.swa_replayable, ack_delay=args.ack_delay, seed=args.seed,
                        snapshot_pages=args.snapshot_pages, max_retracted=args.max_retracted,
                        force_retraction=args.force_retraction, clear_every=args.clear_every,
                        fault=args.inject_fault)

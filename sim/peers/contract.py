@@ -251,7 +251,7 @@ class Contract:
             if r.seen:
                 continue
             r.seen = True
-            hit = b.prefix_lengths[k]
+            hit = b.prefix_lengths[k] + _replay(b, k)  # the input re-feeds the replay window before the hit
             r.hit = hit
             self.hits[rid] = hit
             self.stats["hit_tokens"] += hit
@@ -271,8 +271,8 @@ class Contract:
         # writes of this plan's forward
         for k, rid in enumerate(b.requests):
             r = self.reqs[rid]
-            floor = b.prefix_lengths[k] if k < b.extends else r.computed
-            start = floor - _replay(b, k)
+            start = b.prefix_lengths[k] if k < b.extends else r.computed
+            floor = start + _replay(b, k)
             n = b.input_lengths[k]
             if n:
                 self._writes(rid, r, start, start + n, floor, line)
@@ -299,7 +299,7 @@ class Contract:
             if r is None:  # aborted by this plan
                 continue
             n = b.input_lengths[k]
-            start = (b.prefix_lengths[k] if k < b.extends else r.computed) - _replay(b, k)
+            start = b.prefix_lengths[k] if k < b.extends else r.computed
             before, r.computed = start, start + n
             if k < b.extends:
                 self.stats["extend_tokens"] += n
@@ -367,7 +367,7 @@ class Contract:
         for g, row in r.rows.items():
             bg = self.groups[g].block_granularity
             slot = (k * p) // bg + (hit - k * p) // bg
-            if bg < p or slot >= len(row):
+            if bg < p or slot >= len(row) or self.groups[g].replayable:  # replayed rows are regenerated
                 continue
             blk = row[slot]
             src = copied.get(g, {}).get(blk, blk)
@@ -511,7 +511,8 @@ class Contract:
 
 
 def _replay(b: ct.Batch, k: int) -> int:
-    """Tokens before the prefix boundary slot k re-feeds for its replayable groups (extends only)."""
+    """Tokens slot k re-feeds for its replayable groups before its prefix hit (extends only): its input starts
+    at ``prefix_lengths[k]`` and the hit, the shared groups' write floor, lies this many tokens later."""
     return b.replay_lengths[k] if k < b.extends and k < len(b.replay_lengths) else 0
 
 

@@ -19,7 +19,8 @@ rules (catalogue: ``spec/rules/cache_l2.py``, where each cites its seed clause):
 * TS-L2-5 load provenance: a load's (or L2 restore's) Host source holds a write-back that was acknowledged
   (under the load's key when it names one); a Host-only load carries an empty key.
 * TS-L2-6 write-back keys: a keyed write-back names its source page's chained prefix hash and offset.
-* TS-L2-7 replayable groups never appear in a write-back, load-back or restore.
+* TS-L2-7 replayable groups never appear in a write-back, load-back or L2 restore (a retraction snapshot
+  of their private rows goes to the snapshot pool).
 * TS-L2-8 ClearCache is refused while a write-back is unacknowledged; once accepted, nothing cached
   survives it (a later hit on a page computed before it is PEER-4).
 * TS-L2-9 write-back policy: a full-attention page completed during decode is not streamed to Host while
@@ -96,6 +97,7 @@ class HostTier:
         self.gids = [g.id for g in cfg.groups]
         self.host_pages = cfg.num_host_pages
         self.max_slot = cfg.max_retracted_requests
+        self.snapshot_pages = cfg.num_snapshot_pages
         self.host: dict[str, dict[int, HostPage]] = {g: {} for g in self.gids}
         self.inflight: dict[int, InFlight] = {}
         self.device_pins: dict[tuple[str, int], int] = {}   # pinned Device source -> op id
@@ -190,13 +192,19 @@ class HostTier:
                                f"{rec.plan}", op_id=oid, group=g)
                     continue
                 seen.add((op.kind, g, src, dst))
-                if c.groups[g].replayable:
+                tier = op.tiers[k] if k < len(op.tiers) else "L2"
+                if op.kind == SNAPSHOT:  # a retracted request's private image, to the snapshot pool
+                    self._device_id(g, src, line, "snapshot source", oid)
+                    if not 0 < dst < max(self.snapshot_pages, 2):
+                        self._find("TS-L2-3", line, f"snapshot {oid}: destination {dst} outside the snapshot pool "
+                                   f"[1, {self.snapshot_pages})", op_id=oid, page=dst)
+                    continue
+                if c.groups[g].replayable and tier == "L2":
                     self._find("TS-L2-7", line, f"{op.kind} {oid} moves page {src} -> {dst} of replayable group "
                                f"{g}", op_id=oid, group=g)
                 if op.kind == WRITE_BACK:
                     self._write_back(op, oid, g, src, dst, key, off, fl, snapshots, written, line)
                 elif op.kind in (LOAD_BACK, RESTORE):
-                    tier = op.tiers[k] if k < len(op.tiers) else "L2"
                     self._load(op, oid, g, src, dst, key, tier, fl, filled, keyed, line)
                     written.setdefault((g, dst), idx)
             if op.kind == WRITE_BACK:

@@ -61,6 +61,7 @@ class RunConfig:
     swa_window: int | None = None    # add a sliding-window group "swa" (window in tokens) beside "full"
     stagger: int = 0                 # submit request i before plan i*stagger (0: all before the first plan;
                                      # -1: one at a time, each once the scheduler is idle)
+    swa_replayable: bool = False     # the sliding-window group is replayable (re-fed, never cached)
     ack_delay: int = 0               # hold each cache op's acknowledgement for 0..ack_delay plans (seeded)
     seed: int = 0                    # the ack-delay draws
     snapshot_pages: int = 1          # num_snapshot_pages (1: no snapshot pool, retraction off)
@@ -97,8 +98,11 @@ def _config(cfg: RunConfig):
     c.prefix_granularity = cfg.prefix_granularity
     c.cache_groups = [ts.CacheGroupConfig(GROUP, cfg.prefix_granularity, cfg.pages, ts.AttnKind.Full)]
     if cfg.swa_window is not None:
-        c.cache_groups = c.cache_groups + [ts.CacheGroupConfig(SWA, cfg.prefix_granularity, cfg.pages,
-                                                               ts.AttnKind.SlidingWindow, cfg.swa_window)]
+        swa = ts.CacheGroupConfig(SWA, cfg.prefix_granularity, cfg.pages, ts.AttnKind.SlidingWindow, cfg.swa_window)
+        swa.replayable = cfg.swa_replayable
+        c.cache_groups = c.cache_groups + [swa]
+        if cfg.swa_replayable:  # "the window the scheduler re-feeds is the retention window itself"
+            c.prefix_replay_tokens = cfg.swa_window
     c.num_device_pages = cfg.pages
     c.num_host_pages = cfg.host_pages
     c.disable_l2_cache = cfg.host_pages == 0
@@ -116,7 +120,8 @@ def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
     return ct.Header(format=ct.FORMAT, config=ct.Config(
         scheduler=f"tokenspeed-scheduler {version()}", prefix_granularity=cfg.prefix_granularity,
         groups=[ct.Group(GROUP, cfg.prefix_granularity, cfg.pages, "full")] + (
-            [ct.Group(SWA, cfg.prefix_granularity, cfg.pages, "sliding", cfg.swa_window)]
+            [ct.Group(SWA, cfg.prefix_granularity, cfg.pages, "sliding", cfg.swa_window,
+                      replayable=cfg.swa_replayable)]
             if cfg.swa_window is not None else []), num_device_pages=cfg.pages,
         num_host_pages=cfg.host_pages, num_snapshot_pages=cfg.snapshot_pages,
         max_retracted_requests=cfg.max_retracted,

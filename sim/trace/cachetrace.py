@@ -99,7 +99,8 @@ class Submit(msgspec.Struct, tag_field="op", tag="submit", **_S):
 
 class Batch(msgspec.Struct, **_S):
     """The plan's forward batch: extends first (``extends`` of them), then decodes. ``replay_lengths`` (per
-    extend, absent: 0) are the tokens before the prefix boundary a replayable group re-feeds."""
+    extend, absent: 0) are the tokens a replayable group re-feeds: the input starts at the prefix length and
+    the prefix hit (the shared groups' write floor) lies that many tokens later."""
     requests: list[Rid]
     extends: Nat
     input_lengths: list[Nat]

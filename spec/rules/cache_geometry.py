@@ -16,7 +16,8 @@ from kvsim.spec.catalogue import state_rule
             decisions="A layer's kernel_page_size must come from the registry or the config and divide its "
                       "group's block_granularity (the subdivision block → kernel pages); a state group's layers "
                       "have no kernel pages; a full-visibility layer cannot ride a sliding group and a sliding mask "
-                      "needs window_left + 1 <= sliding_window_tokens.")
+                      "needs window_left + 1 <= sliding_window_tokens.",
+            evidence="model")
 def ts_geo_1(st, _entity=None, full=True):
     cfg = st.config
     for g in cfg.groups:
@@ -44,7 +45,8 @@ def ts_geo_1(st, _entity=None, full=True):
             "expires",
             'cache concepts: "full attention never expires; SWA and Mamba-at-window-2 slide out whole pages"',
             scope="cache",
-            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.")
+            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.",
+            evidence="model")
 def ts_ret_1(st, _entity=None, full=True):
     seen = False
     for r in st.journal:
