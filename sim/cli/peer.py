@@ -30,7 +30,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-output", type=int, default=None, help="cap each request's output tokens")
     p.add_argument("--prefix-granularity", type=int, default=64)
     p.add_argument("--max-plans", type=int, default=None, help="stop after N plans")
-    p.add_argument("--stagger", type=int, default=0, help="submit request i before plan i*K (default 0: all at once; -1: one at a time, "
+    p.add_argument("--stagger", type=int, default=0,
+                   help="submit request i before plan i*K (default 0: all at once; -1: one at a time, "
                    "each once the scheduler is idle)")
     p.add_argument("--swa-replayable", action="store_true",
                    help="declare the sliding-window group replayable (re-fed before a hit, never cached)")
@@ -98,7 +99,8 @@ def run(args) -> int:
         raise InputError(f"--inject-fault:0: unknown fault {args.inject_fault!r} (known: "
                          f"{', '.join(sorted(faults.NAMES))})")
     cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger, host_pages=args.host_pages,
-                       swa_window=args.swa_window, swa_replayable=args.swa_replayable, ack_delay=args.ack_delay, seed=args.seed,
+                       swa_window=args.swa_window, swa_replayable=args.swa_replayable, ack_delay=args.ack_delay,
+                       seed=args.seed,
                        snapshot_pages=args.snapshot_pages, max_retracted=args.max_retracted,
                        force_retraction=args.force_retraction, clear_every=args.clear_every,
                        fault=args.inject_fault)
@@ -113,7 +115,8 @@ def run(args) -> int:
     except OSError as exc:
         raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
     stats = {"peer": {"scheduler": f"tokenspeed-scheduler {ts.version()}", "requests": len(reqs),
-                      "num_device_pages": pages, "num_host_pages": args.host_pages, "pool": meta["pool"], "prefix_granularity": p,
+                      "num_device_pages": pages, "num_host_pages": args.host_pages, "pool": meta["pool"],
+                      "prefix_granularity": p,
                       "plans": out.plans, "stalled_requests": len(out.stalled),
                       "ack_delay": args.ack_delay, "seed": args.seed, "snapshot_pages": args.snapshot_pages,
                       "max_retracted": args.max_retracted, "force_retraction": args.force_retraction,

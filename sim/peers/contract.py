@@ -128,7 +128,7 @@ class Contract:
         self.reqs: dict[str, _Req] = {}
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
-        self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> (request, slot) last written
+        self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> last (request, slot)
         self.l2 = host_tier.HostTier(self)
         # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
         # restore hands pages to a request that rejoins the batch plans later

@@ -101,7 +101,8 @@ class StoreKeyTwice(Fault):
         for op in _write_backs(rec):
             for k, key in enumerate(op.keys):
                 if key:
-                    twin = ct.CacheOp("WriteBackOp", [_SPARE_ID], [(op.pages[k][0], op.pages[k][1])],
+                    dst = op.pages[k][1] + 1 if op.pages[k][1] + 1 < self.config.num_host_pages else 1
+                    twin = ct.CacheOp("WriteBackOp", [_SPARE_ID], [(op.pages[k][0], dst)],
                                       groups=[op.groups[k]] if op.groups else [], keys=[key],
                                       offsets=[op.offsets[k]] if op.offsets else [], pinned=True)
                     rec.cache = list(rec.cache) + [twin]

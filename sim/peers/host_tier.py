@@ -26,7 +26,7 @@ rules (catalogue: ``spec/rules/cache_l2.py``, where each cites its seed clause):
 * TS-L2-9 write-back policy: a full-attention page completed during decode is not streamed to Host while
   its request still runs (it is queued only at finish or retraction); sliding-window pages may stream.
 * TS-L2-10 L3 failures: a load whose L3 prefetch failed (acknowledged unsuccessfully) publishes nothing:
-  no later table may name its destination as cached content.
+  no later table names its destination as cached content and no write-back stores it under a key.
 """
 
 from __future__ import annotations
@@ -231,6 +231,10 @@ class HostTier:
                 self._find("TS-L2-1", line, f"Host page {dst} is written back into while load {pin}, which "
                            "reads it, is unacknowledged", page=dst, op_id=pin)
         have = c.content[g].get(src) if ok else None
+        if key and src in self.failed_dst[g]:
+            self.exercised["TS-L2-10"] += 1
+            self._find("TS-L2-10", line, f"write-back {oid} stores {g} page {src}, the destination of a failed L3 "
+                       "prefetch, under a key (publishing what was never copied)", op_id=oid, group=g, block=src)
         if key:
             self.exercised["TS-L2-6"] += 1
             want = (have[0].hex(), have[1]) if have is not None else None
@@ -412,6 +416,7 @@ class HostTier:
             for g, blk in fl.device_dst:
                 self.failed_dst[g].add(blk)
                 self.c.content[g].pop(blk, None)
+                self.c.handed[g].discard(blk)  # nothing was loaded: naming it later is not taking a fresh page
 
     def fresh(self, g: str, blk: int) -> None:
         """A Device page handed out again: a failed prefetch's mark on it ends."""

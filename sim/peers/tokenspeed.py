@@ -245,7 +245,7 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             sched.submit_requests(specs)
         except ValueError:  # one request over the scheduler's capacity refuses the batch: submit one by one
             kept = []
-            for r, spec in zip(due, specs):
+            for r, spec in zip(due, specs, strict=True):
                 try:
                     sched.submit_requests([spec])
                     kept.append(r)
@@ -413,7 +413,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         idle = 0 if ids or ops else idle + 1
         if idle >= cfg.max_idle_plans:
             refused = {rid for rid, _ in out.rejected}
-            out.stalled = sorted((set(budget) - set(produced) - refused) | {r for r in produced if produced[r] < budget[r]})
+            short = {r for r in produced if produced[r] < budget[r]}
+            out.stalled = sorted((set(budget) - set(produced) - refused) | short)
             break
     t0 = clock()
     contract.finish(line)

@@ -17,7 +17,7 @@ clause_rule("TS-NC-1", "kernel_page_size comes from the kernel registry or confi
             'cache concepts L27: "All kernel page geometry is registered in one file ... deriving kernel_page_size '
             'from prefix_granularity is a category error and a bug"',
             not_checkable=f"{_WHY_KERNEL}; TS-GEO-1 checks the declared geometry kvsim's model is given")
-clause_rule("TS-NC-2", "State-checkpoint kernels: batched conv-window writes, body/tail scans, packed uploads, int64 ids",
+clause_rule("TS-NC-2", "State-checkpoint kernels: conv-window writes, body/tail scans, packed uploads, int64 ids",
             'cache concepts L84-90: "convolution windows are assembled directly into their destination blocks"; '
             '"Checkpoint writers widen page IDs to int64"; "Recurrent execution partitions the batch into a body '
             'scan and a tail scan"',

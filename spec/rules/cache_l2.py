@@ -80,6 +80,7 @@ _rule("TS-L2-10", "A failed L3 prefetch publishes nothing",
       'acknowledges or publishes a successful copy"; L189: "skips Device prefix publication for those prefetch '
       'destinations"', "named",
       "A load acknowledged unsuccessfully (cachetrace/1 result 'failed') leaves its Device destinations without "
-      "content: a table naming one as a cached page before it is handed out fresh again is a violation. The "
+      "content: a table naming one as a cached page, or a keyed write-back storing one, before it is handed out "
+      "fresh again is a violation. The "
       "released wheel's L3 ops need a storage backend the driver does not provide; the rule is judged on "
       "recorded traces and injected faults.")
