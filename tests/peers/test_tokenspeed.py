@@ -272,3 +272,21 @@ def test_hit_lengths_with_a_sliding_group_equal_the_models(seed, window):
             c.publish(r.id, seq, computed)
         c.free(r.id)
     assert out.contract.hits == want and any(want.values())
+
+
+@pytest.mark.parametrize("extra", [
+    {},                                                                      # the Host-tier false-alarm reproducer
+    {"ack_delay": 3, "seed": 1, "snapshot_pages": 16, "max_retracted": 4, "force_retraction": 5},
+    {"ack_delay": 3, "seed": 2, "snapshot_pages": 16, "max_retracted": 4, "force_retraction": 5,
+     "swa_replayable": True},
+])
+def test_host_tier_sliding_group_retraction_and_held_acks_judge_clean(extra):
+    """Host tier and a sliding-window group (each pair judged in its own group), ACKs held up to 3 plans,
+    forced retraction through the snapshot pool: only the documented tail-hit finding (TS-PFX-1) remains."""
+    reqs = read_mooncake(SAMPLES / "tiny_workload.jsonl")
+    out = T.run(reqs, T.RunConfig(pages=40, host_pages=64, swa_window=128, stagger=3, **extra))
+    assert rules(out.contract.findings) == ["TS-PFX-1"] and not out.stalled
+    l2 = out.contract.l2.stats
+    assert l2["pages_written_back"] > 0 and l2["pages_loaded"] + l2["pages_restored"] > 0
+    if extra:
+        assert l2["acks_held"] > 0 and l2["snapshots"] > 0 and l2["restores"] > 0 and l2["unpinned_stores"] > 0
