@@ -18,7 +18,7 @@ HEADER = encode_line(default_header(max_context=1024, concurrency=4)).decode().r
 
 def write(tmp_path, name, lines):
     p = tmp_path / name
-    p.write_text("".join(l if l.endswith("\n") else l + "\n" for l in lines), encoding="utf-8")
+    p.write_text("".join(ln if ln.endswith("\n") else ln + "\n" for ln in lines), encoding="utf-8")
     return p
 
 

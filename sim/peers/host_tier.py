@@ -290,7 +290,8 @@ class HostTier:
         if end <= req.prefill:
             return
         self.exercised["TS-L2-9"] += 1
-        if c.reqs.get(req.rid) is req and req.rows:
+        live = c.reqs.get(req.rid)
+        if live is not None and live is req and req.rows:
             self._find("TS-L2-9", line, f"write-back {oid} streams {g} page {src} (slot {slot} of {req.rid}, "
                        "completed during decode) while the request still decodes", op_id=oid, group=g, block=src)
 

@@ -18,6 +18,7 @@ import random
 import time
 import zlib
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -142,7 +143,7 @@ def _kv_event(e) -> ct.KvEvent:
     return ct.AllBlocksCleared()
 
 
-_TIERS = {0: "L2", 1: "snapshot"}
+_TIERS: dict[int, Literal["L2", "snapshot"]] = {0: "L2", 1: "snapshot"}
 
 
 def _per_id(op, name: str, n: int) -> list:
