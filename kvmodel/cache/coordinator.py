@@ -17,7 +17,14 @@ instead of absolute positions: slot 0 holds the checkpoint the forward starts fr
 internal boundary, that aligned checkpoint; slot 1 the final continuation state; each decode rolls slot 1
 into slot 0 and punches the old input to a hole. Model slot (before - 1) // bg maps to its slot 0 (or the
 aligned (floor(after / P) * P - 1) // bg), model slot (after - 1) // bg to its slot 1; a comparison with the
-wheel goes through that mapping, never through raw slot indexes. The live tables are kept here for the model
+wheel goes through that mapping, never through raw slot indexes.
+
+With num_host_pages, publication also queues stores for the Host tier (kvmodel.cache.host_tier) by the
+policy of L187: during prefill every newly published full-attention page and each published Endpoint/
+Promoted state checkpoint; never a full-attention page during decode; sliding-window entries whenever
+published; replayable groups never; at finish or retraction the request's published non-state pages and
+its newest state checkpoint. start_pending_stores drains the queue (pinning Device sources until
+complete_store), and clear_cache is refused while a store is in flight. The live tables are kept here for the model
 (the scheduler owns them in TokenSpeed). Only the Device tier is modelled; Host/L3 tiers are not.
 """
 
@@ -35,7 +42,8 @@ from kvsim.kvmodel.cache.cache_key import BoundaryKind, CacheKey
 from kvsim.kvmodel.cache.config import CacheConfig
 from kvsim.kvmodel.cache.convergence import ConvergedProbe, GroupMatch, converge
 from kvsim.kvmodel.cache.geometry import GroupGeometry
-from kvsim.kvmodel.cache.group_spec import STATE
+from kvsim.kvmodel.cache.group_spec import SLIDING_WINDOW, STATE
+from kvsim.kvmodel.cache.host_tier import HostTier, StoreOp
 from kvsim.kvmodel.cache.matchers import matcher_for
 from kvsim.kvmodel.cache.prefix_hash import hashed_pages, prefix_hashes
 from kvsim.kvmodel.cache.prefix_index import PrefixCacheIndex
@@ -59,6 +67,7 @@ class CacheCoordinator:
             self.pool.register(i, s.shard_count)
         self.refs = BlockRefs(self.pool)
         self.indexes = [PrefixCacheIndex(i, self.refs) for i in range(len(config.groups))]
+        self.host = HostTier(config.num_host_pages, self.indexes, self.refs) if config.num_host_pages > 1 else None
         self.tables: dict[str, list[BlockTable]] = {}
         # request -> state group -> aligned boundaries (tokens) a prefill materialized, not yet published
         self.checkpoints: dict[str, dict[int, set[int]]] = {}
@@ -273,6 +282,8 @@ class CacheCoordinator:
                     table.ids[s] = canon
                     self.refs.drop(g, own)
                 keys.append(key)
+                if self.host is not None and self._streams(geo, decode):
+                    self.host.queue(key)
         if self.journal is not None:
             self.journal.append(J.PublishRecord(p, tuple(tokens[:pages * p]), tuple(hashes), tuple(keys)))
         return len(keys)
@@ -308,14 +319,62 @@ class CacheCoordinator:
                                                     num_computed_tokens, expired))
         return n
 
-    def free(self, request: str) -> None:
-        """Drop every reference the request's tables hold, suffix first (a deterministic FIFO order)."""
+    @staticmethod
+    def _streams(geo: GroupGeometry, decode: bool) -> bool:
+        """The write-back policy for a newly published entry (cache concepts L187)."""
+        if geo.spec.replayable:
+            return False
+        if geo.spec.retention == SLIDING_WINDOW:
+            return True  # "Ordinary sliding-window entries always stream when published"
+        return not decode  # full attention and state: prefill boundaries only
+
+    def free(self, request: str, finished: bool = False) -> None:
+        """Drop every reference the request's tables hold, suffix first (a deterministic FIFO order). A
+        finished (or retracted) request first queues its published non-state pages and its newest state
+        checkpoint for the Host tier ("queued before request ownership is released")."""
+        if finished and self.host is not None:
+            for g, table in enumerate(self.tables[request]):
+                geo = self.geometry[g]
+                if geo.spec.replayable:
+                    continue
+                keys = [k for b in table.ids if b != NULL_BLOCK
+                        for k in [self.indexes[g].key_of(b)] if k is not None]
+                for key in keys[-1:] if geo.spec.family == STATE else keys:
+                    self.host.queue(key)
         self.checkpoints.pop(request, None)
         for g, table in enumerate(self.tables.pop(request)):
             for b in reversed(table.ids):
                 if b != NULL_BLOCK:
                     self.refs.drop(g, b)
         del self.epochs[request]
+
+    # -- the Host tier --------------------------------------------------------------------------------
+
+    def start_pending_stores(self) -> StoreOp | None:
+        """Drain the store queue into one write-back (sources pinned until complete_store)."""
+        return self.host.start_pending_stores() if self.host is not None else None
+
+    def complete_store(self, op_id: int) -> None:
+        """The write-back's ACK: its keys become Host entries of their groups' indexes."""
+        if self.host is None:
+            raise ValueError("no Host tier")
+        self.clock += 1
+        self.host.complete(op_id, self.clock)
+
+    def can_clear_cache(self) -> bool:
+        return self.host is None or self.host.can_clear()
+
+    def clear_cache(self) -> bool:
+        """ClearCache: refused (False, nothing changed) while a write-back is unacknowledged; otherwise every
+        Host entry and every Device entry held only by the cache is dropped."""
+        if not self.can_clear_cache():
+            return False
+        if self.host is not None:
+            self.host.clear()
+        for idx in self.indexes:
+            for key, _e in idx.evictable():
+                idx.evict(key)
+        return True
 
     def evict(self, group: int, key: CacheKey) -> bool:
         """Evict one cached entry if only the cache holds it; False (nothing changed) when it is pinned."""
