@@ -47,9 +47,11 @@ prompts = st.tuples(st.lists(st.integers(0, 4), min_size=0, max_size=4),
 
 
 class CacheMachine(RuleBasedStateMachine):
-    @initialize(name=st.sampled_from(sorted(CONFIGS)), parents=st.integers(10, 30))
-    def setup(self, name, parents):
-        cfg = CONFIGS[name](parents)
+    names = sorted(CONFIGS)
+
+    @initialize(data=st.data(), parents=st.integers(10, 30))
+    def setup(self, data, parents):
+        cfg = CONFIGS[data.draw(st.sampled_from(self.names))](parents)
         layers = [LayerBinding(g, g, None if s.sliding_window_tokens is None else s.sliding_window_tokens - 1,
                                None if s.family == "state" else s.block_granularity)
                   for g, s in enumerate(cfg.groups)]
@@ -134,7 +136,7 @@ class CacheMachine(RuleBasedStateMachine):
 
     # -- the Host tier ---------------------------------------------------------------------------
 
-    @precondition(lambda self: self.c.host is not None)
+    @precondition(lambda self: self.c.host is not None and bool(self.c.host.pending))
     @rule()
     def start_stores(self):
         before = self.c.host.pool.free
@@ -163,7 +165,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.c.complete_store(oid)
         self.host_keys.update(t.key for t in self.flying.pop(oid))
 
-    @precondition(lambda self: self.c.host is not None)
+    @precondition(lambda self: bool(self.flying or self.host_keys))  # a clear with nothing on Host proves nothing
     @rule()
     def clear_cache(self):
         accepted = self.c.clear_cache()
@@ -268,3 +270,13 @@ class CacheMachine(RuleBasedStateMachine):
 TestCacheMachine = CacheMachine.TestCase
 TestCacheMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
                                      suppress_health_check=[HealthCheck.too_slow])
+
+
+class HostCacheMachine(CacheMachine):
+    """The same machine on the configurations with a Host tier only, so stores, ACKs and clears are frequent."""
+    names = ["hosted", "replay"]
+
+
+TestHostCacheMachine = HostCacheMachine.TestCase
+TestHostCacheMachine.settings = settings(max_examples=30, stateful_step_count=40, deadline=None,
+                                         suppress_health_check=[HealthCheck.too_slow])
