@@ -108,7 +108,9 @@ class HostTier:
         self.l3_filled: dict[int, str] = {}                  # Host page -> object key an L3 prefetch fills it with
         self.stats = {"write_backs": 0, "load_backs": 0, "snapshots": 0, "restores": 0, "unpinned_stores": 0,
                       "pages_written_back": 0, "pages_loaded": 0, "pages_restored": 0, "acks_held": 0,
-                      "clears": 0, "clears_accepted": 0, "storage_ops": 0, "failed_loads": 0}
+                      "clears": 0, "clears_accepted": 0, "storage_ops": 0, "failed_loads": 0,
+                      "unpinned_regranted": 0}
+        self._unpinned_srcs: set[tuple[str, int]] = set()  # this plan's unpinned store sources
         self.exercised = {r: 0 for r in RULES}
 
     # -- helpers ----------------------------------------------------------------------------------------------
@@ -166,6 +168,7 @@ class HostTier:
         seen: set[tuple[str, str, int, int]] = set()
         written: dict[tuple[str, int], int] = {}     # Device page -> index of the first op writing it
         snapshots = {op.request for op in rec.cache if op.kind == SNAPSHOT and op.request is not None}
+        self._unpinned_srcs = set()
         for idx, op in enumerate(rec.cache):
             if op.kind.startswith("Storage"):
                 self.stats["storage_ops"] += 1
@@ -211,6 +214,7 @@ class HostTier:
                 self.stats["write_backs"] += 1
                 if op.pinned is False:
                     self.stats["unpinned_stores"] += 1
+                    self._unpinned_srcs.update((g, src) for g, src, _d, _k, _o in pairs if g is not None)
                     self._unpinned(op, oid, pairs, snapshots, written, line)
             elif op.kind == LOAD_BACK:
                 self.stats["load_backs"] += 1
@@ -375,6 +379,8 @@ class HostTier:
     def granted(self, g: str, pages, line: int, how: str) -> None:
         for blk in pages:
             self._grant(g, blk, line, how)
+            if (g, blk) in self._unpinned_srcs:  # retract-and-grant: a snapshot's source re-granted at once
+                self.stats["unpinned_regranted"] += 1
 
     def forward_write(self, g: str, blk: int, rid: str, slot: int, line: int) -> None:
         oid = self.device_pins.get((g, blk))
