@@ -98,6 +98,7 @@ class HostTier:
         self.host_pages = cfg.num_host_pages
         self.max_slot = cfg.max_retracted_requests
         self.snapshot_pages = cfg.num_snapshot_pages
+        self.any_replayable = any(g.replayable for g in cfg.groups)
         self.host: dict[str, dict[int, HostPage]] = {g: {} for g in self.gids}
         self.inflight: dict[int, InFlight] = {}
         self.device_pins: dict[tuple[str, int], int] = {}   # pinned Device source -> op id
@@ -154,7 +155,6 @@ class HostTier:
         """A Device page is re-granted or overwritten: it must not be a pinned source in flight."""
         oid = self.device_pins.get((g, blk))
         if oid is not None:
-            self.exercised["TS-L2-1"] += 1
             self._find("TS-L2-1", line, f"{g} page {blk} is {how} while write-back {oid}, which pins it as a "
                        "source, is unacknowledged", group=g, block=blk, op_id=oid)
 
@@ -178,6 +178,7 @@ class HostTier:
                 continue
             oid = op.op_ids[0] if op.op_ids else -1
             fl = InFlight(op.kind, rec.plan)
+            self.exercised["TS-L2-3"] += 1
             pairs = self._pairs(op, line)
             if op.kind == SNAPSHOT:
                 self.stats["snapshots"] += 1
@@ -202,6 +203,7 @@ class HostTier:
                         self._find("TS-L2-3", line, f"snapshot {oid}: destination {dst} outside the snapshot pool "
                                    f"[1, {self.snapshot_pages})", op_id=oid, page=dst)
                     continue
+                self.exercised["TS-L2-7"] += self.any_replayable
                 if c.groups[g].replayable and tier == "L2":
                     self._find("TS-L2-7", line, f"{op.kind} {oid} moves page {src} -> {dst} of replayable group "
                                f"{g}", op_id=oid, group=g)
@@ -231,7 +233,6 @@ class HostTier:
         if self._host_id(dst, line, "write-back destination", oid):
             pin = self.host_pins.get(dst)
             if pin is not None:
-                self.exercised["TS-L2-1"] += 1
                 self._find("TS-L2-1", line, f"Host page {dst} is written back into while load {pin}, which "
                            "reads it, is unacknowledged", page=dst, op_id=pin)
         have = c.content[g].get(src) if ok else None
@@ -256,6 +257,7 @@ class HostTier:
                 self.keys_in_flight[k3] = oid
                 fl.keys.append(k3)
         if op.pinned is not False:
+            self.exercised["TS-L2-1"] += 1  # premise: a source pinned until the ACK
             self.device_pins[(g, src)] = oid
             fl.device_pins.append((g, src))
             self._policy(oid, g, src, line)
@@ -339,6 +341,7 @@ class HostTier:
         if not self._host_id(src, line, f"{op.kind} source", oid):
             return
         self.host_pins[src] = oid
+        self.exercised["TS-L2-1"] += 1
         fl.host_pins.append(src)
         hp = self.host[g].get(src)
         self.exercised["TS-L2-5"] += 1
@@ -385,7 +388,6 @@ class HostTier:
     def forward_write(self, g: str, blk: int, rid: str, slot: int, line: int) -> None:
         oid = self.device_pins.get((g, blk))
         if oid is not None:
-            self.exercised["TS-L2-1"] += 1
             self._find("TS-L2-1", line, f"{rid} writes {g} slot {slot} into block {blk} while write-back {oid} "
                        "still copies it", request=rid, group=g, block=blk, op_id=oid)
 
