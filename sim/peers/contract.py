@@ -26,7 +26,9 @@ With a Host tier (``sim.peers.host_tier``, rules TS-L2-*), a write-back copies a
 key and last writer) to a Host page of the same group at plan time, and a load-back or restore hands out a
 fresh Device page holding that Host page's content; a table that names it is judged by that content. A
 snapshot retracts its request: its rows are released (the stream-ordered snapshot store has read them) and
-its next row, after the restore, is judged afresh.
+its next row, after the restore, is judged afresh. A page handed out fresh to a request outside the batch
+(a restore's growth page) counts as fresh when a table first names it, in a later plan -- a weaker check
+than the same-plan one, since the judge cannot tell which request it was meant for.
 
 Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
 the tokens its results produced). This module knows cachetrace/1 records, never a scheduler's API.
