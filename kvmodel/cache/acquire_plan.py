@@ -33,6 +33,7 @@ class Checkpoints:
     extent_tokens: int  # absolute extent after this round (the final continuation checkpoint)
     prefix_granularity: int  # the identity grain that selects the aligned internal checkpoint
     reserve_tokens: int = 0
+    promotion_tokens: int = 0  # a promotion boundary to materialize too (0: none)
 
 
 @dataclass(frozen=True)

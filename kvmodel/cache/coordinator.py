@@ -71,6 +71,7 @@ class CacheCoordinator:
         self.tables: dict[str, list[BlockTable]] = {}
         # request -> state group -> aligned boundaries (tokens) a prefill materialized, not yet published
         self.checkpoints: dict[str, dict[int, set[int]]] = {}
+        self.promoted: dict[str, set[int]] = {}  # request -> its recorded promotion boundaries
         self.epochs: dict[str, int] = {}
         self.clock = 0
         self.journal = journal
@@ -117,7 +118,10 @@ class CacheCoordinator:
         hit = probe.hit_tokens if new else 0
         tables = self.tables.get(request) or [BlockTable() for _ in self.geometry]
         hit_ids = [self._hit_blocks(g, tokens, probe) if new else [] for g in range(len(self.geometry))]
-        plans = [self._plan(g, tables[g], hit_ids[g], hit, extent_tokens, reserve_tokens, new)
+        # a promotion boundary: the prefix-closed groups match further than the converged hit, so the state
+        # at that boundary is worth computing and publishing (Promoted) for the next request with this prefix
+        promo = probe.closed_tokens if new and probe.closed_tokens > hit else 0
+        plans = [self._plan(g, tables[g], hit_ids[g], hit, extent_tokens, reserve_tokens, new, promo)
                  for g in range(len(self.geometry))]
         need = tuple(pl.num_blocks for pl in plans)
         protected = frozenset((g, b) for g, ids in enumerate(hit_ids) for b in ids if b != NULL_BLOCK)
@@ -149,7 +153,7 @@ class CacheCoordinator:
             tables[g].execute(pl, ids)
             fresh.append(ids)
             if self.geometry[g].spec.family == STATE and not decode:
-                self._record_checkpoints(request, g, tables[g], extent_tokens)
+                self._record_checkpoints(request, g, tables[g], extent_tokens, promo)
         self._record_admit(shadow, need, candidates, protected, plan, tuple(fresh))
         return AdmitResult(hit, tuple(fresh), plan.victims)
 
@@ -167,15 +171,18 @@ class CacheCoordinator:
             out.append(entry.block if hit else NULL_BLOCK)
         return out
 
-    def _record_checkpoints(self, request: str, g: int, table: BlockTable, extent: int) -> None:
+    def _record_checkpoints(self, request: str, g: int, table: BlockTable, extent: int, promo: int = 0) -> None:
         """Provenance (cache concepts L76): "Scheduled local prefill records its last aligned checkpoint" -- the
-        aligned boundary floor(extent / P) * P, when its exact slot holds a materialized block."""
+        aligned boundary floor(extent / P) * P -- and a promotion boundary, each when its exact slot holds a
+        materialized block."""
         p, bg = self.config.prefix_granularity, self.geometry[g].block_granularity
-        b = extent // p * p
-        if b > 0 and (b - 1) // bg < len(table.ids) and table.ids[(b - 1) // bg] != NULL_BLOCK:
-            self.checkpoints.setdefault(request, {}).setdefault(g, set()).add(b)
+        for b in (extent // p * p, promo):
+            if b > 0 and (b - 1) // bg < len(table.ids) and table.ids[(b - 1) // bg] != NULL_BLOCK:
+                self.checkpoints.setdefault(request, {}).setdefault(g, set()).add(b)
+                if b == promo:
+                    self.promoted.setdefault(request, set()).add(b)
 
-    def _plan(self, g, table, hit_ids, hit_tokens, extent, reserve, new):
+    def _plan(self, g, table, hit_ids, hit_tokens, extent, reserve, new, promo=0):
         geo = self.geometry[g]
         hit_slots = len(hit_ids)
         slots = len(table) + hit_slots
@@ -187,7 +194,7 @@ class CacheCoordinator:
                 before = geo.tokens_of_slots(slots) - table.available_tokens
             holes = frozenset(s for s, b in enumerate(ids) if b == NULL_BLOCK)
             return geo.plan_checkpoints(slots, holes, Checkpoints(before, max(extent, before),
-                                                                  self.config.prefix_granularity, reserve))
+                                                                  self.config.prefix_granularity, reserve, promo))
         if new and geo.spec.replayable:
             return geo.plan_acquire(slots, 0, SparseSuffix(max(extent, 1), geo.replay_first_slot(hit_tokens), reserve))
         if new:
@@ -300,7 +307,8 @@ class CacheCoordinator:
         out = []
         for b in sorted(x for x in rec if x <= hashed):
             rec.discard(b)
-            k = max(kind, BoundaryKind.ENDPOINT if b == endpoint else BoundaryKind.CHUNK)
+            k = max(kind, BoundaryKind.PROMOTED if b in self.promoted.get(request, ()) else
+                    BoundaryKind.ENDPOINT if b == endpoint else BoundaryKind.CHUNK)
             if k >= BoundaryKind.ENDPOINT:
                 out.append((b - 1) // bg)
                 kinds[(b - 1) // bg] = k
@@ -342,6 +350,7 @@ class CacheCoordinator:
                 for key in keys[-1:] if geo.spec.family == STATE else keys:
                     self.host.queue(key)
         self.checkpoints.pop(request, None)
+        self.promoted.pop(request, None)
         for g, table in enumerate(self.tables.pop(request)):
             for b in reversed(table.ids):
                 if b != NULL_BLOCK:

@@ -72,6 +72,8 @@ class GroupGeometry:
             want.add((aligned - 1) // bg)
         if demand.reserve_tokens > 0:
             want.add((after + demand.reserve_tokens - 1) // bg)
+        if before < demand.promotion_tokens < after:  # "cuts chunks ... at the promotion boundary"
+            want.add((demand.promotion_tokens - 1) // bg)
         return sorted(want)
 
     def plan_checkpoints(self, num_slots: int, holes: frozenset[int], demand: Checkpoints) -> AcquirePlan:
