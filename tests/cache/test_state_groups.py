@@ -96,3 +96,23 @@ def test_a_later_request_hits_the_published_state_checkpoint():
     assert table[7] != 0 and [s for s, b in enumerate(table) if b] == [7, 10]  # input (hit) and final only
     assert len(res.fresh[1]) == 1
     assert check_cache(c.state()) == []
+
+
+def test_promotion_boundary_is_materialized_and_published_promoted():
+    """a caches a 24-token prompt (state only at its endpoint, 24). b shares a's first 16 tokens: the full
+    group matches 16 but the state group nothing, so the hit is 0 and 16 is a promotion boundary -- b's
+    prefill materializes the state there and publishes it Promoted, and c, sharing those 16 tokens, hits 16."""
+    c = coord()
+    a = list(range(1, 25))
+    c.admit("a", a, 24)
+    c.publish("a", a, 24)
+    c.free("a")
+    b = a[:16] + list(range(90, 102))  # 28 tokens: its own endpoint is 24
+    probe = c.probe(b)
+    assert probe.hit_tokens == 0 and probe.closed_tokens == 16
+    c.admit("b", b, len(b), probe=probe)
+    assert [s for s, blk in enumerate(c.tables["b"][1].ids) if blk] == [7, 11, 13]  # promotion, aligned, final
+    c.publish("b", b, len(b))
+    kinds = sorted((e.logical_index, e.kind) for _, e in c.indexes[1].entries())
+    assert kinds == [(7, BoundaryKind.PROMOTED), (11, BoundaryKind.ENDPOINT), (11, BoundaryKind.ENDPOINT)]
+    assert c.probe(a[:16] + [70, 71, 72]).hit_tokens == 16
