@@ -89,7 +89,8 @@ class Lockstep:
     codec. Host slices are kept per offset, so their size need not match the model's stride then.
     """
 
-    def __init__(self, store, profile: str | None = None, audit_units: int = AUDIT_UNITS, incremental: bool = True) -> None:
+    def __init__(self, store, profile: str | None = None, audit_units: int = AUDIT_UNITS,
+                 incremental: bool = True) -> None:
         self.st = store
         store.record_effects()
         cfg = store.config

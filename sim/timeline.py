@@ -17,7 +17,8 @@ class Timeline:
         self.pools = list(pools)
         self.capacity = {name: p.capacity for name, p in pools.items()}
         self.event: list[int] = []
-        self.series: dict[str, tuple[list[int], ...]] = {name: ([], [], []) for name in self.pools}  # allocated, reserved, available
+        # per pool: allocated, reserved, available
+        self.series: dict[str, tuple[list[int], ...]] = {name: ([], [], []) for name in self.pools}
         self.stride = 1
 
     def record(self, index: int, pools: dict, force: bool = False) -> None:

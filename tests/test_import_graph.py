@@ -44,7 +44,8 @@ def _imports(name: str, path: Path, modules: dict) -> list[tuple[str, str, int, 
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             for a in node.names:  # `from pkg import submodule` depends on the submodule, not on pkg's __init__
                 sub = f"{base}.{a.name}"
                 out.append((sub, "from", node.lineno, []) if sub in modules else (base, "from", node.lineno, [a.name]))

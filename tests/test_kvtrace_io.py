@@ -176,7 +176,8 @@ def _mutated(draw):
     return raw
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data(), blank_lines=st.integers(0, 2))
 def test_fuzzed_lines_fail_cleanly_at_their_line(tmp_path, data, blank_lines):
     how = data.draw(st.sampled_from(["mutated", "garbage"]))

@@ -387,8 +387,8 @@ class Observe(EventBase, tag="observe"):
                 raise ValueError("observe of a sequence needs 'table' and/or 'frontier' (or 'content')")
 
 
-Event = (Activate | Map | Grow | Launch | Complete | Fail | Truncate | Finish | Release | Offload | DropDevice | DropHost
-         | Xfer | Observe | Cow)
+Event = (Activate | Map | Grow | Launch | Complete | Fail | Truncate | Finish | Release | Offload | DropDevice
+         | DropHost | Xfer | Observe | Cow)
 EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__  # type: ignore[attr-defined]
 OPS: dict[str, type[EventBase]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}  # type: ignore[misc]
 REQUEST_OPS = frozenset({"activate", "map", "grow", "cow"})
