@@ -30,6 +30,7 @@ complete_store), and clear_cache is refused while a store is in flight. The live
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvsim.kvmodel.cache import journal as J
@@ -115,12 +116,13 @@ class CacheCoordinator:
         new = request not in self.tables
         if new and probe is None:
             probe = self.probe(tokens)
-        hit = probe.hit_tokens if new else 0
+        hit = probe.hit_tokens if new and probe is not None else 0
         tables = self.tables.get(request) or [BlockTable() for _ in self.geometry]
-        hit_ids = [self._hit_blocks(g, tokens, probe) if new else [] for g in range(len(self.geometry))]
+        hit_ids = [self._hit_blocks(g, tokens, probe) if new and probe is not None else []
+                   for g in range(len(self.geometry))]
         # a promotion boundary: the prefix-closed groups match further than the converged hit, so the state
         # at that boundary is worth computing and publishing (Promoted) for the next request with this prefix
-        promo = probe.closed_tokens if new and probe.closed_tokens > hit else 0
+        promo = probe.closed_tokens if new and probe is not None and probe.closed_tokens > hit else 0
         plans = [self._plan(g, tables[g], hit_ids[g], hit, extent_tokens, reserve_tokens, new, promo)
                  for g in range(len(self.geometry))]
         need = tuple(pl.num_blocks for pl in plans)
@@ -273,6 +275,7 @@ class CacheCoordinator:
             m = self.geometry[g].slots_per_page(self.config.prefix_granularity)
             table = self.tables[request][g]
             kinds: dict[int, BoundaryKind] = {}
+            slots: Sequence[int]
             if geo.spec.family == STATE:
                 slots = [] if decode else self._state_slots(request, g, pages * p, prompt_tokens or len(tokens),
                                                             kind, kinds)

@@ -529,10 +529,10 @@ class Contract:
 
     # -- summary ----------------------------------------------------------------------------------------------
     def summary(self) -> dict:
-        s = dict(self.stats)
-        pt = s["prompt_tokens"] or 1
-        s["hit_ratio"] = round(s["hit_tokens"] / pt, 6)
-        s["trace_bound_ratio"] = round(s["bound_tokens"] / pt, 6)
+        s: dict[str, object] = dict(self.stats)
+        pt = self.stats["prompt_tokens"] or 1
+        s["hit_ratio"] = round(self.stats["hit_tokens"] / pt, 6)
+        s["trace_bound_ratio"] = round(self.stats["bound_tokens"] / pt, 6)
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
         s["host_tier"] = dict(self.l2.stats)
         return s

@@ -46,7 +46,7 @@ __all__ = [
     "schema_text", "SCHEMA_PATH", "main",
 ]
 
-FORMAT = "cachetrace/1"
+FORMAT: Literal["cachetrace/1"] = "cachetrace/1"
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "spec" / "cachetrace.schema.json"
 
 Nat = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
