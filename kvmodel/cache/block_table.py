@@ -30,6 +30,14 @@ class BlockTable:
         """Append holes up to plan.first_slot, then the acquired blocks; store the bookkeeping verbatim."""
         if len(new_ids) != plan.num_blocks:
             raise ValueError(f"plan wants {plan.num_blocks} blocks, got {len(new_ids)}")
+        if plan.slots:  # sparse checkpoints: absolute slot positions, holes between them
+            self.ids.extend([NULL_BLOCK] * (plan.num_slots_after - len(self.ids)))
+            for s, b in zip(plan.slots, new_ids, strict=True):
+                if self.ids[s] != NULL_BLOCK:
+                    raise ValueError(f"slot {s} already holds block {self.ids[s]}")
+                self.ids[s] = b
+            self.available_tokens = plan.available_tokens_after
+            return
         self.ids.extend([NULL_BLOCK] * (plan.first_slot - len(self.ids)))
         self.ids.extend(new_ids)
         self.ids.extend([NULL_BLOCK] * (plan.num_slots_after - len(self.ids)))

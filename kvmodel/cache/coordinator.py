@@ -4,17 +4,37 @@ Cache concepts: "the facade that hides 'multiple attention structures, one share
 storage tiers' behind a token-unit request lifecycle: probe → admit → publish → free." Probe is read-only;
 Admit plans on shadow counts (AdmissionPlanner) and, only when the plan fits, advances the access epoch,
 pins the hits, evicts the victims and acquires each group's blocks — a refused admission changes nothing.
-Publication registers whole prefix pages (state groups: only the checkpoint at a P boundary; replayable
-groups: never). Retention punches expired slots to holes. The live tables are kept here for the model
+Publication registers whole prefix pages (replayable groups: never). Snapshot-state groups are sparse and
+publish only with provenance (cache concepts L74-L82): a prefill admission materializes only the aligned
+internal checkpoint, the final continuation checkpoint and its reserve (null holes between, absolute slot
+positions kept) and records the aligned boundaries it materialized; publication registers a recorded
+boundary only when it is classified Endpoint (the prompt's last aligned checkpoint) or Promoted, and a
+decode admission or publication records and publishes no state checkpoint. Retention punches expired slots
+to holes.
+
+The released TokenSpeed wheel (0.1.42) declares its State group with block_granularity 0 and a two-slot row
+instead of absolute positions: slot 0 holds the checkpoint the forward starts from or, in a prefill with an
+internal boundary, that aligned checkpoint; slot 1 the final continuation state; each decode rolls slot 1
+into slot 0 and punches the old input to a hole. Model slot (before - 1) // bg maps to its slot 0 (or the
+aligned (floor(after / P) * P - 1) // bg), model slot (after - 1) // bg to its slot 1; a comparison with the
+wheel goes through that mapping, never through raw slot indexes.
+
+With num_host_pages, publication also queues stores for the Host tier (kvmodel.cache.host_tier) by the
+policy of L187: during prefill every newly published full-attention page and each published Endpoint/
+Promoted state checkpoint; never a full-attention page during decode; sliding-window entries whenever
+published; replayable groups never; at finish or retraction the request's published non-state pages and
+its newest state checkpoint. start_pending_stores drains the queue (pinning Device sources until
+complete_store), and clear_cache is refused while a store is in flight. The live tables are kept here for the model
 (the scheduler owns them in TokenSpeed). Only the Device tier is modelled; Host/L3 tiers are not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvsim.kvmodel.cache import journal as J
-from kvsim.kvmodel.cache.acquire_plan import DenseGrowth, SparseSuffix
+from kvsim.kvmodel.cache.acquire_plan import Checkpoints, DenseGrowth, SparseSuffix
 from kvsim.kvmodel.cache.admission import AdmissionPlanner, EvictionCandidate, PoolShadow, Tier
 from kvsim.kvmodel.cache.block_pool import BlockPool
 from kvsim.kvmodel.cache.block_refs import BlockRefs
@@ -23,7 +43,8 @@ from kvsim.kvmodel.cache.cache_key import BoundaryKind, CacheKey
 from kvsim.kvmodel.cache.config import CacheConfig
 from kvsim.kvmodel.cache.convergence import ConvergedProbe, GroupMatch, converge
 from kvsim.kvmodel.cache.geometry import GroupGeometry
-from kvsim.kvmodel.cache.group_spec import STATE
+from kvsim.kvmodel.cache.group_spec import SLIDING_WINDOW, STATE
+from kvsim.kvmodel.cache.host_tier import HostTier, StoreOp
 from kvsim.kvmodel.cache.matchers import matcher_for
 from kvsim.kvmodel.cache.prefix_hash import hashed_pages, prefix_hashes
 from kvsim.kvmodel.cache.prefix_index import PrefixCacheIndex
@@ -47,7 +68,11 @@ class CacheCoordinator:
             self.pool.register(i, s.shard_count)
         self.refs = BlockRefs(self.pool)
         self.indexes = [PrefixCacheIndex(i, self.refs) for i in range(len(config.groups))]
+        self.host = HostTier(config.num_host_pages, self.indexes, self.refs) if config.num_host_pages > 1 else None
         self.tables: dict[str, list[BlockTable]] = {}
+        # request -> state group -> aligned boundaries (tokens) a prefill materialized, not yet published
+        self.checkpoints: dict[str, dict[int, set[int]]] = {}
+        self.promoted: dict[str, set[int]] = {}  # request -> its recorded promotion boundaries
         self.epochs: dict[str, int] = {}
         self.clock = 0
         self.journal = journal
@@ -82,16 +107,23 @@ class CacheCoordinator:
     # -- admit --------------------------------------------------------------------------------------
 
     def admit(self, request: str, tokens, extent_tokens: int, reserve_tokens: int = 0,
-              probe: ConvergedProbe | None = None, num_computed_tokens: int = 0) -> AdmitResult | None:
+              probe: ConvergedProbe | None = None, num_computed_tokens: int = 0,
+              decode: bool = False) -> AdmitResult | None:
         """Grow request's tables to extent_tokens (+ reserve); a new request first claims its probe's hits.
-        None, with nothing changed, when even evicting every candidate cannot make room."""
+        None, with nothing changed, when even evicting every candidate cannot make room. A prefill admission
+        (decode False) records the aligned state checkpoints it materializes, the provenance publication
+        needs; "decode itself records and publishes no state checkpoints"."""
         new = request not in self.tables
         if new and probe is None:
             probe = self.probe(tokens)
-        hit = probe.hit_tokens if new else 0
+        hit = probe.hit_tokens if new and probe is not None else 0
         tables = self.tables.get(request) or [BlockTable() for _ in self.geometry]
-        hit_ids = [self._hit_blocks(g, tokens, probe) if new else [] for g in range(len(self.geometry))]
-        plans = [self._plan(g, tables[g], len(hit_ids[g]), hit, extent_tokens, reserve_tokens, new)
+        hit_ids = [self._hit_blocks(g, tokens, probe) if new and probe is not None else []
+                   for g in range(len(self.geometry))]
+        # a promotion boundary: the prefix-closed groups match further than the converged hit, so the state
+        # at that boundary is worth computing and publishing (Promoted) for the next request with this prefix
+        promo = probe.closed_tokens if new and probe is not None and probe.closed_tokens > hit else 0
+        plans = [self._plan(g, tables[g], hit_ids[g], hit, extent_tokens, reserve_tokens, new, promo)
                  for g in range(len(self.geometry))]
         need = tuple(pl.num_blocks for pl in plans)
         protected = frozenset((g, b) for g, ids in enumerate(hit_ids) for b in ids if b != NULL_BLOCK)
@@ -122,6 +154,8 @@ class CacheCoordinator:
             self.refs.adopt(g, ids)
             tables[g].execute(pl, ids)
             fresh.append(ids)
+            if self.geometry[g].spec.family == STATE and not decode:
+                self._record_checkpoints(request, g, tables[g], extent_tokens, promo)
         self._record_admit(shadow, need, candidates, protected, plan, tuple(fresh))
         return AdmitResult(hit, tuple(fresh), plan.victims)
 
@@ -139,9 +173,30 @@ class CacheCoordinator:
             out.append(entry.block if hit else NULL_BLOCK)
         return out
 
-    def _plan(self, g, table, hit_slots, hit_tokens, extent, reserve, new):
+    def _record_checkpoints(self, request: str, g: int, table: BlockTable, extent: int, promo: int = 0) -> None:
+        """Provenance (cache concepts L76): "Scheduled local prefill records its last aligned checkpoint" -- the
+        aligned boundary floor(extent / P) * P -- and a promotion boundary, each when its exact slot holds a
+        materialized block."""
+        p, bg = self.config.prefix_granularity, self.geometry[g].block_granularity
+        for b in (extent // p * p, promo):
+            if b > 0 and (b - 1) // bg < len(table.ids) and table.ids[(b - 1) // bg] != NULL_BLOCK:
+                self.checkpoints.setdefault(request, {}).setdefault(g, set()).add(b)
+                if b == promo:
+                    self.promoted.setdefault(request, set()).add(b)
+
+    def _plan(self, g, table, hit_ids, hit_tokens, extent, reserve, new, promo=0):
         geo = self.geometry[g]
+        hit_slots = len(hit_ids)
         slots = len(table) + hit_slots
+        if geo.spec.family == STATE:
+            ids = list(table.ids) + list(hit_ids)
+            if new:
+                before = min(hit_tokens, geo.tokens_of_slots(slots))
+            else:
+                before = geo.tokens_of_slots(slots) - table.available_tokens
+            holes = frozenset(s for s, b in enumerate(ids) if b == NULL_BLOCK)
+            return geo.plan_checkpoints(slots, holes, Checkpoints(before, max(extent, before),
+                                                                  self.config.prefix_granularity, reserve, promo))
         if new and geo.spec.replayable:
             return geo.plan_acquire(slots, 0, SparseSuffix(max(extent, 1), geo.replay_first_slot(hit_tokens), reserve))
         if new:
@@ -201,8 +256,14 @@ class CacheCoordinator:
     # -- publish, retain, free ----------------------------------------------------------------------
 
     def publish(self, request: str, tokens, num_computed_tokens: int,
-                kind: BoundaryKind = BoundaryKind.CHUNK) -> int:
-        """Register the request's completed whole pages; returns how many keys were registered or found."""
+                kind: BoundaryKind = BoundaryKind.CHUNK, decode: bool = False,
+                prompt_tokens: int | None = None) -> int:
+        """Register the request's completed whole pages; returns how many keys were registered or found.
+
+        History groups register every completed page. A state group registers only recorded checkpoints the
+        newly hashed range covers, and only as Endpoint (the prompt's last aligned checkpoint,
+        floor(prompt / P) * P) or Promoted (``kind``): "Allocated slots and completed hashes alone are not
+        proof"; a Chunk boundary's record is discarded unpublished. ``decode`` publishes no state."""
         p = self.config.prefix_granularity
         pages = min(num_computed_tokens, len(tokens)) // p
         hashes = self.page_hashes(tokens, pages)
@@ -213,8 +274,11 @@ class CacheCoordinator:
                 continue
             m = self.geometry[g].slots_per_page(self.config.prefix_granularity)
             table = self.tables[request][g]
-            if geo.spec.family == STATE:  # only the checkpoint at an exact P boundary
-                slots = [pages * m - 1] if pages and num_computed_tokens % p == 0 else []
+            kinds: dict[int, BoundaryKind] = {}
+            slots: Sequence[int]
+            if geo.spec.family == STATE:
+                slots = [] if decode else self._state_slots(request, g, pages * p, prompt_tokens or len(tokens),
+                                                            kind, kinds)
             else:
                 slots = range(pages * m)
             for s in slots:
@@ -222,15 +286,36 @@ class CacheCoordinator:
                     continue
                 key = CacheKey(g, hashes[s // m], s % m)
                 own = table.ids[s]
-                canon = self.indexes[g].register(key, own, epoch, s, kind)
+                canon = self.indexes[g].register(key, own, epoch, s, kinds.get(s, kind))
                 if canon != own:  # the key's canonical block replaces ours
                     self.refs.retain(g, canon)
                     table.ids[s] = canon
                     self.refs.drop(g, own)
                 keys.append(key)
+                if self.host is not None and self._streams(geo, decode):
+                    self.host.queue(key)
         if self.journal is not None:
             self.journal.append(J.PublishRecord(p, tuple(tokens[:pages * p]), tuple(hashes), tuple(keys)))
         return len(keys)
+
+    def _state_slots(self, request: str, g: int, hashed: int, prompt: int, kind: BoundaryKind,
+                     kinds: dict[int, BoundaryKind]) -> list[int]:
+        """The slots of recorded boundaries within the hashed range classified Endpoint or Promoted (their
+        records are consumed, Chunk ones dropped unpublished); fills ``kinds`` with each slot's kind."""
+        rec = self.checkpoints.get(request, {}).get(g)
+        if not rec:
+            return []
+        p, bg = self.config.prefix_granularity, self.geometry[g].block_granularity
+        endpoint = prompt // p * p
+        out = []
+        for b in sorted(x for x in rec if x <= hashed):
+            rec.discard(b)
+            k = max(kind, BoundaryKind.PROMOTED if b in self.promoted.get(request, ()) else
+                    BoundaryKind.ENDPOINT if b == endpoint else BoundaryKind.CHUNK)
+            if k >= BoundaryKind.ENDPOINT:
+                out.append((b - 1) // bg)
+                kinds[(b - 1) // bg] = k
+        return out
 
     def reclaim_expired(self, request: str, num_computed_tokens: int) -> int:
         """Punch every group's expired slots to holes; returns the blocks whose references were dropped."""
@@ -245,13 +330,63 @@ class CacheCoordinator:
                                                     num_computed_tokens, expired))
         return n
 
-    def free(self, request: str) -> None:
-        """Drop every reference the request's tables hold, suffix first (a deterministic FIFO order)."""
+    @staticmethod
+    def _streams(geo: GroupGeometry, decode: bool) -> bool:
+        """The write-back policy for a newly published entry (cache concepts L187)."""
+        if geo.spec.replayable:
+            return False
+        if geo.spec.retention == SLIDING_WINDOW:
+            return True  # "Ordinary sliding-window entries always stream when published"
+        return not decode  # full attention and state: prefill boundaries only
+
+    def free(self, request: str, finished: bool = False) -> None:
+        """Drop every reference the request's tables hold, suffix first (a deterministic FIFO order). A
+        finished (or retracted) request first queues its published non-state pages and its newest state
+        checkpoint for the Host tier ("queued before request ownership is released")."""
+        if finished and self.host is not None:
+            for g, table in enumerate(self.tables[request]):
+                geo = self.geometry[g]
+                if geo.spec.replayable:
+                    continue
+                keys = [k for b in table.ids if b != NULL_BLOCK
+                        for k in [self.indexes[g].key_of(b)] if k is not None]
+                for key in keys[-1:] if geo.spec.family == STATE else keys:
+                    self.host.queue(key)
+        self.checkpoints.pop(request, None)
+        self.promoted.pop(request, None)
         for g, table in enumerate(self.tables.pop(request)):
             for b in reversed(table.ids):
                 if b != NULL_BLOCK:
                     self.refs.drop(g, b)
         del self.epochs[request]
+
+    # -- the Host tier --------------------------------------------------------------------------------
+
+    def start_pending_stores(self) -> StoreOp | None:
+        """Drain the store queue into one write-back (sources pinned until complete_store)."""
+        return self.host.start_pending_stores() if self.host is not None else None
+
+    def complete_store(self, op_id: int) -> None:
+        """The write-back's ACK: its keys become Host entries of their groups' indexes."""
+        if self.host is None:
+            raise ValueError("no Host tier")
+        self.clock += 1
+        self.host.complete(op_id, self.clock)
+
+    def can_clear_cache(self) -> bool:
+        return self.host is None or self.host.can_clear()
+
+    def clear_cache(self) -> bool:
+        """ClearCache: refused (False, nothing changed) while a write-back is unacknowledged; otherwise every
+        Host entry and every Device entry held only by the cache is dropped."""
+        if not self.can_clear_cache():
+            return False
+        if self.host is not None:
+            self.host.clear()
+        for idx in self.indexes:
+            for key, _e in idx.evictable():
+                idx.evict(key)
+        return True
 
     def evict(self, group: int, key: CacheKey) -> bool:
         """Evict one cached entry if only the cache holds it; False (nothing changed) when it is pinned."""
