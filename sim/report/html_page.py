@@ -242,8 +242,11 @@ def _trace_section(report: dict, number: int, trace: str, timeline: dict | None,
     """One trace, collapsible: its pools and its plot (open when it failed, or when the page has few traces)."""
     entry: dict = next((e for e in report.get("inputs", []) if e.get("path") == trace), {})
     found = sum(1 for v in report.get("violations", []) if v.get("trace") == trace)
+    status = ""
+    if is_check(report):
+        status = ", did not behave as declared" if trace in _mismatches(report) else ", as declared"
     summary = (f'{_h(trace)} <span class="note">{_h(plural(int(entry.get("events", 0)), "event"))}, '
-               f'{_h(plural(found, "violation"))}</span>')
+               f'{_h(plural(found, "violation"))}{status}</span>')
     parts = [f'<details class="trace" id="trace-{number}"{" open" if open_ else ""}><summary>{summary}</summary>']
     pools = report.get("stats", {}).get("traces", {}).get(trace, {}).get("pools", {})
     if pools:
