@@ -112,11 +112,13 @@ def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: C
     verdict = stamp(report)  # the verdict of the check: scenarios against their declarations
     outdir = Path(out) if out else reports_dir()
     write_reports(report, timelines(results), *(outdir / f for f in REPORT_FILES.values()))
-    remember(report)
+    kept = remember(report)
     print_findings([d for m in mismatches for d in m["why"]], console, style)
     fired = report["stats"]["check"]["rules_fired"]
     if not style.quiet:  # on stderr: stdout holds the findings and the verdict only
+        kept_in = f"; coverage kept in {kept} (kvsim rules shows it)" if kept is not None else ""
         Console(stderr=True).print(Text(f"{len(fired)} distinct rules fired as declared; reports in {outdir}/ "
-                                        f"({', '.join(REPORT_FILES.values())})"), soft_wrap=True, highlight=False)
+                                        f"({', '.join(REPORT_FILES.values())}){kept_in}"), soft_wrap=True,
+                                   highlight=False)
     print_verdict(verdict, console, style, "kvsim check")
     return verdict.exit_code
