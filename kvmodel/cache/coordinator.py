@@ -220,7 +220,8 @@ class CacheCoordinator:
             fill = geo.tokens_of_slots(slots) - avail
         return geo.plan_acquire(slots, avail, DenseGrowth(max(extent - fill, 0), reserve))
 
-    def _candidates(self, request: str, protected: frozenset[tuple[int, int]], num_computed_tokens: int) -> list[EvictionCandidate]:
+    def _candidates(self, request: str, protected: frozenset[tuple[int, int]], num_computed_tokens: int
+                    ) -> list[EvictionCandidate]:
         out: list[EvictionCandidate] = []
         for g, idx in enumerate(self.indexes):
             closed = self.matchers[g].prefix_closed

@@ -24,7 +24,8 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["DIGEST_BYTES", "page_digest", "token_bytes", "chain_digests", "prefix_digests", "prefix_hashes", "hashable_pages", "hashed_pages"]
+__all__ = ["DIGEST_BYTES", "page_digest", "token_bytes", "chain_digests", "prefix_digests", "prefix_hashes",
+           "hashable_pages", "hashed_pages"]
 
 DIGEST_BYTES = 32
 _U32 = struct.Struct("<I")
