@@ -21,7 +21,7 @@ class CacheConfig:
     num_parents: int  # blocks: usable LCM parents (ids 1..num_parents)
     num_host_pages: int = 0  # Host (L2) pages, the null page 0 included; below 2: no Host tier
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         p = self.prefix_granularity
         if not isinstance(p, int) or p <= 0:
             raise CacheConfigError(f"prefix_granularity must be a positive integer, not {p!r}")

@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvsim.kvmodel.cache.matchers import GroupProbe
+from kvsim.kvmodel.cache.matchers import FullAttnMatcher, GroupProbe, SwaMatcher
 
 
 @dataclass(frozen=True)
 class GroupMatch:
     """One group's matching inputs: its matcher, block_granularity (tokens), cached(slot) predicate."""
 
-    matcher: object
+    matcher: FullAttnMatcher | SwaMatcher
     block_granularity: int
     cached: Callable[[int], bool]
     replayable: bool = False

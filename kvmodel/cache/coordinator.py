@@ -30,12 +30,13 @@ complete_store), and clear_cache is refused while a store is in flight. The live
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from kvsim.kvmodel.cache import journal as J
-from kvsim.kvmodel.cache.acquire_plan import Checkpoints, DenseGrowth, SparseSuffix
-from kvsim.kvmodel.cache.admission import AdmissionPlanner, EvictionCandidate, PoolShadow, Tier
+from kvsim.kvmodel.cache.acquire_plan import AcquirePlan, Checkpoints, DenseGrowth, SparseSuffix
+from kvsim.kvmodel.cache.admission import AdmissionPlan, AdmissionPlanner, EvictionCandidate, PoolShadow, Tier
 from kvsim.kvmodel.cache.block_pool import BlockPool
 from kvsim.kvmodel.cache.block_refs import BlockRefs
 from kvsim.kvmodel.cache.block_table import NULL_BLOCK, BlockTable
@@ -45,6 +46,7 @@ from kvsim.kvmodel.cache.convergence import ConvergedProbe, GroupMatch, converge
 from kvsim.kvmodel.cache.geometry import GroupGeometry
 from kvsim.kvmodel.cache.group_spec import SLIDING_WINDOW, STATE
 from kvsim.kvmodel.cache.host_tier import HostTier, StoreOp
+from kvsim.kvmodel.cache.layer_binding import LayerBinding
 from kvsim.kvmodel.cache.matchers import matcher_for
 from kvsim.kvmodel.cache.prefix_hash import hashed_pages, prefix_hashes
 from kvsim.kvmodel.cache.prefix_index import PrefixCacheIndex
@@ -58,8 +60,13 @@ class AdmitResult:
     victims: tuple[EvictionCandidate, ...]
 
 
+def _cached(idx: PrefixCacheIndex, g: int, m: int, hashes: Sequence[str], s: int) -> bool:
+    """Whether slot s of group g (m slots per prefix page) is cached under the request's page hashes."""
+    return idx.contains(CacheKey(g, hashes[s // m], s % m))
+
+
 class CacheCoordinator:
-    def __init__(self, config: CacheConfig, journal: list | None = None, layers=()) -> None:
+    def __init__(self, config: CacheConfig, journal: list | None = None, layers: Iterable[LayerBinding] = ()) -> None:
         self.config = config
         self.geometry = [GroupGeometry(s) for s in config.groups]
         self.matchers = [matcher_for(g) for g in self.geometry]
@@ -80,21 +87,21 @@ class CacheCoordinator:
 
     # -- probe (read-only) -------------------------------------------------------------------------
 
-    def page_hashes(self, tokens, pages: int | None = None) -> list[str]:
+    def page_hashes(self, tokens: Sequence[int], pages: int | None = None) -> list[str]:
         return prefix_hashes(tokens, self.config.prefix_granularity, pages)
 
-    def probe(self, tokens, prefill_tokens: int | None = None) -> ConvergedProbe:
+    def probe(self, tokens: Sequence[int], prefill_tokens: int | None = None) -> ConvergedProbe:
         """Hits per group converged to one boundary; at most (prefill − 1) // P pages are probed."""
         p = self.config.prefix_granularity
         pages = hashed_pages(len(tokens) if prefill_tokens is None else prefill_tokens, p)
         hashes = self.page_hashes(tokens, pages)
         bound = len(hashes) * p
-        groups = []
+        groups: list[GroupMatch] = []
         for g, geo in enumerate(self.geometry):
             m = self.geometry[g].slots_per_page(self.config.prefix_granularity)
             idx = self.indexes[g]
             groups.append(GroupMatch(self.matchers[g], geo.block_granularity,
-                                     lambda s, g=g, m=m, idx=idx: idx.contains(CacheKey(g, hashes[s // m], s % m)),
+                                     partial(_cached, idx, g, m, hashes),
                                      geo.spec.replayable))
         result = converge(groups, bound, p)
         if self.journal is not None:
@@ -106,7 +113,7 @@ class CacheCoordinator:
 
     # -- admit --------------------------------------------------------------------------------------
 
-    def admit(self, request: str, tokens, extent_tokens: int, reserve_tokens: int = 0,
+    def admit(self, request: str, tokens: Sequence[int], extent_tokens: int, reserve_tokens: int = 0,
               probe: ConvergedProbe | None = None, num_computed_tokens: int = 0,
               decode: bool = False) -> AdmitResult | None:
         """Grow request's tables to extent_tokens (+ reserve); a new request first claims its probe's hits.
@@ -143,34 +150,39 @@ class CacheCoordinator:
                 if b != NULL_BLOCK:
                     self.refs.retain(g, b)
             tables[g].ids.extend(ids)
-            self.indexes[g].acquire_matched([self.indexes[g].key_of(b) for b in ids if b != NULL_BLOCK], epoch)
+            idx = self.indexes[g]
+            keys = [idx.key_of(b) for b in ids if b != NULL_BLOCK]
+            idx.acquire_matched([k for k in keys if k is not None], epoch)  # a hit is cached: every key is there
         for v in plan.victims:
             self._evict(request, v)
-        fresh = []
+        fresh: list[tuple[int, ...]] = []
         for g, pl in enumerate(plans):
-            ids = self._acquire(g, pl.num_blocks, tables[g].ids)
-            if ids is None:
+            got = self._acquire(g, pl.num_blocks, tables[g].ids)
+            if got is None:
                 raise RuntimeError(f"group {g}: the pool refused {pl.num_blocks} blocks the admission plan fit")
-            self.refs.adopt(g, ids)
-            tables[g].execute(pl, ids)
-            fresh.append(ids)
+            self.refs.adopt(g, got)
+            tables[g].execute(pl, got)
+            fresh.append(got)
             if self.geometry[g].spec.family == STATE and not decode:
                 self._record_checkpoints(request, g, tables[g], extent_tokens, promo)
         self._record_admit(shadow, need, candidates, protected, plan, tuple(fresh))
         return AdmitResult(hit, tuple(fresh), plan.victims)
 
-    def _hit_blocks(self, g: int, tokens, probe: ConvergedProbe) -> list[int]:
+    def _hit_blocks(self, g: int, tokens: Sequence[int], probe: ConvergedProbe) -> list[int]:
         gp = probe.probes[g]
         if not gp.hits:
             return []
         m = self.geometry[g].slots_per_page(self.config.prefix_granularity)
         hashes = self.page_hashes(tokens, -(-len(gp.hits) // m))
-        out = []
+        out: list[int] = []
         for s, hit in enumerate(gp.hits):
-            entry = self.indexes[g].find(CacheKey(g, hashes[s // m], s % m)) if hit else None
-            if hit and entry is None:
+            if not hit:
+                out.append(NULL_BLOCK)
+                continue
+            entry = self.indexes[g].find(CacheKey(g, hashes[s // m], s % m))
+            if entry is None:
                 raise ValueError(f"stale probe: group {g} slot {s} was evicted after the probe")
-            out.append(entry.block if hit else NULL_BLOCK)
+            out.append(entry.block)
         return out
 
     def _record_checkpoints(self, request: str, g: int, table: BlockTable, extent: int, promo: int = 0) -> None:
@@ -184,7 +196,8 @@ class CacheCoordinator:
                 if b == promo:
                     self.promoted.setdefault(request, set()).add(b)
 
-    def _plan(self, g, table, hit_ids, hit_tokens, extent, reserve, new, promo=0):
+    def _plan(self, g: int, table: BlockTable, hit_ids: Sequence[int], hit_tokens: int, extent: int, reserve: int,
+              new: bool, promo: int = 0) -> AcquirePlan:
         geo = self.geometry[g]
         hit_slots = len(hit_ids)
         slots = len(table) + hit_slots
@@ -207,8 +220,9 @@ class CacheCoordinator:
             fill = geo.tokens_of_slots(slots) - avail
         return geo.plan_acquire(slots, avail, DenseGrowth(max(extent - fill, 0), reserve))
 
-    def _candidates(self, request: str, protected, num_computed_tokens: int) -> list[EvictionCandidate]:
-        out = []
+    def _candidates(self, request: str, protected: frozenset[tuple[int, int]], num_computed_tokens: int
+                    ) -> list[EvictionCandidate]:
+        out: list[EvictionCandidate] = []
         for g, idx in enumerate(self.indexes):
             closed = self.matchers[g].prefix_closed
             for _key, e in idx.evictable():
@@ -230,7 +244,7 @@ class CacheCoordinator:
                     out.append(EvictionCandidate(0, Tier.UNCACHED, slot, g, parent, child, b))
         return out
 
-    def _shadow(self, candidates) -> PoolShadow:
+    def _shadow(self, candidates: Sequence[EvictionCandidate]) -> PoolShadow:
         pool = self.pool
         n = len(self.geometry)
         return PoolShadow(pool.num_empty_parents, tuple(pool.free_slots(g) for g in range(n)),
@@ -244,18 +258,23 @@ class CacheCoordinator:
             self.refs.drop(v.group, v.block)
         else:
             idx = self.indexes[v.group]
-            idx.evict(idx.key_of(v.block))
+            key = idx.key_of(v.block)
+            if key is None:
+                raise RuntimeError(f"group {v.group}: cached candidate block {v.block} has no key")
+            idx.evict(key)
 
-    def _acquire(self, g: int, num: int, table_ids) -> tuple[int, ...] | None:
+    def _acquire(self, g: int, num: int, table_ids: Iterable[int]) -> tuple[int, ...] | None:
         return J.acquire_recorded(self.pool, self.journal, g, num, table_ids)
 
-    def _record_admit(self, shadow, need, candidates, protected, plan, fresh) -> None:
+    def _record_admit(self, shadow: PoolShadow, need: tuple[int, ...], candidates: Sequence[EvictionCandidate],
+                      protected: frozenset[tuple[int, int]], plan: AdmissionPlan, fresh: tuple[tuple[int, ...], ...]
+                      ) -> None:
         if self.journal is not None:
             self.journal.append(J.AdmitRecord(shadow, need, tuple(candidates), protected, plan, fresh))
 
     # -- publish, retain, free ----------------------------------------------------------------------
 
-    def publish(self, request: str, tokens, num_computed_tokens: int,
+    def publish(self, request: str, tokens: Sequence[int], num_computed_tokens: int,
                 kind: BoundaryKind = BoundaryKind.CHUNK, decode: bool = False,
                 prompt_tokens: int | None = None) -> int:
         """Register the request's completed whole pages; returns how many keys were registered or found.

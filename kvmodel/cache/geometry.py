@@ -41,7 +41,7 @@ class GroupGeometry:
         """Blocks to append so num_tokens more tokens fit after a tail with available_tokens free."""
         return self.slots_for_tokens(num_tokens - available_tokens) if num_tokens > available_tokens else 0
 
-    def plan_acquire(self, num_slots: int, available_tokens: int, demand) -> AcquirePlan:
+    def plan_acquire(self, num_slots: int, available_tokens: int, demand: DenseGrowth | SparseSuffix) -> AcquirePlan:
         """The AcquirePlan for a table of num_slots slots with available_tokens free at its tail."""
         bg = self.block_granularity
         if isinstance(demand, DenseGrowth):
@@ -101,7 +101,8 @@ class GroupGeometry:
     def replay_first_slot(self, hit_tokens: int) -> int:
         """A replayable group's first materialized slot: the replay window's first token,
         hit − sliding_window_tokens (clamped at 0), as a slot."""
-        return max(hit_tokens - self.spec.sliding_window_tokens, 0) // self.block_granularity
+        window = self.spec.sliding_window_tokens or 0  # replayable groups are sliding: the window is set
+        return max(hit_tokens - window, 0) // self.block_granularity
 
     def lookback_slots(self) -> int:
         """Cached slots a resumable boundary needs behind it: ceil((W − 1) / bg); 0 for full history."""

@@ -12,6 +12,7 @@ belong to kvmodel.cache.host_tier.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kvsim.kvmodel.cache.block_refs import BlockRefs
@@ -95,7 +96,7 @@ class PrefixCacheIndex:
         self._by_block[block] = key
         return block
 
-    def acquire_matched(self, keys, epoch: int) -> None:
+    def acquire_matched(self, keys: Iterable[CacheKey], epoch: int) -> None:
         """Mark hits as accessed at epoch (the caller's tables take their pins)."""
         for k in keys:
             e = self._by_key[k]
