@@ -89,7 +89,7 @@ def test_format_context_and_headline():
     assert format_context({"seq": "s2", "n": 3, "ok": True, "x": None, "l": [1, 2], "s": "a b"}) == \
         'seq=s2, n=3, ok=true, x=null, l=[1, 2], s="a b"'
     assert format_context({}) == ""
-    assert headline(sample_report()).startswith("FAIL: 7 violations of 5 rules in 2 traces")
+    assert headline(sample_report()).startswith("FAIL: 7 findings (0 consequences suppressed) of 5 rules in 2 traces")
     assert headline(sample_report(passing=True)).startswith("PASS")
 
 

@@ -39,7 +39,7 @@ def test_report_on_a_non_terminal_is_plain_and_complete():
     print_report(sample_report(), console)
     out = console.file.getvalue()
     assert "\x1b" not in out
-    assert "FAIL: 7 violations of 5 rules in 2 traces" in out
+    assert "FAIL: 7 findings (0 consequences suppressed) of 5 rules in 2 traces" in out
     for rule_id, _, _ in RULES:
         assert rule_id in out
     assert "CAP-3✗" in out and "UNIT-1○" in out and "TS-POOL-1∅" in out

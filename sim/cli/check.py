@@ -3,7 +3,9 @@
 Legal scenarios (scenarios/*.jsonl) must replay without a violation. Violation scenarios
 (scenarios/violations/*.jsonl, each named after the rule it must trigger) declare in their header what
 they must produce: `"meta": {"expect": [{"rule": "WR-2", "event": 7, "line": 9}, ...]}`; the run must
-report exactly those (rule, event, line) triples. The reports list every violation, each marked expected
+report exactly those (rule, event, line) triples, and, where the header declares `"consequences": N`, exactly
+N consequences (findings error recovery attributes to an earlier one; sim.recovery). Consequences never
+count as violations. The reports list every violation, each marked expected
 (declared) or not; their verdict, like the exit code, says whether every scenario behaved as declared.
 """
 
@@ -48,6 +50,13 @@ def expected(path: Path) -> list[tuple[str, int, int]]:
     return sorted((e["rule"], e["event"], e["line"]) for e in meta.get("expect", []))
 
 
+def expected_consequences(path: Path) -> int | None:
+    with open_trace(path) as r:
+        meta = r.header.meta or {}
+    n = meta.get("consequences")
+    return n if isinstance(n, int) else None
+
+
 def got(result) -> list[tuple[str, int, int]]:
     return sorted({(v["rule"], v["event"], v["line"]) for v in result.violations})
 
@@ -71,9 +80,12 @@ def run_check(scenarios, out, lockstep, console) -> int:
         declared = set(want)
         for v in r.violations:  # a declared violation is expected; anything else is not
             v["expected"] = (v["rule"], v["event"], v["line"]) in declared
-        if want != have or (path in bad and not want):
-            mismatches.append({"trace": display_path(path), "expected": [list(t) for t in want],
-                               "reported": [list(t) for t in have]})
+        cons = expected_consequences(path) if path in bad else None
+        if want != have or (path in bad and not want) or (cons is not None and cons != r.suppressed):
+            m = {"trace": display_path(path), "expected": [list(t) for t in want], "reported": [list(t) for t in have]}
+            if cons is not None:
+                m["consequences"] = {"expected": cons, "reported": r.suppressed}
+            mismatches.append(m)
     report = build_report(results)
     report["verdict"] = "fail" if mismatches else "pass"  # the verdict of the check: scenarios vs declarations
     report["stats"]["check"] = {"legal_scenarios": len(legal), "violation_scenarios": len(bad),
@@ -84,7 +96,10 @@ def run_check(scenarios, out, lockstep, console) -> int:
     remember(report)
     console.print(Text(headline(report), style="bold green" if not mismatches else "bold red"))
     for m in mismatches:
-        console.print(Text(f"MISMATCH {m['trace']}: expected {m['expected']}, reported {m['reported']}", style="red"))
+        extra = "" if "consequences" not in m else (f"; consequences expected {m['consequences']['expected']}, "
+                                                     f"reported {m['consequences']['reported']}")
+        console.print(Text(f"MISMATCH {m['trace']}: expected {m['expected']}, reported {m['reported']}{extra}",
+                           style="red"))
     fired = report["stats"]["check"]["rules_fired"]
     console.print(f"{len(fired)} distinct rules fired as declared; reports in {outdir}/ "
                   f"({', '.join(REPORT_FILES.values())})", highlight=False)

@@ -214,7 +214,8 @@ def _check_headline(report: dict, check: dict) -> str:
         expected = len(split_violations(report)[1])
         return (f"PASS — every scenario behaved as declared ({_count(legal, 'legal scenario')} without a violation, "
                 f"{_count(declared, 'violation scenario')} reporting exactly their "
-                f"{_count(expected, 'declared violation')})")
+                f"{_count(expected, 'declared violation')}; "
+                f"{_count(int(report.get('stats', {}).get('consequences', 0) or 0), 'consequence')} suppressed)")
     names = ", ".join(str(m.get("trace")) for m in mismatches)
     return (f"FAIL — {len(mismatches):,} of {_count(legal + declared, 'scenario')} did not behave as declared: "
             f"{names}")
@@ -235,9 +236,16 @@ def headline(report: dict) -> str:
     rules = {violation.get("rule") for violation in violations}
     traces = {violation.get("trace") for violation in violations}
     return (
-        f"FAIL: {_count(len(violations), 'violation')} of {_count(len(rules), 'rule')} "
+        f"FAIL: {_findings(report)} of {_count(len(rules), 'rule')} "
         f"in {_count(len(traces), 'trace')} ({scope})"
     )
+
+
+def _findings(report: dict) -> str:
+    """"N findings (M consequences suppressed)": root causes, and what followed from them (sim.recovery)."""
+    n = len(report.get("violations", []))
+    suppressed = int(report.get("stats", {}).get("consequences", 0) or 0)
+    return f"{_count(n, 'finding')} ({_count(suppressed, 'consequence')} suppressed)"
 
 
 def _count(n: int, noun: str) -> str:
