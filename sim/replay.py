@@ -169,6 +169,10 @@ class TraceReplay:
             first = first or v
         if not bad:
             return
+        res = getattr(ev, "result", None)
+        if res is not None and not res.ok:  # the engine says it did not happen either: still in step
+            first["recovery"] = "in step"
+            return
         if self.adopting and self._adopt(ev, op, bad):
             first["recovery"] = "adopted"
             after = self.checker.incremental(op)  # what the adopted claim breaks follows from this finding

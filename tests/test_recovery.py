@@ -162,3 +162,11 @@ def test_recovery_is_deterministic(tmp_path, events):
     p = _write(events(), tmp_path)
     a, b = build_report([replay_trace(p)]), build_report([replay_trace(p)])
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@pytest.mark.parametrize("name", ["WR-2_failed_launch_writes_shared_page", "TRACE-1_activation_refused_with_capacity"])
+def test_a_fact_or_request_the_engine_says_failed_stays_in_step(name):
+    """The engine's own ok:false (a failed launch, a refused activation) is what the model holds too: the
+    finding is reported, nothing is adopted or desynchronized."""
+    r = replay_trace(ROOT / "scenarios" / "violations" / f"{name}.jsonl")
+    assert [v["recovery"] for v in r.violations] == ["in step"] and r.suppressed == 0

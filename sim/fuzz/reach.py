@@ -9,7 +9,9 @@ A fuzzer finds a bug only in states it builds. Three families of targets, each c
   (reserve, copy, verify, publish — release_source ends it, so "after publish" is the state in which
   release_source is pending), while each other operation is legally attempted;
 - ``append``: a write into a page that still holds a Host copy, by a sequence resumed by Move or by Fork
-  from a checkpoint, with no destructive cut (a truncate below its frontier) since.
+  from a checkpoint, with no destructive cut (a truncate below its frontier) since;
+- ``read-release``: a d2h release_source in each pool while an active sequence reads a source page (a Fork
+  or Move made while the copy was open: that source is still required and stays).
 
 `Reach` counts them for one campaign (filled by `sim.fuzz.harness.FuzzMachine`); `table` lists every target
 with its count and, for one never reached, why: a state the contract never allows (structural), a
@@ -71,6 +73,10 @@ class Reach:
         if op == "observe" or not oracle.xfers:
             return
         own = ev.xfer if op == "xfer" else None
+        if own is not None and ev.phase == "release_source" and ev.dir == "d2h":
+            x = oracle.xfers.get(own)
+            if x is not None and any(b.alive and b.active_holders for b in x.blocks):
+                self.counts[("read-release", x.pool)] += 1
         for x in oracle.xfers.values():
             if x.xid != own:
                 self.counts[("open", x.direction, x.phase, x.pool, op)] += 1
@@ -98,6 +104,7 @@ def targets() -> list[tuple]:
     out: list[tuple] = [("refusal", r) for r in REASONS]
     out += [("open", d, ph, pool, op) for pool in POOLS for d in DIRECTIONS for ph in OPEN_PHASES for op in OTHER_OPS]
     out += [("append", o) for o in ORIGINS]
+    out += [("read-release", pool) for pool in POOLS]
     return out
 
 
@@ -110,8 +117,8 @@ def _why(t: tuple, reach: Reach) -> str:
         if t[1] == "busy" and not reach.host_runs:
             return "no configuration drawn in this run has a Host arena"
         return f"not built in this run: needs {NEEDS.get(t[1], t[1])}"
-    if t[0] == "open":
-        pool = t[3]
+    if t[0] in ("open", "read-release"):
+        pool = t[3] if t[0] == "open" else t[1]
         if not reach.pools_drawn.get(pool):
             kind = {"mtp": "an MTP backend", "draft_full": "a DFlash backend with full-attention draft layers"}
             return f"no configuration drawn in this run enables the {pool} pool ({kind.get(pool, pool)})"
@@ -158,6 +165,9 @@ def render(machine: str, tab: dict) -> list[str]:
                 out.append(f"    {pool:>10} {d} after {ph:<7} " + " ".join(f"{c:>6}" for c in cells))
     app = [r for r in rows if r["kind"] == "append"]
     out.append("  append into a Host-backed page: " + ", ".join(f"after {r['target'][0]}={r['count']}" for r in app))
+    rel = [r for r in rows if r["kind"] == "read-release"]
+    out.append("  d2h release_source while its source is read: " + ", ".join(f"{r['target'][0]}={r['count']}"
+                                                                            for r in rel))
     blind = [r for r in rows if not r["count"]]
     if blind:
         out.append(f"  blind spots ({len(blind)}):")

@@ -97,10 +97,16 @@ class ReachRules:
             self.activate("hold:activate-restoring", self.fresh("s"), o.ckpts[ck]["main"].frontier, 0, ck,
                           data.draw(st.booleans()))
         if follow:  # the rest of the store goes on while it is open: every other operation, in a drawn order
-            for op in data.draw(st.permutations(OTHER_OPS)):
+            if data.draw(st.booleans()) and ck in o.ckpts:  # the copied checkpoint itself is resumed meanwhile
+                self.activate_from(ck, data.draw(st.booleans()), data)
+                if data.draw(st.booleans()):  # and the copy moves on while its source is read
+                    self.xfer_next(xid, data)
+            for op in data.draw(st.permutations(OTHER_OPS)) if xid in o.xfers else ():
                 if xid not in o.xfers:
                     break
                 self.attempt_other(data, op)
+            if xid in o.xfers and data.draw(st.booleans()):  # and it moves on with that state around it
+                self.xfer_next(xid, data)
         return xid if xid in o.xfers else multiple()
 
     def checkpoint(self, data) -> bool:
@@ -188,6 +194,8 @@ class ReachRules:
                  "drop_host": lambda b: b.host is not None and b.dev and not b.pins}[op]
         where = sorted({(c, p) for c in o.ckpts for p in self.pools
                         if any(legal(b) for b in o.ckpts[c][p].blocks)})
+        if not where and op == "drop_host" and self.host_op("offload", data):  # a Host copy to drop, first
+            return self.host_op(op, data)
         if not where:
             return False
         ck, pool = data.draw(st.sampled_from(where))
