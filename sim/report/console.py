@@ -79,6 +79,20 @@ def _violations_table(violations: list[dict], max_rows: int) -> Table:
     return table
 
 
+def _consequences_table(report: dict, max_rows: int) -> Table:
+    """The first consequence per desynchronized entity (sim.recovery): what followed from which finding."""
+    rows = report.get("consequences", [])
+    total = int(report.get("stats", {}).get("consequences", len(rows)) or 0)
+    table = Table(title=f"Consequences suppressed ({total:,}; the first per entity)", title_justify="left")
+    for name, justify in (("of", "right"), ("trace:line", "left"), ("entity", "left"), ("rule", "left"),
+                          ("message", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for c in rows[:max_rows]:
+        table.add_row(_t(f"#{c.get('of', '')}"), _t(f"{c.get('trace', '')}:{c.get('line', '')}"),
+                      _t(c.get("entity", "")), _t(c.get("rule", ""), "dim"), _t(c.get("message", ""), "dim"))
+    return table
+
+
 def _refusals_table(report: dict) -> Table:
     table = Table(title="Refusals by reason", title_justify="left")
     table.add_column("reason")
@@ -120,6 +134,8 @@ def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_R
     parts = []
     if violations:
         parts.append(_violations_table(violations, max_rows))
+    if report.get("consequences"):
+        parts.append(_consequences_table(report, max_rows))
     if report.get("refusals"):
         parts.append(_refusals_table(report))
     if report.get("rules"):
