@@ -59,6 +59,8 @@ class ReachRules:
         stride = o.f.page_bytes[pool]
         direction = data.draw(st.sampled_from(("d2h", "h2d")))
         if direction == "d2h":
+            if data.draw(st.integers(0, 2)) == 2:  # a Host copy elsewhere first: a Device copy droppable meanwhile
+                self.host_op("offload", data, idle=True)
             cand = [i for i, b in enumerate(blocks) if b.dev and not b.pins]
             if not cand:
                 return multiple()
