@@ -38,7 +38,7 @@ class InternalError(Exception):
     Carries the trace, event index, line and op where it happened; the original exception is chained.
     """
 
-    def __init__(self, path: str, index: int, line: int, op: str, exc: BaseException):
+    def __init__(self, path: str, index: int, line: int, op: str, exc: BaseException) -> None:
         self.path, self.index, self.line, self.op = path, index, line, op
         super().__init__(f"{path}:{line}: internal error while applying event {index} ({op}): "
                          f"{type(exc).__name__}: {exc}")
@@ -65,7 +65,7 @@ class TraceReplay:
     """One trace's replay state: the model, its checker, and what was seen so far."""
 
     def __init__(self, path: str, header: kt.Header, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY,
-                 observer_factory=None, recover: bool = False):
+                 observer_factory=None, recover: bool = False) -> None:
         self.path = path
         self.st = store_for(header, path)
         self.checker = Checker(self.st)
@@ -129,7 +129,7 @@ class TraceReplay:
             found = list(found) + self.checker.audit()
         if bad or found:
             if self.recovery is not None:
-                self._recover(index, line, ev, op, bad or [], list(found))
+                self._recover(self.recovery, index, line, ev, op, bad or [], list(found))
             else:
                 for f in bad or ():
                     self._violation(f, index, line, op)
@@ -145,30 +145,25 @@ class TraceReplay:
         return True
 
     # -- error recovery (sim.recovery) -------------------------------------------------------------------
-    def _recover(self, index: int, line: int, ev, op: str, bad: list, found: list) -> None:
+    def _recover(self, rec: Recovery, index: int, line: int, ev, op: str, bad: list, found: list) -> None:
         """Report root causes once: findings on a desynchronized entity are consequences of the finding
         that desynchronized it; a new root-cause fact is adopted where the engine's claim determines the
         state, else its entities are desynchronized."""
-        rec = self.recovery
         lookup, marked = event_keys(ev, op, self.st.pools) if ev is not None else ([], [])
         of, key = rec.cause(lookup, bad + found)
         where = {"trace": self.path, "event": index, "line": line, "op": op}
-        if of is not None:
+        if of is not None and key is not None:
             rec.consequence(of, key, bad + found, where)
             self._uncount(bad + found)
             if bad:  # not applied either: what it names is now out of step too
                 rec.mark(marked, of)
             return
-        first = None
-        for f in bad:
-            v = self._violation(f, index, line, op)
-            first = first or v
-        for f in found:
-            v = self._violation(f, index, line, op)
+        numbered = [self._violation(f, index, line, op) for f in bad + found]
+        for f, v in zip(found, numbered[len(bad):], strict=True):
             rec.remember_state(f, v["id"])
-            first = first or v
         if not bad:
             return
+        first: dict = numbered[0]
         res = getattr(ev, "result", None)
         if res is not None and not res.ok:  # the engine says it did not happen either: still in step
             first["recovery"] = "in step"
@@ -245,7 +240,7 @@ class TraceReplay:
         if final_audit is not None and not self.result.stopped:
             found += final_audit()
         if found and self.recovery is not None:
-            self._recover(events, 0, None, "audit", [], found)
+            self._recover(self.recovery, events, 0, None, "audit", [], found)
         else:
             for f in found:
                 self._violation(f, events, 0, "audit")

@@ -90,7 +90,10 @@ def test_desynchronized_sequence_reports_consequences_once_each(tmp_path):
     report = build_report([r])
     assert report["stats"]["findings"] == 1 and report["stats"]["consequences"] == 4
     assert report["consequences"][0]["of"] == 1 and report["violations"][0]["id"] == 1
-    assert headline(report).startswith("FAIL: 1 finding (4 consequences suppressed) of 1 rule in 1 trace")
+    line = headline(report)
+    assert line.startswith("FAIL: 1 violation of 1 rule in 1 trace") and "1 finding (4 consequences suppressed)" in line
+    assert report["verdict"] == "fail" and report["counts"]["root_causes"] == 1
+    assert report["counts"]["consequences"] == 4
 
 
 def test_unadoptable_claim_leaves_the_state_as_it_was(tmp_path):

@@ -80,7 +80,8 @@ def test_trace_and_rule_order():
 def test_refusal_summary_does_not_depend_on_input_order():
     report = sample_report()
     summary = refusal_summary(report)
-    assert [(row["reason"], row["count"]) for row in summary] == [("entitlement", 3), ("capacity", 1), ("no free row", 1)]
+    assert [(row["reason"], row["count"]) for row in summary] == \
+        [("entitlement", 3), ("capacity", 1), ("no free row", 1)]
     report["refusals"].reverse()
     assert refusal_summary(report) == summary
 
@@ -89,7 +90,7 @@ def test_format_context_and_headline():
     assert format_context({"seq": "s2", "n": 3, "ok": True, "x": None, "l": [1, 2], "s": "a b"}) == \
         'seq=s2, n=3, ok=true, x=null, l=[1, 2], s="a b"'
     assert format_context({}) == ""
-    assert headline(sample_report()).startswith("FAIL: 7 findings (0 consequences suppressed) of 5 rules in 2 traces")
+    assert headline(sample_report()).startswith("FAIL: 7 violations of 5 rules in 2 traces")
     assert headline(sample_report(passing=True)).startswith("PASS")
 
 

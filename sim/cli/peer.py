@@ -12,8 +12,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
+from kvsim.sim.report.console import Style, print_findings, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
+from kvsim.sim.report.verdict import stamp
 
 
 def add_parser(sub) -> None:
@@ -36,7 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--events-log", help="write the scheduler's KV events as JSON Lines batches (object form)")
     p.add_argument("--json", help="write the kvreport/1-style report")
     p.add_argument("--no-timing", action="store_true", help="leave wall-clock figures out of the report")
-    p.add_argument("--quiet", action="store_true")
+    add_output_options(p)
     p.set_defaults(fn=run)
 
 
@@ -93,30 +95,35 @@ def run(args) -> int:
     inputs = [{"path": str(args.workload), "sha256": file_sha256(args.workload), "events": out.plans}]
     # violations name the cachetrace/1 line (the recorded file when --record is given)
     report = build(inputs, args.record or str(args.workload), out.contract, out.events, stats)
-    if out.stalled:
-        report["verdict"] = "fail" if report["verdict"] == "fail" else "incomplete"
+    verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
     if args.json:
         write(args.json, dumps_report(report))
-    if not args.quiet:
-        _print(report, Console())
-    # an incomplete run (requests the scheduler stopped serving) is not a pass
-    return EXIT_OK if report["verdict"] == "pass" else EXIT_VIOLATION
+    console = Console()
+    style = output_style(args, console)
+    if not style.quiet:
+        _print(report, console, style)
+    print_verdict(verdict, console, style, "kvsim peer")
+    return verdict.exit_code
 
 
-def _print(report: dict, console: Console) -> None:
+def _ms(value) -> str:
+    return "n/a" if value is None else f"{value:,.3f} ms"
+
+
+def _print(report: dict, console: Console, style: Style) -> None:
+    """The run's figures (one line each), then every finding listed (at most 20) as `path:line: RULE message`."""
     s = report["stats"]
     sc, kv = s["scheduler"], s["kv_events"]
-    console.print(f"verdict: {report['verdict'].upper()}  ({len(report['violations'])} violations listed)",
-                  markup=False)
     console.print(f"plans {s['peer']['plans']:,}  requests {sc['requests']:,}  pages {s['peer']['num_device_pages']:,}"
-                  f"  hit ratio {sc['hit_ratio']:.4%} (trace bound {sc['trace_bound_ratio']:.4%})  "
-                  f"KV events: {kv['stored']:,} stored, {kv['removed']:,} removed", markup=False)
+                  f"  hit ratio {100 * sc['hit_ratio']:.2f} % (trace bound {100 * sc['trace_bound_ratio']:.2f} %)  "
+                  f"KV events: {kv['stored']:,} stored, {kv['removed']:,} removed", markup=False, soft_wrap=True)
     t = s.get("timing")
     if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:
         console.print(f"stalled requests {s['peer']['stalled_requests']}, refused at submission "
-                      f"{s['peer']['rejected_requests']}", markup=False)
+                      f"{s['peer']['rejected_requests']}", markup=False, soft_wrap=True)
     if t:
-        console.print(f"scheduler {t['scheduler_s']} s, judge {t['judge_s']} s (ratio {t['judge_to_scheduler']}), "
-                      f"plan cost ms {t['plan_cost_ms']}", markup=False)
-    for v in report["violations"][:20]:
-        console.print(f"{v['trace']}:{v['line']}: {v['rule']} {v['message']}", markup=False)
+        ratio = "n/a" if t["judge_to_scheduler"] is None else f"{t['judge_to_scheduler']:.2f}"
+        cost = ", ".join(f"{q} {_ms(v)}" for q, v in (t.get("plan_cost_ms") or {}).items()) or "n/a"
+        console.print(f"scheduler {t['scheduler_s']:,.3f} s, judge {t['judge_s']:,.3f} s (judge / scheduler "
+                      f"{ratio}); plan cost {cost}", markup=False, soft_wrap=True)
+    print_findings(report["violations"], console, style, 20)

@@ -68,7 +68,7 @@ def _catalogue_ids() -> list[str]:
 
 
 def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "ci", database=None,
-                 found_dir="reports/found", progress=None, rounds: int | None = None) -> CampaignResult:
+                 found_dir: str = "reports/found", progress=None, rounds: int | None = None) -> CampaignResult:
     """Fuzz `machine` for about `budget_s` seconds (a round never stops midway); see the package docstring.
     With `rounds`, exactly that many rounds whatever the time (the same runs on every machine: tests)."""
     cls = machines()[machine]

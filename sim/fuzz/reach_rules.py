@@ -18,6 +18,8 @@ here sets the state up legally (as the oracle says), then leaves it for the rest
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Literal
+
 from hypothesis import strategies as st
 from hypothesis.stateful import multiple, precondition, rule
 
@@ -25,16 +27,35 @@ from kvsim.sim.fuzz.harness import XFERS
 from kvsim.sim.fuzz.reach import OTHER_OPS
 from kvsim.sim.trace import records as kt
 
+if TYPE_CHECKING:  # a mixin of the store machine: type-check it as the other rule sets it calls into
+    from kvsim.sim.fuzz.host_rules import HostTierRules
+    from kvsim.sim.fuzz.unit_rules import UnitRules
 
-def _host_and_ckpts(self) -> bool:
+    class _Machine(UnitRules, HostTierRules):
+        """The StoreMachine rules this mixin drives (defined in sim.fuzz.machines, which mixes this one in)."""
+
+        def activate(self, label: str, seq: str, prompt: int, budget: int, src: str | None, keep: bool) -> Any: ...
+        def activate_root(self, data: Any) -> Any: ...
+        def activate_from(self, ck: str, keep: bool, data: Any) -> Any: ...
+        def map(self, seq: str, data: Any) -> None: ...
+        def grow(self, seq: str, data: Any) -> None: ...
+        def cow(self, seq: str, data: Any) -> None: ...
+        def truncate(self, seq: str, data: Any) -> None: ...
+        def finish(self, seq: str, retain: bool, how: int, data: Any) -> Any: ...
+        def release(self, ck: str, data: Any) -> None: ...
+else:
+    _Machine = object
+
+
+def _host_and_ckpts(self: Any) -> bool:
     return self.driver is not None and bool(self.oracle.f.host_bytes) and bool(self.oracle.ckpts)
 
 
-def _host(self) -> bool:
+def _host(self: Any) -> bool:
     return self.driver is not None and bool(self.oracle.f.host_bytes)
 
 
-class ReachRules:
+class ReachRules(_Machine):
     @precondition(_host)
     @rule(target=XFERS, data=st.data())
     def hold_transfer(self, data):
@@ -91,7 +112,8 @@ class ReachRules:
                        "either" if direction == "d2h" else "ok"):
             return multiple()
         o.xfer_reserve(xid, direction, ck, pool, picks)
-        for phase in ("copy", "verify", "publish")[:data.draw(st.integers(0, 3))]:
+        phases: tuple[Literal["copy", "verify", "publish"], ...] = ("copy", "verify", "publish")
+        for phase in phases[:data.draw(st.integers(0, 3))]:
             self.do(f"hold:{direction}-{phase}", kt.Xfer(**base, phase=phase), "ok")
             o.xfer_phase(xid, phase)
         if direction == "h2d" and o.xfers[xid].phase != "publish" and data.draw(st.booleans()):
@@ -187,16 +209,17 @@ class ReachRules:
             elif ckpts:
                 self.open_transfer(data, backend_first=data.draw(st.booleans()), follow=False)
 
-    def host_op(self, op: str, data) -> bool:
-        """A legal offload / drop_device / drop_host on blocks of some checkpoint that allow it; False when
-        no block does."""
+    def host_op(self, op: str, data, idle: bool = False) -> bool:
+        """A legal offload / drop_device / drop_host on blocks of some checkpoint that allow it (a drop first
+        gets a Host copy to rely on, or to drop, when no block has one); False when no block allows it.
+        `idle`: offload only blocks no active sequence holds (a Device copy that can be dropped next)."""
         o = self.oracle
-        legal = {"offload": lambda b: b.dev and not b.pins,
+        legal = {"offload": lambda b: b.dev and not b.pins and not (idle and b.active_holders),
                  "drop_device": lambda b: b.dev and not b.pins and not b.active_holders and b.host_current,
                  "drop_host": lambda b: b.host is not None and b.dev and not b.pins}[op]
         where = sorted({(c, p) for c in o.ckpts for p in self.pools
                         if any(legal(b) for b in o.ckpts[c][p].blocks)})
-        if not where and op == "drop_host" and self.host_op("offload", data):  # a Host copy to drop, first
+        if not where and op != "offload" and self.host_op("offload", data, idle=op == "drop_device"):
             return self.host_op(op, data)
         if not where:
             return False

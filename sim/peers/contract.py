@@ -114,7 +114,7 @@ class _Req:
 class Contract:
     """Feed it submit / plan / result records in order; ``findings`` collects what broke."""
 
-    def __init__(self, config: ct.Config, max_findings: int = 1000):
+    def __init__(self, config: ct.Config, max_findings: int = 1000) -> None:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
@@ -134,6 +134,9 @@ class Contract:
         self.findings: list[Finding] = []
         self.max_findings = max_findings
         self.counts = {r: 0 for r in RULES}
+        # plans in which each rule's premise held (fresh pages, a first prefix hit, a cache op): counted in
+        # plans like `checked`, so exercised <= checked
+        self.exercised = {r: 0 for r in RULES}
         self.stats = {"requests": 0, "plans": 0, "prompt_tokens": 0, "hits": 0, "hit_tokens": 0, "bound_tokens": 0,
                       "extend_tokens": 0, "decode_tokens": 0, "pages_zeroed": 0, "pages_copied": 0,
                       "cache_ops": 0, "tail_hits": 0, "aborts": 0, "finished": 0, "peak_live_blocks": 0}
@@ -167,6 +170,22 @@ class Contract:
         self.stats["bound_tokens"] += bound * self.p
 
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
+        st = self.stats
+        before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"])
+        self._plan_body(rec, line)
+        ex = self.exercised
+        ex["TS-TBL-1"] += 1
+        ex["PEER-1"] += 1
+        if st["pages_zeroed"] + st["pages_copied"] > before[0]:
+            ex["TS-POOL-4"] += 1
+            ex["PEER-2"] += 1
+        if st["hits"] > before[1]:
+            ex["TS-PFX-1"] += 1
+            ex["PEER-4"] += 1
+        if st["cache_ops"] > before[2]:
+            ex["PEER-3"] += 1
+
+    def _plan_body(self, rec: ct.Plan, line: int) -> None:
         self._plan = rec.plan
         self.stats["plans"] += 1
         if self.pending:
