@@ -180,8 +180,14 @@ class ReachRules(_Machine):
                 self.activate_root(data)
         elif op == "cow":
             mapped = [n for n in seqs if any(sp.blocks and sp.unit is None for sp in o.seqs[n].spaces.values())]
-            if mapped or seqs:
-                self.cow(data.draw(st.sampled_from(mapped or seqs)), data)
+            if not mapped and seqs:  # a sequence with pages to copy: one round of the first idle one
+                idle = [n for n in seqs if not self.busy(n)]
+                if idle:
+                    self.round_for(idle[0], data)
+                mapped = [n for n in sorted(o.seqs)
+                          if any(sp.blocks and sp.unit is None for sp in o.seqs[n].spaces.values())]
+            if mapped or o.seqs:
+                self.cow(data.draw(st.sampled_from(mapped or sorted(o.seqs))), data)
         elif op in ("map", "grow", "truncate"):
             if seqs:
                 getattr(self, op)(data.draw(st.sampled_from(seqs)), data)

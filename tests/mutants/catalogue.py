@@ -132,8 +132,9 @@ MUTANTS = [
          bug="wrong pin count at an h2d publish on the MTP pool: the copy's source pin is never dropped, so the "
              "restored page stays pinned (later drops, copies and writes of it are refused)",
          file="kvmodel/store/transfers.py",
-         old="        page.pins -= 2\n",
-         new="        page.pins -= 1 if x.direction == \"h2d\" and x.pool == \"mtp\" else 2\n"),
+         old="            page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_\n        page.pins -= 2\n",
+         new="            page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_\n"
+             "        page.pins -= 1 if x.direction == \"h2d\" and x.pool == \"mtp\" else 2\n"),
     dict(name="backend-release-source-frees-read-page", machine="store",
          bug="d2h release_source in a backend pool frees a Device source an active sequence still reads (a Fork or "
              "Move made while the copy was open): \"release source when no longer required\" checked on Main only",
