@@ -119,8 +119,8 @@ MUTANTS = [
          file="kvmodel/store/settle.py",
          old="    st.pools[space.pool].unreserve(space.reservation)  # the terminal release ENT-1 waits for\n",
          new=""),
-    # planted to need states the fuzzer rarely built (sim.fuzz.reach): busy, open backend transfers, appends
-    # into Host-backed pages
+    # planted to need states the fuzzer rarely built (sim.fuzz.reach): busy, an h2d restore published on the
+    # MTP pool, appends into Host-backed pages after a Move
     dict(name="restore-in-flight-not-busy", machine="store",
          bug="refusal path under busy: an activation from a checkpoint whose h2d restore is still in flight is "
              "granted (the unpublished destination is mapped) instead of refused as busy",
@@ -135,14 +135,6 @@ MUTANTS = [
          old="            page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_\n        page.pins -= 2\n",
          new="            page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_\n"
              "        page.pins -= 1 if x.direction == \"h2d\" and x.pool == \"mtp\" else 2\n"),
-    dict(name="backend-release-source-frees-read-page", machine="store",
-         bug="d2h release_source in a backend pool frees a Device source an active sequence still reads (a Fork or "
-             "Move made while the copy was open): \"release source when no longer required\" checked on Main only",
-         file="kvmodel/store/transfers.py",
-         old="            st.cov.check(\"REP-4\", exercised=True)\n            if page.active_refs:\n"
-             "                continue",
-         new="            st.cov.check(\"REP-4\", exercised=True)\n"
-             "            if page.active_refs and x.pool == \"main\":\n                continue"),
     dict(name="append-keeps-host-current", machine="store",
          bug="an append into a page that holds a Host copy (a checkpoint resumed by Move) does not invalidate "
              "it: Host validity checks the content epoch only, not the committed coverage",
