@@ -3,7 +3,9 @@
 Legal scenarios (scenarios/*.jsonl) must replay without a violation. Violation scenarios
 (scenarios/violations/*.jsonl, each named after the rule it must trigger) declare in their header what
 they must produce: `"meta": {"expect": [{"rule": "WR-2", "event": 7, "line": 9}, ...]}`; the run must
-report exactly those (rule, event, line) triples. The reports list every violation, each marked expected
+report exactly those (rule, event, line) triples, and, where the header declares `"consequences": N`, exactly
+N consequences (findings error recovery attributes to an earlier one; sim.recovery). Consequences never
+count as violations. The reports list every violation, each marked expected
 (declared) or not; their verdict, like the exit code, says whether every scenario behaved as declared.
 """
 
@@ -60,6 +62,13 @@ def expected(path: Path) -> list[tuple[str, int, int]]:
     return sorted((e["rule"], e["event"], e["line"]) for e in meta.get("expect", []))
 
 
+def expected_consequences(path: Path) -> int | None:
+    with open_trace(path) as r:
+        meta = r.header.meta or {}
+    n = meta.get("consequences")
+    return n if isinstance(n, int) else None
+
+
 def got(result) -> list[tuple[str, int, int]]:
     return sorted({(v["rule"], v["event"], v["line"]) for v in result.violations})
 
@@ -101,10 +110,17 @@ def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: C
         declared = set(want)
         for v in r.violations:  # a declared violation is expected; anything else is not
             v["expected"] = (v["rule"], v["event"], v["line"]) in declared
-        if want != have or (path in bad and not want):
-            mismatches.append({"trace": display_path(path), "expected": [list(t) for t in want],
-                               "reported": [list(t) for t in have],
-                               "why": differences(display_path(path), want, r.violations, path in bad)})
+        cons = expected_consequences(path) if path in bad else None
+        if want != have or (path in bad and not want) or (cons is not None and cons != r.suppressed):
+            why = differences(display_path(path), want, r.violations, path in bad)
+            m: dict[str, Any] = {"trace": display_path(path), "expected": [list(t) for t in want],
+                                 "reported": [list(t) for t in have], "why": why}
+            if cons is not None and cons != r.suppressed:
+                m["consequences"] = {"expected": cons, "reported": r.suppressed}
+                why.append({"rule": "-", "trace": display_path(path), "line": 1, "event": None,
+                            "difference": "consequences", "message": f"declares {cons} consequences (meta."
+                            f"consequences), the replay suppressed {r.suppressed}"})
+            mismatches.append(m)
     report = build_report(results)
     report["stats"]["check"] = {"legal_scenarios": len(legal), "violation_scenarios": len(bad),
                                 "rules_fired": sorted({v["rule"] for v in report["violations"] if v.get("expected")}),
