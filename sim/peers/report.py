@@ -53,9 +53,9 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
         es = events.stats
         premise = {"EV-1": es["removed"], "EV-2": es["stored"], "EV-3": es["stored"], "EV-4": es["stored"],
                    "EV-5": es["cleared"], "EV-6": es["stored"] if events.capacity is not None else 0,
-                   "EV-7": es["stored"] if events.scheme != "none" else 0}
-        for rid, title in pe.RULES.items():
-            rules[rid] = {"title": title, "clause": "research/kv-events.md", "checked": es["batches"],
+                   "EV-7": es["recomputed"], "EV-8": es["batches"] if events.sequenced else 0}
+        for rid, rule in pe.CATALOGUE.items():
+            rules[rid] = {"title": rule.title, "clause": rule.clause, "checked": es["batches"],
                           "exercised": premise[rid], "violated": events.counts[rid]}
     violations.sort(key=lambda v: (v["line"], v["rule"]))
     total = sum(r["violated"] for r in rules.values())

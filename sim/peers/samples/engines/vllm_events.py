@@ -1,0 +1,148 @@
+"""Write KV-event logs of vLLM's real KV-cache manager (run with the vLLM venv's python, never kvsim's).
+
+Drives ``vllm.v1.core.kv_cache_manager.KVCacheManager`` the way vLLM's scheduler does -- for each step,
+``get_computed_blocks`` then ``allocate_slots`` for each waiting request, one decode token per running
+request, ``free`` at the finish -- with KV events on, and writes each step's ``take_events()`` as one
+``KVEventBatch`` encoded by vLLM's own msgspec Structs (JSON, the native object-event form). The prompts
+are fixed token lists, so the same vLLM gives the same bytes.
+
+    VLLM_TARGET_DEVICE=cpu VENV/bin/python vllm_events.py SCENARIO OUT.jsonl
+
+Imports only vLLM and the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+import msgspec  # noqa: E402  (vLLM's own dependency)
+import torch  # noqa: E402
+from vllm.distributed.kv_events import KVEventBatch  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core import kv_cache_utils  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.request import Request  # noqa: E402
+
+BS = 16
+
+
+def prompt(seed: int, n: int) -> list[int]:
+    """n token ids from a small LCG keyed by seed (ids in 1..31999)."""
+    x, out = seed * 2654435761 % 2**32, []
+    for _ in range(n):
+        x = (1103515245 * x + 12345) % 2**31
+        out.append(1 + x % 31999)
+    return out
+
+
+def manager(num_blocks: int, hybrid: bool) -> KVCacheManager:
+    full = FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=8, dtype=torch.float16)
+    groups = [KVCacheGroupSpec(["full.0"], full)]
+    if hybrid:
+        swa = SlidingWindowSpec(block_size=BS, num_kv_heads=1, head_size=8, dtype=torch.float16, sliding_window=32)
+        groups.append(KVCacheGroupSpec(["swa.0"], swa))
+    cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+    return KVCacheManager(cfg, max_model_len=4096, scheduler_block_size=BS, hash_block_size=BS,
+                          enable_caching=True, enable_kv_cache_events=True)
+
+
+class Driver:
+    """A minimal scheduler loop over the real manager: admit, prefill in one chunk, decode, free."""
+
+    def __init__(self, mgr: KVCacheManager, hash_name: str, out) -> None:
+        self.mgr, self.out, self.ts = mgr, out, 0.0
+        self.hasher = get_request_block_hasher(BS, get_hash_fn_by_name(hash_name))
+        self.enc = msgspec.json.Encoder()
+
+    def request(self, rid: str, tokens: list[int], max_tokens: int, **kw) -> Request:
+        extra = kw.pop("extra_args", None)
+        sp = SamplingParams(max_tokens=max_tokens, extra_args=extra)
+        return Request(rid, tokens, sp, None, block_hasher=self.hasher, **kw)
+
+    def flush(self) -> None:
+        events = self.mgr.take_events()
+        if events:
+            self.ts += 1.0
+            self.out.write(self.enc.encode(KVEventBatch(ts=self.ts, events=events, data_parallel_rank=0)))
+            self.out.write(b"\n")
+
+    def run(self, req: Request, outputs: list[int]) -> None:
+        """Serve one request alone: prefill (from its prefix hit), decode ``outputs``, free."""
+        blocks, hit, _ = self.mgr.get_computed_blocks(req)
+        new = req.num_tokens - hit
+        assert self.mgr.allocate_slots(req, new, hit, blocks) is not None, "pool too small"
+        req.num_computed_tokens = req.num_tokens
+        self.flush()
+        for t in outputs:
+            req.append_output_token_ids(t)
+            assert self.mgr.allocate_slots(req, 1) is not None, "pool too small"
+            req.num_computed_tokens = req.num_tokens
+            self.flush()
+        self.mgr.free(req)
+        self.flush()
+
+
+def scenario(name: str, out) -> None:
+    hash_name = "sha256_cbor" if name == "cbor" else "sha256"
+    init_none_hash(get_hash_fn_by_name(hash_name))
+    if name in ("clean", "cbor", "hybrid"):
+        d = Driver(manager(28 if name == "hybrid" else 14, name == "hybrid"), hash_name, out)
+        base = prompt(1, 3 * BS + 5)
+        for i, (toks, outs) in enumerate([
+                (base, [7, 8, 9]),                                   # stores 3 blocks, then a 4th while decoding
+                (base + prompt(2, 20), [11]),                        # hits 3 blocks, stores its own tail
+                (prompt(3, 2 * BS + 3), [5, 6]),
+                (base[:2 * BS] + prompt(4, 40), [3]),                # a branch off block 2
+                (prompt(5, 5 * BS + 1), [1, 2]),                     # evicts
+                (prompt(6, 6 * BS + 9), [4]),                        # evicts more
+                (base + prompt(2, 20), [11])]):                      # the old prefix, partly evicted
+            d.run(d.request(f"r{i}", toks, len(outs)), outs)
+        salted = d.request("salted", prompt(7, 2 * BS + 2), 1, cache_salt="tenant-a")
+        d.run(salted, [9])
+    elif name == "restore_live":
+        # a fully cached, block-aligned prompt: vLLM recomputes its last block and stores that hash again
+        d = Driver(manager(16, False), hash_name, out)
+        toks = prompt(8, 2 * BS)
+        a = d.request("a", toks, 4)
+        blocks, hit, _ = d.mgr.get_computed_blocks(a)
+        d.mgr.allocate_slots(a, a.num_tokens - hit, hit, blocks)
+        a.num_computed_tokens = a.num_tokens
+        d.flush()                                              # a holds its 2 blocks (live, stored)
+        d.run(d.request("b", list(toks), 1), [3])              # b hits 1 block, recomputes block 2: stored again
+        for t in (1, 2):
+            a.append_output_token_ids(t)
+            d.mgr.allocate_slots(a, 1)
+            a.num_computed_tokens = a.num_tokens
+        d.flush()
+        d.mgr.free(a)
+        d.flush()
+        d.run(d.request("c", prompt(9, 13 * BS), 1), [4])      # evicts everything: one removal per copy
+    elif name == "report_full":
+        # kv_cache_report_mode="full": a prefix-cache hit is re-announced as BlockStored of live blocks
+        d = Driver(manager(16, False), hash_name, out)
+        base = prompt(10, 3 * BS + 4)
+        d.run(d.request("a", base, 1), [5])
+        d.run(d.request("b", base + [7, 7, 7], 1, extra_args={"kv_cache_report_mode": "full"}), [6])
+        d.run(d.request("c", prompt(11, 14 * BS), 1), [4])     # evicts: one removal per block
+    else:
+        raise SystemExit(f"unknown scenario {name}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit(__doc__)
+    with open(sys.argv[2], "wb") as f:
+        scenario(sys.argv[1], f)
+    print(f"{sys.argv[2]}: vLLM {__import__('vllm').__version__}, none-hash seed "
+          f"{kv_cache_utils.get_none_hash_seed()!r}")
