@@ -90,8 +90,8 @@ def _validate(args: Any) -> None:
 def _advice(args: Any, checker: Any) -> list[str]:
     """What was guessed and which flags a user would pass (only without --engine)."""
     if args.engine:
-        return []
-    lines = list(checker.notes)
+        return list(checker.warnings)
+    lines = list(checker.notes) + list(checker.warnings)
     c = checker.counts
     if c["EV-4"] and not args.partial_tails:
         lines.append("a store carries a partial last block: --partial-tails (or --engine tokenspeed) if the "

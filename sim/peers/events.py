@@ -127,6 +127,7 @@ class Preset:
     duplicate_copies: bool = False
     reuse_reports: bool = False
     note: str = ""
+    alt_schemes: tuple[str, ...] = ()  # recognised instead when the first root block recomputes only under one
 
 
 PRESETS: dict[str, Preset] = {
@@ -134,7 +135,8 @@ PRESETS: dict[str, Preset] = {
                          note="block size 64, growing partial tails, FNV-1a 64 event hashes"),
     "vllm": Preset("vllm", None, "vllm-sha256", False, duplicate_copies=True, reuse_reports=True,
                    note="block size per cache group (vLLM's default 16), sha256 over pickle with NONE_HASH "
-                        "'vllm-none-hash', live blocks per group_idx, duplicate copies and reuse reports allowed"),
+                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies "
+                        "and reuse reports allowed", alt_schemes=("vllm-sha256-cbor",)),
     "sglang": Preset("sglang", None, "sglang-sha256", False,
                      note="block size = page size (from the first store), chained sha256 over u32 tokens"),
 }
@@ -192,8 +194,13 @@ class EventChecker:
                  partial_tails: bool = False, max_findings: int = 1000, *, preset: Preset | None = None,
                  group_keys: bool = True, duplicate_copies: bool = False, reuse_reports: bool = False,
                  hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None):
+        self._candidates: tuple[str, ...] = _AUTO
+        self._fallback: str | None = None
         if preset is not None:
             block_size = block_size if block_size is not None else preset.block_size
+            if hash_scheme is None and preset.alt_schemes:
+                hash_scheme, self._fallback = "auto", preset.hash_scheme
+                self._candidates = (preset.hash_scheme, *preset.alt_schemes)
             hash_scheme = preset.hash_scheme if hash_scheme is None else hash_scheme
             partial_tails = partial_tails or preset.partial_tails
             group_keys, duplicate_copies, reuse_reports = (preset.group_keys, preset.duplicate_copies,
@@ -214,6 +221,7 @@ class EventChecker:
         self.findings: list[Finding] = []
         self._drained = 0
         self.notes: list[str] = []
+        self.warnings: list[str] = []  # said even under a preset: the preset's assumption did not hold
         self.max_findings = max_findings
         self.counts = {r: 0 for r in RULES}
         self._deferred: list[tuple] = []  # (line, hash, parent, tokens): fnv1a64 is recomputed in bulk
@@ -403,7 +411,7 @@ class EventChecker:
         toks = ev.token_ids[:ev.block_size]
         block = self._block(ev, 0, None)
         hits = []
-        for name in _AUTO:
+        for name in self._candidates:
             s = bh.scheme(name, seed=self._seed, hash_block_size=self._hash_block_size)
             try:
                 if s is not None and s.carried(first, s.digest(None, toks, block)):
@@ -412,10 +420,15 @@ class EventChecker:
                 continue
         if len(hits) == 1:
             self.scheme, self._scheme = hits[0]
-            engine = next((e for e, p in PRESETS.items() if p.hash_scheme == self.scheme), None)
+            engine = next((e for e, p in PRESETS.items() if self.scheme in (p.hash_scheme, *p.alt_schemes)), None)
             self.notes.append(f"hash scheme {self.scheme} recognised at line {line} (its first root block "
                               f"recomputes under it); --hash {self.scheme} pins it"
-                              + (f", --engine {engine} presets it" if engine else ""))
+                              + (f", --engine {engine} presets it" if engine and self.preset is None else ""))
+        elif self._fallback is not None:
+            self.scheme = self._fallback
+            self._scheme = bh.scheme(self.scheme, seed=self._seed, hash_block_size=self._hash_block_size)
+            self.warnings.append(f"line {line}'s root block recomputes under none of {', '.join(self._candidates)}: "
+                              f"judged under {self.scheme} (--hash-seed if the engine ran with PYTHONHASHSEED)")
         else:
             self.scheme = "none"
             self.notes.append(f"hashes not recomputed: line {line}'s root block recomputes under no known scheme; "

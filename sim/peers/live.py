@@ -87,10 +87,11 @@ def _replay(ctx: zmq.Context, endpoint: str, start: int, stop: int | None, wait_
 
 def judge(checker: EventChecker, endpoint: str, *, replay: str | None = None, topic: str = "",
           duration: float | None = None, on_finding: Callable[[Finding], None] = lambda f: None,
-          on_batch: Callable[[LiveRun], None] = lambda r: None, replay_wait_s: float = 2.0,
+          on_batch: Callable[[LiveRun], bool | None] = lambda r: None, replay_wait_s: float = 2.0,
           context: zmq.Context | None = None) -> LiveRun:
-    """Subscribe to ``endpoint`` and judge until ``duration`` seconds pass (forever when None; Ctrl-C
-    raises KeyboardInterrupt with ``checker`` holding everything judged so far)."""
+    """Subscribe to ``endpoint`` and judge until ``duration`` seconds pass (forever when None) or
+    ``on_batch`` returns True; Ctrl-C raises KeyboardInterrupt with ``checker`` holding everything judged
+    so far."""
     ctx = context or zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.LINGER, 0)
@@ -98,7 +99,10 @@ def judge(checker: EventChecker, endpoint: str, *, replay: str | None = None, to
     run = LiveRun()
     deadline = None if duration is None else time.monotonic() + duration
 
+    stop = False
+
     def feed(seq: int, events: list, replayed: bool = False) -> None:
+        nonlocal stop
         checker.sequence(seq, seq)
         checker.batch(events, seq)
         run.batches += 1
@@ -109,7 +113,7 @@ def judge(checker: EventChecker, endpoint: str, *, replay: str | None = None, to
         run.last_seq = seq
         for f in checker.drain():
             on_finding(f)
-        on_batch(run)
+        stop = bool(on_batch(run)) or stop
 
     try:
         try:
@@ -143,7 +147,7 @@ def judge(checker: EventChecker, endpoint: str, *, replay: str | None = None, to
                         expected = s + 1
             feed(seq, events)
             expected = seq + 1
-            if deadline is not None and time.monotonic() >= deadline:
+            if stop or (deadline is not None and time.monotonic() >= deadline):
                 break
     finally:
         sub.close()

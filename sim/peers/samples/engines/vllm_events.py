@@ -7,6 +7,12 @@ request, ``free`` at the finish -- with KV events on, and writes each step's ``t
 are fixed token lists, so the same vLLM gives the same bytes.
 
     VLLM_TARGET_DEVICE=cpu VENV/bin/python vllm_events.py SCENARIO OUT.jsonl
+    VLLM_TARGET_DEVICE=cpu VENV/bin/python vllm_events.py --publish ENDPOINT REPLAY_ENDPOINT
+
+``--publish`` runs the ``clean`` scenario through vLLM's own ``ZmqEventPublisher`` instead (PUB on
+ENDPOINT, ROUTER replay on REPLAY_ENDPOINT; ipc:// or loopback only): it publishes the first three batches,
+prints ``READY`` and waits for a line on stdin (a subscriber has connected), publishes the rest, and serves
+replays until stdin closes.
 
 Imports only vLLM and the standard library.
 """
@@ -15,24 +21,25 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 import msgspec  # noqa: E402  (vLLM's own dependency)
-import torch  # noqa: E402
-from vllm.distributed.kv_events import KVEventBatch  # noqa: E402
-from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
-from vllm.v1.core import kv_cache_utils  # noqa: E402
-from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
-from vllm.v1.kv_cache_interface import (  # noqa: E402
+import torch  # type: ignore[import-not-found]  # noqa: E402
+from vllm.distributed.kv_events import KVEventBatch  # type: ignore[import-not-found]  # noqa: E402
+from vllm.sampling_params import SamplingParams  # type: ignore[import-not-found]  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # type: ignore[import-not-found]  # noqa: E402
+from vllm.v1.core import kv_cache_utils  # type: ignore[import-not-found]  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # type: ignore[import-not-found]  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # type: ignore[import-not-found]  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # type: ignore[import-not-found]  # noqa: E402
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
     SlidingWindowSpec,
 )
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.request import Request  # type: ignore[import-not-found]  # noqa: E402
 
 BS = 16
 
@@ -57,15 +64,34 @@ def manager(num_blocks: int, hybrid: bool) -> KVCacheManager:
                           enable_caching=True, enable_kv_cache_events=True)
 
 
+class Publisher:
+    """A file-like sink that hands each encoded batch to vLLM's ZMQ publisher (decoded back to its Struct)."""
+
+    def __init__(self, endpoint: str, replay: str) -> None:
+        from vllm.distributed.kv_events import ZmqEventPublisher
+
+        self.pub = ZmqEventPublisher(0, endpoint=endpoint, replay_endpoint=replay)
+        self.batches = 0
+
+    def write(self, data: bytes) -> None:
+        if data == b"\n":
+            return
+        self.batches += 1
+        if self.batches == 4:  # the first three went out before any subscriber: it must replay them
+            print("READY", flush=True)
+            sys.stdin.readline()
+        self.pub.publish(msgspec.json.decode(data, type=KVEventBatch))
+
+
 class Driver:
     """A minimal scheduler loop over the real manager: admit, prefill in one chunk, decode, free."""
 
-    def __init__(self, mgr: KVCacheManager, hash_name: str, out) -> None:
+    def __init__(self, mgr: KVCacheManager, hash_name: str, out: Any) -> None:
         self.mgr, self.out, self.ts = mgr, out, 0.0
         self.hasher = get_request_block_hasher(BS, get_hash_fn_by_name(hash_name))
         self.enc = msgspec.json.Encoder()
 
-    def request(self, rid: str, tokens: list[int], max_tokens: int, **kw) -> Request:
+    def request(self, rid: str, tokens: list[int], max_tokens: int, **kw: Any) -> Request:
         extra = kw.pop("extra_args", None)
         sp = SamplingParams(max_tokens=max_tokens, extra_args=extra)
         return Request(rid, tokens, sp, None, block_hasher=self.hasher, **kw)
@@ -93,7 +119,7 @@ class Driver:
         self.flush()
 
 
-def scenario(name: str, out) -> None:
+def scenario(name: str, out: Any) -> None:
     hash_name = "sha256_cbor" if name == "cbor" else "sha256"
     init_none_hash(get_hash_fn_by_name(hash_name))
     if name in ("clean", "cbor", "hybrid"):
@@ -140,6 +166,12 @@ def scenario(name: str, out) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--publish":
+        sink = Publisher(sys.argv[2], sys.argv[3])
+        scenario("clean", sink)
+        sys.stdin.read()  # serve replays until the caller closes stdin
+        sink.pub.shutdown()
+        raise SystemExit(0)
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
     with open(sys.argv[2], "wb") as f:
