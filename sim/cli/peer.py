@@ -8,6 +8,8 @@ per-plan cost percentiles and the ratio of judging time to scheduler-call time.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -99,8 +101,16 @@ def run(args) -> int:
         write(args.json, dumps_report(report))
     if not args.quiet:
         _print(report, Console())
+        if args.events_log:
+            sys.stderr.write(f"kvsim peer: check its KV-event log with: {events_command(args.events_log, p, pages)}\n")
     # an incomplete run (requests the scheduler stopped serving) is not a pass
     return EXIT_OK if report["verdict"] == "pass" else EXIT_VIOLATION
+
+
+def events_command(log: str, prefix_granularity: int, pages: int) -> str:
+    """The exact `kvsim events` command a TokenSpeed events log of this run needs (its preset, its pool)."""
+    block = "" if prefix_granularity == 64 else f" --block-size {prefix_granularity}"
+    return f"kvsim events {shlex.quote(str(log))} --engine tokenspeed{block} --capacity {pages - 1}"
 
 
 def _print(report: dict, console: Console) -> None:

@@ -173,3 +173,17 @@ def test_unverifiable_blocks_are_counted_not_found():
     c.batch([parse_event({"type": "BlockStored", "block_hashes": [5], "parent_block_hash": None,
                           "token_ids": [1, 2], "block_size": 2, "lora_name": "adapter"})], 1)
     assert c.findings == [] and c.stats["unverifiable"] == 1
+
+
+def test_peer_tokenspeed_prints_the_events_command_its_log_needs(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("tokenspeed_scheduler")
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "events log.jsonl"
+    main(["peer", "tokenspeed", str(SAMPLES / "tiny_workload.jsonl"), "--pages", "32", "--stagger", "3",
+          "--events-log", str(log), "--no-timing"])
+    err = capsys.readouterr().err
+    command = err.split("check its KV-event log with: ", 1)[1].splitlines()[0]
+    assert command == f"kvsim events {shlex.quote(str(log))} --engine tokenspeed --capacity 31"
+    assert main(shlex.split(command)[1:]) == 0
