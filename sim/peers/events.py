@@ -163,11 +163,6 @@ def _short(h: Any) -> str:
     return s if len(s) <= 24 else s[:12] + "..." + s[-8:]
 
 
-def _key(h: Any) -> Any:
-    """A hash value usable as a dict key (lists from JSON become tuples)."""
-    return tuple(h) if isinstance(h, list) else h
-
-
 class _Live:
     __slots__ = ("copies", "full", "digest")
 
@@ -315,13 +310,14 @@ class EventChecker:
         where = self._where(ev)
         live = self.live.setdefault(where, {})
         bs = ev.block_size
-        self._size(where, bs, line)
-        hashes = [_key(h) for h in ev.block_hashes]
+        if bs != self.block_size:
+            self._size(where, bs, line)
+        hashes = ev.block_hashes
         n, ntok = len(hashes), len(ev.token_ids)
         full_tokens = n * bs
         if ntok != full_tokens and not (self.partial_tails and n and (n - 1) * bs < ntok < full_tokens):
             self._find("EV-4", line, f"{n} blocks of {bs} tokens carry {ntok} token ids", blocks=n, tokens=ntok)
-        parent = _key(ev.parent_block_hash)
+        parent = ev.parent_block_hash
         parent_blk = None
         if parent is not None:
             parent_blk = self._lookup(where, parent)
@@ -340,13 +336,14 @@ class EventChecker:
         if self.scheme == "auto" and parent is None and n and ntok >= bs:
             self._recognise(ev, hashes[0], line)
         prev_value, prev = parent, self._parent_digest(parent, parent_blk)
+        scheme = self._scheme
         for j, h in enumerate(hashes):
-            toks = ev.token_ids[j * bs:(j + 1) * bs]
-            is_full = len(toks) == bs
+            is_full = (j + 1) * bs <= ntok
             if not is_full:
                 self.stats["partial_blocks"] += 1
             digest = None
-            if self._scheme is not None:
+            if scheme is not None:
+                toks = ev.token_ids[j * bs:(j + 1) * bs]
                 digest = self._recompute(h, prev_value, prev, toks, self._block(ev, j, prev_value), line)
             blk = live.get(h)
             if blk is not None:
@@ -372,7 +369,7 @@ class EventChecker:
 
     def _removed(self, ev: Any, line: int) -> None:
         live = self.live.setdefault(self._where(ev), {})
-        for h in map(_key, ev.block_hashes):
+        for h in ev.block_hashes:
             blk = live.get(h)
             if blk is not None:
                 blk.copies -= 1

@@ -8,7 +8,7 @@ request's ``kv_events.take()`` as one ``KVEventBatch`` encoded by SGLang's own m
 native object-event form). The first batch holds the cache's own ``AllBlocksCleared`` (its reset at
 construction). Prompts are fixed token lists: the same SGLang gives the same bytes.
 
-    TORCH_EXTENSIONS_DIR=DIR VENV/bin/python sglang_events.py PAGE_SIZE OUT.jsonl [--clear-only]
+    TORCH_EXTENSIONS_DIR=DIR VENV/bin/python sglang_events.py PAGE_SIZE OUT.jsonl [--clear-only | --bulk=N]
 
 SGLang imports every model config at import time, and two of those import torchvision, which PyPI's
 build cannot load beside CPU torch: a stand-in ``torchvision`` (an import hook serving empty modules, no
@@ -111,8 +111,8 @@ def serve(cache: RadixCache, pool: Pool, tokens: list[int], page: int) -> None:
     cache.dec_lock_ref(node)
 
 
-def main(page: int, out_path: str, clear_only: bool) -> None:
-    pool = Pool(12 * 16)
+def main(page: int, out_path: str, clear_only: bool, bulk: int = 0) -> None:
+    pool = Pool(12 * 16 if not bulk else 32768)
     cache = RadixCache.create_simulated(mock_allocator=pool, page_size=page, enable_kv_cache_events=True)
     enc = msgspec.json.Encoder()
     with open(out_path, "wb") as out:
@@ -125,6 +125,16 @@ def main(page: int, out_path: str, clear_only: bool) -> None:
                 ts += 1.0
                 out.write(enc.encode(KVEventBatch(ts=ts, events=events, attn_dp_rank=0)) + b"\n")
 
+        if bulk:
+            prompts: list[list[int]] = []
+            for i in range(bulk):
+                x = (i * 7919) % 101
+                base_ = prompts[x % len(prompts)] if prompts and x < 80 else []
+                toks = base_[:(x * 13) % (len(base_) + 1)] + prompt(1000 + i, 40 + (x * 37) % 400)
+                prompts.append(toks)
+                serve(cache, pool, toks, page)
+                flush()
+            return
         base = prompt(1, 3 * 16 + 5)
         requests = [base, base + prompt(2, 20), prompt(3, 2 * 16 + 3), base[:2 * 16] + prompt(4, 40)]
         if not clear_only:
@@ -140,4 +150,6 @@ def main(page: int, out_path: str, clear_only: bool) -> None:
 if __name__ == "__main__":
     if len(sys.argv) not in (3, 4):
         raise SystemExit(__doc__)
-    main(int(sys.argv[1]), sys.argv[2], sys.argv[3:] == ["--clear-only"])
+    extra = sys.argv[3:]
+    main(int(sys.argv[1]), sys.argv[2], extra == ["--clear-only"],
+         int(extra[0][7:]) if extra and extra[0].startswith("--bulk=") else 0)

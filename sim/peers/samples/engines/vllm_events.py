@@ -6,7 +6,7 @@ request, ``free`` at the finish -- with KV events on, and writes each step's ``t
 ``KVEventBatch`` encoded by vLLM's own msgspec Structs (JSON, the native object-event form). The prompts
 are fixed token lists, so the same vLLM gives the same bytes.
 
-    VLLM_TARGET_DEVICE=cpu VENV/bin/python vllm_events.py SCENARIO OUT.jsonl
+    VLLM_TARGET_DEVICE=cpu VENV/bin/python vllm_events.py SCENARIO OUT.jsonl    (bulk:N for N requests)
     VLLM_TARGET_DEVICE=cpu VENV/bin/python vllm_events.py --publish ENDPOINT REPLAY_ENDPOINT
 
 ``--publish`` runs the ``clean`` scenario through vLLM's own ``ZmqEventPublisher`` instead (PUB on
@@ -161,6 +161,17 @@ def scenario(name: str, out: Any) -> None:
         d.run(d.request("a", base, 1), [5])
         d.run(d.request("b", base + [7, 7, 7], 1, extra_args={"kv_cache_report_mode": "full"}), [6])
         d.run(d.request("c", prompt(11, 14 * BS), 1), [4])     # evicts: one removal per block
+    elif name.startswith("bulk:"):
+        # N requests drawn from a tree of shared prefixes (for measuring, not committed)
+        d = Driver(manager(2048, False), hash_name, out)
+        prompts: list[list[int]] = []
+        for i in range(int(name[5:])):
+            x = (i * 7919) % 101
+            base = prompts[x % len(prompts)] if prompts and x < 80 else []
+            keep = base[:(x * 13) % (len(base) + 1)]
+            toks = keep + prompt(1000 + i, 40 + (x * 37) % 400)
+            prompts.append(toks)
+            d.run(d.request(f"q{i}", toks, 2), [1, 2])
     else:
         raise SystemExit(f"unknown scenario {name}")
 
