@@ -333,8 +333,8 @@ class EventChecker:
                 and all(h in live for h in hashes)):
             self.stats["reuse_reports"] += 1  # vLLM's kv_cache_report_mode="full": changes nothing (EV-2 entry)
             return
-        if self.scheme == "auto" and parent is None and n and ntok >= bs:
-            self._recognise(ev, hashes[0], line)
+        if self.scheme == "auto" and n and ntok >= bs:
+            self._recognise(ev, hashes[0], parent, line)
         prev_value, prev = parent, self._parent_digest(parent, parent_blk)
         scheme = self._scheme
         for j, h in enumerate(hashes):
@@ -403,23 +403,30 @@ class EventChecker:
                 "lora_name": getattr(ev, "lora_name", None), "cache_salt": getattr(ev, "cache_salt", None),
                 "first": parent is None}
 
-    def _recognise(self, ev: Any, first: Any, line: int) -> None:
-        """Without --hash: adopt the one scheme the stream's first root block recomputes under."""
+    def _recognise(self, ev: Any, first: Any, parent: Any, line: int) -> None:
+        """Without --hash: adopt the one scheme the stream's first recomputable block recomputes under (a
+        root block; or any block under a scheme whose parent digest is the event's parent value)."""
         toks = ev.token_ids[:ev.block_size]
-        block = self._block(ev, 0, None)
-        hits = []
+        block = self._block(ev, 0, parent)
+        hits, tried = [], False
         for name in self._candidates:
             s = bh.scheme(name, seed=self._seed, hash_block_size=self._hash_block_size)
+            if s is None or (parent is not None and not s.chain_from_event):
+                continue
+            tried = True
             try:
-                if s is not None and s.carried(first, s.digest(None, toks, block)):
+                prior = None if parent is None else s.event_digest(parent)
+                if s.carried(first, s.digest(prior, toks, block)):
                     hits.append((name, s))
             except (bh.Unverifiable, TypeError, ValueError, OverflowError):
                 continue
+        if not tried:
+            return  # wait for a root block
         if len(hits) == 1:
             self.scheme, self._scheme = hits[0]
             engine = next((e for e, p in PRESETS.items() if self.scheme in (p.hash_scheme, *p.alt_schemes)), None)
-            self.notes.append(f"hash scheme {self.scheme} recognised at line {line} (its first root block "
-                              f"recomputes under it); --hash {self.scheme} pins it"
+            self.notes.append(f"hash scheme {self.scheme} recognised at line {line} (its first block recomputes "
+                              f"under it); --hash {self.scheme} pins it"
                               + (f", --engine {engine} presets it" if engine and self.preset is None else ""))
         elif self._fallback is not None:
             self.scheme = self._fallback
@@ -481,6 +488,10 @@ class EventChecker:
 
     def summary(self) -> dict:
         self.flush()
+        if self.scheme == "auto":  # never a block to recognise a scheme from
+            self.scheme = self._fallback or "none"
+            self.notes.append("hashes not recomputed: no root block to recognise the scheme from; --hash or "
+                              "--engine names it")
         s: dict[str, Any] = dict(self.stats)
         s["live_at_end"] = sum(b.copies for m in self.live.values() for b in m.values())
         s["hash_scheme"] = self.scheme

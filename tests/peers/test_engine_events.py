@@ -187,3 +187,8 @@ def test_peer_tokenspeed_prints_the_events_command_its_log_needs(tmp_path, capsy
     command = err.split("check its KV-event log with: ", 1)[1].splitlines()[0]
     assert command == f"kvsim events {shlex.quote(str(log))} --engine tokenspeed --capacity 31"
     assert main(shlex.split(command)[1:]) == 0
+
+
+def test_a_scheme_chained_from_event_values_is_recognised_without_a_root_block():
+    _, c = judge(FINDINGS / "swa_orphans.events.jsonl", hash_scheme="auto")  # its first store is an orphan
+    assert c.scheme == "fnv1a64" and c.stats["recomputed"] == c.stats["stored"] == 5 and c.counts["EV-7"] == 0
