@@ -18,6 +18,7 @@ FINDINGS = SAMPLES / "findings"
 # (sample, engine, blocks stored, hash scheme)
 CLEAN = [("vllm_native_sha256.jsonl", "vllm", 24, "vllm-sha256"),
          ("vllm_native_sha256_cbor.jsonl", "vllm", 24, "vllm-sha256-cbor"),
+         ("vllm_native_digest_hashes.jsonl", "vllm", 24, "vllm-sha256"),
          ("vllm_hybrid_groups.jsonl", "vllm", 50, "vllm-sha256"),
          ("sglang_native_p1.jsonl", "sglang", None, "sglang-sha256"),
          ("sglang_native_p16.jsonl", "sglang", None, "sglang-sha256"),
