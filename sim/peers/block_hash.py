@@ -278,11 +278,17 @@ class VllmSha256(Scheme):
         step = self.hash_block_size or len(tokens)
         if step <= 0 or len(tokens) % step:
             raise Unverifiable(f"{len(tokens)} tokens are not whole hash blocks of {step}")
+        first_only = False
         if step != len(tokens) and key is not None:
-            raise Unverifiable("extra keys of a block wider than the hash block size are not published per sub-block")
+            # a salt belongs to the request's first hash block only; other keys are not published per hash block
+            if not (block.get("first") and all(k[0] == "cache_salt" for k in key if isinstance(k, tuple))
+                    and block.get("lookahead") is None):
+                raise Unverifiable("extra keys of a block wider than the hash block size are not published per "
+                                   "hash block")
+            first_only = True
         d = parent
         for i in range(0, len(tokens), step):
-            d = self._one(d, tokens[i:i + step], key)
+            d = self._one(d, tokens[i:i + step], key if not first_only or i == 0 else None)
         return d
 
     def carried(self, value: Any, digest: Any) -> bool:

@@ -406,22 +406,37 @@ class EventChecker:
     def _recognise(self, ev: Any, first: Any, parent: Any, line: int) -> None:
         """Without --hash: adopt the one scheme the stream's first recomputable block recomputes under (a
         root block; or any block under a scheme whose parent digest is the event's parent value)."""
-        toks = ev.token_ids[:ev.block_size]
+        bs = ev.block_size
+        toks = ev.token_ids[:bs]
         block = self._block(ev, 0, parent)
         hits, tried = [], False
-        for name in self._candidates:
-            s = bh.scheme(name, seed=self._seed, hash_block_size=self._hash_block_size)
-            if s is None or (parent is not None and not s.chain_from_event):
-                continue
-            tried = True
-            try:
-                prior = None if parent is None else s.event_digest(parent)
-                if s.carried(first, s.digest(prior, toks, block)):
-                    hits.append((name, s))
-            except (bh.Unverifiable, TypeError, ValueError, OverflowError):
-                continue
+        # vLLM hashes a group's wider blocks in hash blocks of the narrowest group: try the divisors too
+        sizes = [self._hash_block_size] if self._hash_block_size else [None] + [
+            bs // k for k in range(2, bs + 1) if bs % k == 0]
+        for hbs in sizes:
+            for name in self._candidates:
+                if hbs is not None and not name.startswith("vllm"):
+                    continue
+                s = bh.scheme(name, seed=self._seed, hash_block_size=hbs)
+                if s is None or (parent is not None and not s.chain_from_event):
+                    continue
+                tried = True
+                try:
+                    prior = None if parent is None else s.event_digest(parent)
+                    if s.carried(first, s.digest(prior, toks, block)):
+                        hits.append((name, s))
+                except (bh.Unverifiable, TypeError, ValueError, OverflowError):
+                    continue
+            if hits:
+                break
         if not tried:
             return  # wait for a root block
+        if len(hits) == 1 and hits[0][0].startswith("vllm") and self._hash_block_size is None:
+            hbs = getattr(hits[0][1], "hash_block_size", None)
+            if hbs:
+                self._hash_block_size = hbs
+                self.notes.append(f"hash block size {hbs} recognised at line {line} (blocks of {bs} hash as "
+                                  f"{bs // hbs} chained hash blocks); --hash-block-size {hbs} pins it")
         if len(hits) == 1:
             self.scheme, self._scheme = hits[0]
             engine = next((e for e, p in PRESETS.items() if self.scheme in (p.hash_scheme, *p.alt_schemes)), None)

@@ -20,6 +20,8 @@ CLEAN = [("vllm_native_sha256.jsonl", "vllm", 24, "vllm-sha256"),
          ("vllm_native_sha256_cbor.jsonl", "vllm", 24, "vllm-sha256-cbor"),
          ("vllm_native_digest_hashes.jsonl", "vllm", 24, "vllm-sha256"),
          ("vllm_hybrid_groups.jsonl", "vllm", 50, "vllm-sha256"),
+         ("vllm_hybrid_wide_blocks.jsonl", "vllm", 33, "vllm-sha256"),
+         ("vllm_lookahead.jsonl", "vllm", 25, "vllm-sha256"),
          ("sglang_native_p1.jsonl", "sglang", None, "sglang-sha256"),
          ("sglang_native_p16.jsonl", "sglang", None, "sglang-sha256"),
          ("tokenspeed_events.jsonl", "tokenspeed", None, "fnv1a64")]
@@ -193,3 +195,12 @@ def test_peer_tokenspeed_prints_the_events_command_its_log_needs(tmp_path, capsy
 def test_a_scheme_chained_from_event_values_is_recognised_without_a_root_block():
     _, c = judge(FINDINGS / "swa_orphans.events.jsonl", hash_scheme="auto")  # its first store is an orphan
     assert c.scheme == "fnv1a64" and c.stats["recomputed"] == c.stats["stored"] == 5 and c.counts["EV-7"] == 0
+
+
+def test_wide_blocks_need_the_hash_block_size_which_is_recognised():
+    _, pinned = judge(SAMPLES / "vllm_hybrid_wide_blocks.jsonl", hash_scheme="vllm-sha256")
+    assert pinned.counts["EV-7"] > 0  # 32-token blocks are not one 32-token hash block
+    _, c = judge(SAMPLES / "vllm_hybrid_wide_blocks.jsonl", hash_scheme="vllm-sha256", hash_block_size=16)
+    assert c.findings == [] and c.stats["recomputed"] == 33
+    _, auto = judge(SAMPLES / "vllm_hybrid_wide_blocks.jsonl", "vllm")
+    assert auto.findings == [] and any("hash block size 16 recognised" in n for n in auto.notes)

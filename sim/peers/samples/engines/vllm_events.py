@@ -53,15 +53,15 @@ def prompt(seed: int, n: int) -> list[int]:
     return out
 
 
-def manager(num_blocks: int, hybrid: bool) -> KVCacheManager:
-    full = FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=8, dtype=torch.float16)
+def manager(num_blocks: int, hybrid: bool, block_size: int = BS, lookahead: int = 0) -> KVCacheManager:
+    full = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float16)
     groups = [KVCacheGroupSpec(["full.0"], full)]
     if hybrid:
         swa = SlidingWindowSpec(block_size=BS, num_kv_heads=1, head_size=8, dtype=torch.float16, sliding_window=32)
         groups.append(KVCacheGroupSpec(["swa.0"], swa))
     cfg = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
-    return KVCacheManager(cfg, max_model_len=4096, scheduler_block_size=BS, hash_block_size=BS,
-                          enable_caching=True, enable_kv_cache_events=True)
+    return KVCacheManager(cfg, max_model_len=4096, scheduler_block_size=block_size, hash_block_size=BS,
+                          enable_caching=True, enable_kv_cache_events=True, num_hash_lookahead_tokens=lookahead)
 
 
 class Publisher:
@@ -86,9 +86,9 @@ class Publisher:
 class Driver:
     """A minimal scheduler loop over the real manager: admit, prefill in one chunk, decode, free."""
 
-    def __init__(self, mgr: KVCacheManager, hash_name: str, out: Any) -> None:
+    def __init__(self, mgr: KVCacheManager, hash_name: str, out: Any, lookahead: int = 0) -> None:
         self.mgr, self.out, self.ts = mgr, out, 0.0
-        self.hasher = get_request_block_hasher(BS, get_hash_fn_by_name(hash_name))
+        self.hasher = get_request_block_hasher(BS, get_hash_fn_by_name(hash_name), lookahead)
         self.enc = msgspec.json.Encoder()
 
     def request(self, rid: str, tokens: list[int], max_tokens: int, **kw: Any) -> Request:
@@ -122,8 +122,13 @@ class Driver:
 def scenario(name: str, out: Any) -> None:
     hash_name = "sha256_cbor" if name == "cbor" else "sha256"
     init_none_hash(get_hash_fn_by_name(hash_name))
-    if name in ("clean", "cbor", "hybrid"):
-        d = Driver(manager(28 if name == "hybrid" else 14, name == "hybrid"), hash_name, out)
+    if name in ("clean", "cbor", "hybrid", "wide", "lookahead"):
+        # wide: a hybrid whose full-attention blocks hold 32 tokens, hashed in 16-token hash blocks (the
+        # sliding-window group's size); lookahead: each hash also covers the token after its block
+        look = 1 if name == "lookahead" else 0
+        mgr = manager(28 if name in ("hybrid", "wide") else 14, name in ("hybrid", "wide"),
+                      2 * BS if name == "wide" else BS, look)
+        d = Driver(mgr, hash_name, out, look)
         base = prompt(1, 3 * BS + 5)
         for i, (toks, outs) in enumerate([
                 (base, [7, 8, 9]),                                   # stores 3 blocks, then a 4th while decoding
