@@ -22,6 +22,7 @@ CLEAN = [("vllm_native_sha256.jsonl", "vllm", 24, "vllm-sha256"),
          ("vllm_hybrid_groups.jsonl", "vllm", 50, "vllm-sha256"),
          ("vllm_hybrid_wide_blocks.jsonl", "vllm", 33, "vllm-sha256"),
          ("vllm_lookahead.jsonl", "vllm", 25, "vllm-sha256"),
+         ("vllm_multimodal.jsonl", "vllm", 7, "vllm-sha256"),
          ("sglang_native_p1.jsonl", "sglang", None, "sglang-sha256"),
          ("sglang_native_p16.jsonl", "sglang", None, "sglang-sha256"),
          ("tokenspeed_events.jsonl", "tokenspeed", None, "fnv1a64")]

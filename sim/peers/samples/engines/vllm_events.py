@@ -166,6 +166,19 @@ def scenario(name: str, out: Any) -> None:
         d.run(d.request("a", base, 1), [5])
         d.run(d.request("b", base + [7, 7, 7], 1, extra_args={"kv_cache_report_mode": "full"}), [6])
         d.run(d.request("c", prompt(11, 14 * BS), 1), [4])     # evicts: one removal per block
+    elif name == "multimodal":
+        # two requests with an image placeholder (identifier "img-a", then "img-b") over blocks 1-2 of a
+        # shared text prefix: the mm extra keys (identifier, offset in the block) split the hashes
+        from vllm.multimodal.inputs import (  # type: ignore[import-not-found]
+            MultiModalFeatureSpec,
+            PlaceholderRange,
+        )
+        d = Driver(manager(14, False), hash_name, out)
+        text = prompt(12, 4 * BS + 3)
+        for i, ident in enumerate(("img-a", "img-b", "img-a")):
+            mm = [MultiModalFeatureSpec(data=None, modality="image", identifier=ident,
+                                        mm_position=PlaceholderRange(offset=BS + 5, length=20))]
+            d.run(d.request(f"m{i}", list(text), 1, mm_features=mm), [2])
     elif name.startswith("bulk:"):
         # N requests drawn from a tree of shared prefixes (for measuring, not committed)
         d = Driver(manager(2048, False), hash_name, out)
