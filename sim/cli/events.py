@@ -44,7 +44,8 @@ def add_parser(sub: Any) -> None:
                    help="recompute every hash under this scheme (default: the preset's, else recognised from "
                         "the first root block)")
     p.add_argument("--hash-seed", default="vllm-none-hash",
-                   help="vLLM's NONE_HASH seed: PYTHONHASHSEED when the engine ran with it set")
+                   help="vLLM's NONE_HASH seed: PYTHONHASHSEED when the engine ran with it set (default: "
+                        "%(default)s)")
     p.add_argument("--hash-block-size", type=int, default=None,
                    help="vLLM's hash block size when a group's blocks are wider (default: the block size)")
     p.add_argument("--capacity", type=int, default=None,

@@ -205,3 +205,12 @@ def test_wide_blocks_need_the_hash_block_size_which_is_recognised():
     assert c.findings == [] and c.stats["recomputed"] == 33
     _, auto = judge(SAMPLES / "vllm_hybrid_wide_blocks.jsonl", "vllm")
     assert auto.findings == [] and any("hash block size 16 recognised" in n for n in auto.notes)
+
+
+def test_a_pythonhashseed_engine_needs_its_seed(capsys):
+    """vLLM run with PYTHONHASHSEED=42 derives NONE_HASH from "42": under the default seed every root hash
+    differs, and the warning names --hash-seed; with it the log is clean."""
+    path = str(SAMPLES / "vllm_pythonhashseed_42.jsonl")
+    assert main(["events", path, "--engine", "vllm"]) == 1
+    assert "--hash-seed" in capsys.readouterr().err
+    assert main(["events", path, "--engine", "vllm", "--hash-seed", "42"]) == 0
