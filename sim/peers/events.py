@@ -188,7 +188,7 @@ class EventChecker:
     def __init__(self, block_size: int | None = None, hash_scheme: str | None = None, capacity: int | None = None,
                  partial_tails: bool = False, max_findings: int = 1000, *, preset: Preset | None = None,
                  group_keys: bool = True, duplicate_copies: bool = False, reuse_reports: bool = False,
-                 hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None):
+                 hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None) -> None:
         self._candidates: tuple[str, ...] = _AUTO
         self._fallback: str | None = None
         if preset is not None:
