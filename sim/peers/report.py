@@ -37,7 +37,7 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
           stats: dict | None = None) -> dict:
     """The report of one judged input (``trace`` names it in violations)."""
     violations = []
-    rules = {}
+    rules: dict[str, dict] = {}
     if contract is not None:
         violations += [f.as_dict(trace) for f in contract.findings]
         st = contract.stats
