@@ -18,8 +18,9 @@ KV events". The rules (``RULES``; titles, sources and decisions in ``CATALOGUE``
   (``sim.peers.block_hash``);
 * EV-8 sequence numbers are contiguous: a batch lost and not replayed is a finding.
 
-Live blocks are keyed by medium and, where events carry it, ``group_idx`` (a hybrid vLLM model publishes
-one copy of each hash per cache group). Engine presets (``PRESETS``) fix block size, hash scheme, tail
+Live blocks are keyed by medium, ``group_idx`` where events carry it (a hybrid vLLM model publishes one
+copy of each hash per cache group) and the batch's data-parallel rank (each rank has its own cache; its
+``AllBlocksCleared`` empties that rank only). Engine presets (``PRESETS``) fix block size, hash scheme, tail
 policy, per-group keys and the engine-documented allowances (``CATALOGUE`` says why each is allowed).
 
 Library use (the peer drivers feed events as they come)::
@@ -272,17 +273,19 @@ class EventChecker:
                 self._removed(ev, line)
             elif name == "AllBlocksCleared":
                 self.stats["cleared"] += 1
-                if not any(self.live.values()):
+                rank = getattr(ev, "dp_rank", None)  # a rank's clear empties that rank's cache only
+                keys = [k for k in self.live if rank is None or (len(k) > 2 and k[2] == rank)]
+                if not any(self.live[k] for k in keys):
                     self.stats["cleared_empty"] += 1
-                for m in self.live.values():
-                    self.cleared.update(m)
-                self.live.clear()
+                for k in keys:
+                    self.cleared.update(self.live.pop(k))
             else:
                 raise TypeError(f"not a KV event: {name}")
 
     def _where(self, ev: Any) -> Any:
         group = getattr(ev, "group_idx", None) if self.group_keys else None
-        return (ev.medium, group)
+        rank = getattr(ev, "dp_rank", None)
+        return (ev.medium, group) if rank is None else (ev.medium, group, rank)
 
     def _lookup(self, where: Any, h: Any) -> _Live | None:
         blk = self.live.get(where, {}).get(h)
@@ -298,9 +301,9 @@ class EventChecker:
         known = self._sizes.get(where)
         if known is None:
             self._sizes[where] = (bs, line)
-            medium, group = where
+            medium, group = where[:2]
             at = "" if where == (None, None) else f" ({medium or 'no medium'}" + (
-                f", group {group})" if group is not None else ")")
+                f", group {group}" if group is not None else "") + (f", rank {where[2]})" if len(where) > 2 else ")")
             self.notes.append(f"block size {bs} learned from line {line}{at}; --block-size pins it")
         elif bs != known[0]:
             self._find("EV-4", line, f"block_size {bs}, but line {known[1]} declared {known[0]} for this medium "
@@ -537,16 +540,18 @@ class BlockStored(msgspec.Struct, kw_only=True):
     kv_cache_spec_kind: str | None = None
     lookahead_token_ids: list[list[int]] | None = None
     cache_salt: str | None = None
+    dp_rank: int | None = None  # the batch's data-parallel rank (each rank has its own cache)
 
 
 class BlockRemoved(msgspec.Struct, kw_only=True):
     block_hashes: list[Any]
     medium: str | None = None
     group_idx: int | None = None
+    dp_rank: int | None = None
 
 
 class AllBlocksCleared(msgspec.Struct, kw_only=True):
-    pass
+    dp_rank: int | None = None
 
 
 _EVENT_TYPES: dict[str, type] = {"BlockStored": BlockStored, "BlockRemoved": BlockRemoved,
@@ -588,11 +593,20 @@ def parse_event(obj: Any) -> Any:
     return ev
 
 
+def _ranked(events: list, rank: Any) -> list:
+    if rank is not None:
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            raise ValueError(f"the data-parallel rank must be an integer, not {str(rank)[:20]}")
+        for ev in events:
+            ev.dp_rank = rank
+    return events
+
+
 def parse_batch(obj: Any) -> tuple[list, str, int | None]:
     """A decoded batch: its events, its form (``array`` / ``native`` / ``object`` / ``event``), its ``seq``."""
     if isinstance(obj, list):
         if len(obj) >= 2 and isinstance(obj[1], list) and not isinstance(obj[0], str):
-            events = [parse_event(e) for e in obj[1]]
+            events = _ranked([parse_event(e) for e in obj[1]], obj[2] if len(obj) > 2 else None)
             native = any(isinstance(e, dict) for e in obj[1])
             return events, "native" if native else "array", None
         raise ValueError("an array line must be [ts, [event, ...], dp_rank]")
@@ -603,7 +617,8 @@ def parse_batch(obj: Any) -> tuple[list, str, int | None]:
             seq = obj.get("seq")
             if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 0):
                 raise ValueError("'seq' must be a non-negative integer")
-            return [parse_event(e) for e in obj["events"]], "object", seq
+            rank = next((obj[k] for k in ("data_parallel_rank", "attn_dp_rank", "dp_rank") if k in obj), None)
+            return _ranked([parse_event(e) for e in obj["events"]], rank), "object", seq
         return [parse_event(obj)], "event", None
     raise ValueError("a line must be an event batch (array or object)")
 

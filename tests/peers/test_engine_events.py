@@ -214,3 +214,20 @@ def test_a_pythonhashseed_engine_needs_its_seed(capsys):
     assert main(["events", path, "--engine", "vllm"]) == 1
     assert "--hash-seed" in capsys.readouterr().err
     assert main(["events", path, "--engine", "vllm", "--hash-seed", "42"]) == 0
+
+
+def test_data_parallel_ranks_keep_their_own_caches():
+    from kvsim.sim.peers.events import parse_batch
+
+    def store(rank):
+        return parse_batch([1.0, [{"type": "BlockStored", "block_hashes": [7], "parent_block_hash": None,
+                                    "token_ids": [1, 2], "block_size": 2}], rank])[0]
+    c = EventChecker(block_size=2)
+    c.batch(store(0), 1)
+    c.batch(store(1), 2)  # the same hash on another rank: not a double store
+    c.batch(parse_batch([2.0, [{"type": "AllBlocksCleared"}], 0])[0], 3)
+    c.batch(parse_batch([3.0, [{"type": "BlockRemoved", "block_hashes": [7]}], 1])[0], 4)  # rank 1 kept it
+    assert c.findings == []
+    c.batch(store(0), 5)
+    c.batch(store(0), 6)
+    assert [(f.rule, f.line) for f in c.findings] == [("EV-2", 6)]
