@@ -94,7 +94,9 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
     EvRule("EV-4", "token counts agree with the block size (a partial tail only where the engine documents it)",
            _SEED_PREFIX,
            "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "
-           "and group keeps the size its first store declared (a hybrid model may use one per group). Only the "
+           "and group keeps the size its first store declared (a hybrid model may use one per group), except "
+           "that a group whose blocks are wider than vLLM's hash block size may also publish a partial prefix "
+           "entry of whole hash blocks (BlockPool.cache_partial_block). Only the "
            "TokenSpeed preset (--partial-tails) accepts a last block shorter than the block size: TokenSpeed "
            "publishes its growing tail page and re-hashes it as it grows."),
     EvRule("EV-5", "AllBlocksCleared empties everything", _SEED_EVENTS,
@@ -224,7 +226,7 @@ class EventChecker:
         self._seq: int | None = None
         self.stats = {"batches": 0, "stored": 0, "removed": 0, "cleared": 0, "cleared_empty": 0, "peak_live": 0,
                       "partial_blocks": 0, "recomputed": 0, "unverifiable": 0, "copies": 0, "reuse_reports": 0,
-                      "sequence_gaps": 0}
+                      "sequence_gaps": 0, "partial_entries": 0}
         self.unverifiable_reasons: dict[str, int] = {}
 
     # -- findings ----------------------------------------------------------------------------------------------
@@ -305,6 +307,9 @@ class EventChecker:
             at = "" if where == (None, None) else f" ({medium or 'no medium'}" + (
                 f", group {group}" if group is not None else "") + (f", rank {where[2]})" if len(where) > 2 else ")")
             self.notes.append(f"block size {bs} learned from line {line}{at}; --block-size pins it")
+        elif (bs < known[0] and self._hash_block_size and bs % self._hash_block_size == 0
+              and known[0] % self._hash_block_size == 0):
+            self.stats["partial_entries"] += 1  # vLLM's partial prefix entry inside a wider block (cache_partial_block)
         elif bs != known[0]:
             self._find("EV-4", line, f"block_size {bs}, but line {known[1]} declared {known[0]} for this medium "
                        f"and group", block_size=bs, expected=known[0])

@@ -231,3 +231,22 @@ def test_data_parallel_ranks_keep_their_own_caches():
     c.batch(store(0), 5)
     c.batch(store(0), 6)
     assert [(f.rule, f.line) for f in c.findings] == [("EV-2", 6)]
+
+
+def test_a_partial_prefix_entry_of_whole_hash_blocks_is_accepted_in_a_wide_group():
+    """vLLM's cache_partial_block publishes a prompt tail ending inside a 32-token block as one 16-token entry
+    chained onto the wide block's hash (its last hash block)."""
+    from kvsim.sim.peers.events import parse_event
+    s = bh.scheme("vllm-sha256", hash_block_size=16)
+    toks = list(range(1, 49))
+    wide = s.digest(None, toks[:32], {"first": True})
+    tail = s.digest(wide, toks[32:48], {})
+
+    def low(d):
+        return int.from_bytes(d, "big") & (2**64 - 1)
+    c = EventChecker(preset=PRESETS["vllm"], hash_block_size=16)
+    c.batch([parse_event({"type": "BlockStored", "block_hashes": [low(wide)], "parent_block_hash": None,
+                          "token_ids": toks[:32], "block_size": 32, "group_idx": 0})], 1)
+    c.batch([parse_event({"type": "BlockStored", "block_hashes": [low(tail)], "parent_block_hash": low(wide),
+                          "token_ids": toks[32:48], "block_size": 16, "group_idx": 0})], 2)
+    assert c.findings == [] and c.stats["partial_entries"] == 1 and c.stats["recomputed"] == 2
