@@ -3,10 +3,10 @@
 Engines publish batches of ``BlockStored`` (block hashes, parent hash, token ids, block size),
 ``BlockRemoved`` (block hashes) and ``AllBlocksCleared``; a KV-aware router rebuilds the engine's cache
 from them, so every inconsistency leaves the router routing for hits that are not there. The cache
-concepts make a cached prefix's identity its hash at multiples of prefix_granularity ("two requests share
-cache only at multiples of this many tokens") and say the scheduler "folds [cache mutations] into one
-externally visible prefix event", hashed by "a second, independent block-hash implementation for external
-KV events". The rules (``RULES``; titles, sources and decisions in ``CATALOGUE``):
+concepts (seed 002) make a cached prefix's identity its hash at multiples of prefix_granularity (l.13: "two
+requests share cache only at multiples of this many tokens") and say the scheduler "folds [cache mutations]
+into one externally visible prefix event" (l.193), hashed by "a second, independent block-hash
+implementation for external KV events" (l.309). The rules (``RULES``; titles, sources and decisions in ``CATALOGUE``):
 
 * EV-1 a removal names a live block (never a block never stored, or already removed);
 * EV-2 a store names no block that is already live (no double store without a removal);
@@ -57,9 +57,10 @@ from kvsim.sim.trace import cachetrace as ct
 __all__ = ["RULES", "CATALOGUE", "PRESETS", "Preset", "EventChecker", "EventLogError", "Finding",
            "read_event_log", "parse_batch", "parse_event", "fnv1a64", "fnv1a64_many", "HASH_SCHEMES"]
 
-_SEED_PREFIX = 'cache concepts: "prefix_granularity ... two requests share cache only at multiples of this many tokens"'
-_SEED_EVENTS = ('cache concepts: "folds them into one externally visible prefix event"; "a second, independent '
-                'block-hash implementation for external KV events"')
+_SEED_PREFIX = ('cache concepts (seed 002, l.13): "prefix_granularity ... two requests share cache only at '
+                'multiples of this many tokens"')
+_SEED_EVENTS = ('cache concepts (seed 002, l.193 and l.309): "folds them into one externally visible prefix event"; '
+                '"a second, independent block-hash implementation for external KV events"')
 
 
 @dataclass(frozen=True)
