@@ -44,7 +44,7 @@ events, not schedulers.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -523,11 +523,6 @@ class EventChecker:
             s["unverifiable_reasons"] = dict(sorted(self.unverifiable_reasons.items()))
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
         return s
-
-
-def preset_with(name: str, **changes: Any) -> Preset:
-    """A preset with some fields changed (e.g. a pinned block size)."""
-    return replace(PRESETS[name], **changes)
 
 
 # -- parsing ------------------------------------------------------------------------------------------------
