@@ -216,6 +216,7 @@ class EventChecker:
                                                                       hash_block_size=hash_block_size)
         self.live: dict[Any, dict[Any, _Live]] = {}   # (medium, group) -> hash -> live block
         self._sizes: dict[Any, tuple[int, int]] = {}  # (medium, group) -> (block size, line that set it)
+        self._copies: dict[Any, int] = {}  # (medium, group) -> live blocks, copies counted
         self.cleared: set = set()
         self.findings: list[Finding] = []
         self._drained = 0
@@ -282,6 +283,7 @@ class EventChecker:
                     self.stats["cleared_empty"] += 1
                 for k in keys:
                     self.cleared.update(self.live.pop(k))
+                    self._copies.pop(k, None)
             else:
                 raise TypeError(f"not a KV event: {name}")
 
@@ -346,6 +348,7 @@ class EventChecker:
             self._recognise(ev, hashes[0], parent, line)
         prev_value, prev = parent, self._parent_digest(parent, parent_blk)
         scheme = self._scheme
+        n_new = 0  # copies added (a double store outside the vLLM preset replaces, adding none)
         for j, h in enumerate(hashes):
             is_full = (j + 1) * bs <= ntok
             if not is_full:
@@ -358,6 +361,7 @@ class EventChecker:
             if blk is not None:
                 if self.duplicate_copies:
                     blk.copies += 1
+                    n_new += 1
                     self.stats["copies"] += 1
                 else:
                     self._find("EV-2", line, f"block {_short(h)} stored again while live", block=h)
@@ -366,10 +370,11 @@ class EventChecker:
                     blk.digest = digest
             else:
                 live[h] = _Live(is_full, digest)
+                n_new += 1
             self.cleared.discard(h)
             self.stats["stored"] += 1
             prev_value, prev = h, digest
-        size = sum(b.copies for b in live.values()) if self.duplicate_copies else len(live)
+        size = self._copies[where] = self._copies.get(where, 0) + n_new
         if size > self.stats["peak_live"]:
             self.stats["peak_live"] = size
         if self.capacity is not None and size > self.capacity:
@@ -377,11 +382,13 @@ class EventChecker:
                        capacity=self.capacity, medium=ev.medium)
 
     def _removed(self, ev: Any, line: int) -> None:
-        live = self.live.setdefault(self._where(ev), {})
+        where = self._where(ev)
+        live = self.live.setdefault(where, {})
         for h in ev.block_hashes:
             blk = live.get(h)
             if blk is not None:
                 blk.copies -= 1
+                self._copies[where] -= 1
                 if blk.copies <= 0:
                     del live[h]
                 self.stats["removed"] += 1
