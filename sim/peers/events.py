@@ -175,6 +175,7 @@ class _Live:
 
 
 _AUTO = ("fnv1a64", "sha256", "vllm-sha256", "vllm-sha256-cbor", "sglang-sha256")
+_PENDING_ROOTS = 8  # root blocks tried before a stream's scheme is given up on
 
 
 class EventChecker:
@@ -195,6 +196,7 @@ class EventChecker:
                  hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None) -> None:
         self._candidates: tuple[str, ...] = _AUTO
         self._fallback: str | None = None
+        self._pending: list[tuple] = []  # root blocks no candidate scheme reproduced, judged once one is adopted
         if preset is not None:
             block_size = block_size if block_size is not None else preset.block_size
             if hash_scheme is None and preset.alt_schemes:
@@ -211,6 +213,7 @@ class EventChecker:
         self.preset = preset
         self.group_keys, self.duplicate_copies, self.reuse_reports = group_keys, duplicate_copies, reuse_reports
         self._seed, self._hash_block_size = hash_seed, hash_block_size
+        self._hbs_pinned = hash_block_size is not None
         self.scheme = hash_scheme
         self._scheme = None if hash_scheme == "auto" else bh.scheme(hash_scheme, seed=hash_seed,
                                                                       hash_block_size=hash_block_size)
@@ -239,7 +242,7 @@ class EventChecker:
 
     def drain(self) -> list[Finding]:
         """Findings added since the last drain (deferred hashes recomputed first), in line order."""
-        self.flush()
+        self._flush_deferred()
         new = self.findings[self._drained:]
         self._drained = len(self.findings)
         return sorted(new, key=lambda f: f.line)
@@ -306,6 +309,7 @@ class EventChecker:
         known = self._sizes.get(where)
         if known is None:
             self._sizes[where] = (bs, line)
+            self._narrowest(line)
             medium, group = where[:2]
             at = "" if where == (None, None) else f" ({medium or 'no medium'}" + (
                 f", group {group}" if group is not None else "") + (f", rank {where[2]})" if len(where) > 2 else ")")
@@ -447,6 +451,14 @@ class EventChecker:
                 break
         if not tried:
             return  # wait for a root block
+        if not hits and len(self._pending) < _PENDING_ROOTS:
+            # a tampered or odd first block must not decide the scheme: try the next root blocks, and judge
+            # this one once a scheme is recognised
+            self._pending.append((self._where(ev), first, toks, block, line))
+            return
+        self._adopt(hits, bs, line)
+
+    def _adopt(self, hits: list, bs: int, line: int | None) -> None:
         if len(hits) == 1 and hits[0][0].startswith("vllm") and self._hash_block_size is None:
             hbs = getattr(hits[0][1], "hash_block_size", None)
             if hbs:
@@ -462,12 +474,39 @@ class EventChecker:
         elif self._fallback is not None:
             self.scheme = self._fallback
             self._scheme = bh.scheme(self.scheme, seed=self._seed, hash_block_size=self._hash_block_size)
-            self.warnings.append(f"line {line}'s root block recomputes under none of {', '.join(self._candidates)}: "
-                              f"judged under {self.scheme} (--hash-seed if the engine ran with PYTHONHASHSEED)")
+            self.warnings.append(f"{self._tried_lines(line)} recompute under none of {', '.join(self._candidates)}: "
+                                 f"judged under {self.scheme} (--hash-seed if the engine ran with PYTHONHASHSEED)")
         else:
             self.scheme = "none"
-            self.notes.append(f"hashes not recomputed: line {line}'s root block recomputes under no known scheme; "
+            self.notes.append(f"hashes not recomputed: {self._tried_lines(line)} recompute under no known scheme; "
                               f"--hash or --engine names one")
+        self._narrowest(line)
+        pending, self._pending = self._pending, []
+        if self._scheme is None:
+            return
+        for where, h, toks, block, at in pending:  # the root blocks tried before the scheme was known
+            want = self._recompute(h, None, None, toks, block, at)
+            blk = self.live.get(where, {}).get(h)
+            if blk is not None and want is not None and blk.digest is None:
+                blk.digest = want
+
+    def _narrowest(self, line: int | None) -> None:
+        """vLLM hashes every group in hash blocks of its narrowest group's size: once groups of two sizes are
+        seen (and --hash-block-size was not given), the narrowest is the hash block size."""
+        s = self._scheme
+        if self._hbs_pinned or not isinstance(s, bh.VllmSha256) or len({v[0] for v in self._sizes.values()}) < 2:
+            return
+        narrowest = min(v[0] for v in self._sizes.values())
+        if s.hash_block_size is None or narrowest < s.hash_block_size:
+            s.hash_block_size = self._hash_block_size = narrowest
+            self.notes.append(f"hash block size {narrowest} taken from the narrowest group"
+                              + (f" (line {line})" if line is not None else "") + f"; --hash-block-size {narrowest} "
+                              f"pins it")
+
+    def _tried_lines(self, line: int | None) -> str:
+        lines = sorted({p[4] for p in self._pending} | ({line} if line is not None else set()))
+        return f"the root block{'s' if len(lines) > 1 else ''} at line{'s' if len(lines) > 1 else ''} " + \
+            ", ".join(map(str, lines))
 
     def _recompute(self, h: Any, parent_value: Any, parent: Any, toks: list, block: dict, line: int) -> Any:
         s = self._scheme
@@ -475,7 +514,7 @@ class EventChecker:
         if s.name == "fnv1a64" and isinstance(h, int) and (parent_value is None or isinstance(parent_value, int)):
             self._deferred.append((line, h, parent_value, toks))
             if len(self._deferred) >= 4096:
-                self.flush()
+                self._flush_deferred()
             return h & ((1 << 64) - 1)
         if parent_value is not None and parent is None:
             self._unverifiable("the parent's digest was never seen")
@@ -492,10 +531,21 @@ class EventChecker:
         if not s.carried(h, want):
             self._find("EV-7", line, f"block {_short(h)} does not recompute under {s.name} (expected "
                        f"{s.show(want)})", block=h, expected=s.show(want))
+            return None  # the engine's digest is unknown: its children are not judged against ours
         return want
 
     def flush(self) -> None:
-        """Recompute the deferred FNV-1a hashes (call at the end of the stream; summary() does)."""
+        """End of the stream: root blocks kept for scheme recognition are judged under the preset's scheme
+        (or none), deferred FNV-1a hashes are recomputed. summary() calls it."""
+        if self.scheme == "auto" and self._pending:  # no later root block to recognise a scheme from
+            self._adopt([], 0, None)
+        elif self.scheme == "auto":  # never a block to recognise a scheme from
+            self.scheme = self._fallback or "none"
+            self.notes.append("hashes not recomputed: no root block to recognise the scheme from; --hash or "
+                              "--engine names it")
+        self._flush_deferred()
+
+    def _flush_deferred(self) -> None:
         batch, self._deferred = self._deferred, []
         if not batch:
             return
@@ -519,10 +569,6 @@ class EventChecker:
 
     def summary(self) -> dict:
         self.flush()
-        if self.scheme == "auto":  # never a block to recognise a scheme from
-            self.scheme = self._fallback or "none"
-            self.notes.append("hashes not recomputed: no root block to recognise the scheme from; --hash or "
-                              "--engine names it")
         s: dict[str, Any] = dict(self.stats)
         s["live_at_end"] = sum(b.copies for m in self.live.values() for b in m.values())
         s["hash_scheme"] = self.scheme

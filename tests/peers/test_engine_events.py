@@ -86,6 +86,7 @@ def test_one_token_changed_exits_1_at_its_line(name, engine, stored, scheme, tmp
     assert main(["events", str(bad), "--engine", engine]) == 1
     out = capsys.readouterr().out
     assert f"{bad}:{line}: EV-7 " in out
+    assert out.count(" EV-7 ") == 1  # one finding: the changed block's children are not judged against it
 
 
 def test_hybrid_groups_need_per_group_keys():
