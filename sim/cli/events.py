@@ -5,7 +5,7 @@ kv lines): every finding as ``file:line: RULE message`` (live: ``endpoint:seq: R
 ``--engine tokenspeed|vllm|sglang`` presets block size, hash scheme, tail policy, per-group keys and the
 engine-documented allowances (``sim.peers.events.PRESETS``; the rule entries argue each allowance).
 Without it, ``events`` learns each group's block size from its first store, recognises the hash scheme
-when the stream's first root block recomputes under exactly one, and says on stderr which flags it
+when the stream's first root blocks recompute under exactly one, and says on stderr which flags it
 guessed and which it needs. ``--hash`` names a scheme (``sim.peers.block_hash``): ``fnv1a64`` and
 ``sha256`` are TokenSpeed's event and prefix hashes, ``vllm-sha256`` / ``vllm-sha256-cbor`` vLLM's,
 ``sglang-sha256`` SGLang's; ``none`` checks structure only.
@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
                         "first store)")
     p.add_argument("--hash", choices=SCHEMES, default=None,
                    help="recompute every hash under this scheme (default: the preset's, else recognised from "
-                        "the first root block)")
+                        "the first root blocks)")
     p.add_argument("--hash-seed", default="vllm-none-hash",
                    help="vLLM's NONE_HASH seed: PYTHONHASHSEED when the engine ran with it set (default: "
                         "%(default)s)")

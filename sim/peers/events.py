@@ -186,7 +186,7 @@ class EventChecker:
     from a store, a hash scheme recognised) -- the flags a user would pass to pin them.
 
     ``preset`` (``PRESETS[engine]``) supplies whatever is not given explicitly; ``hash_scheme`` ``"auto"``
-    adopts the one scheme the stream's first root block recomputes under; ``duplicate_copies`` /
+    adopts the one scheme the stream's first root blocks recompute under; ``duplicate_copies`` /
     ``reuse_reports`` are vLLM's allowances (the EV-2 entry).
     """
 
