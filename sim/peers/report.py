@@ -54,9 +54,10 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
         premise = {"EV-1": es["removed"], "EV-2": es["stored"], "EV-3": es["stored"], "EV-4": es["stored"],
                    "EV-5": es["cleared"], "EV-6": es["stored"] if events.capacity is not None else 0,
                    "EV-7": es["recomputed"], "EV-8": es["batches"] if events.sequenced else 0}
-        for rid, rule in pe.CATALOGUE.items():
-            rules[rid] = {"title": rule.title, "clause": rule.clause, "checked": es["batches"],
-                          "exercised": premise[rid], "violated": events.counts[rid]}
+        for rid, rule in pe.CATALOGUE.items():  # checked where its premise held or it fired: never below exercised
+            rules[rid] = {"title": rule.title, "clause": rule.clause, "decisions": rule.decisions,
+                          "checked": premise[rid] + events.counts[rid], "exercised": premise[rid],
+                          "violated": events.counts[rid]}
     violations.sort(key=lambda v: (v["line"], v["rule"]))
     total = sum(r["violated"] for r in rules.values())
     out_stats = dict(stats or {})
