@@ -251,3 +251,10 @@ def test_a_partial_prefix_entry_of_whole_hash_blocks_is_accepted_in_a_wide_group
     c.batch([parse_event({"type": "BlockStored", "block_hashes": [low(tail)], "parent_block_hash": low(wide),
                           "token_ids": toks[32:48], "block_size": 16, "group_idx": 0})], 2)
     assert c.findings == [] and c.stats["partial_entries"] == 1 and c.stats["recomputed"] == 2
+
+
+def test_every_ev_rule_has_a_catalogue_entry_citing_the_seed():
+    from kvsim.sim.peers.events import RULES
+    assert sorted(CATALOGUE) == sorted(RULES) == [f"EV-{i}" for i in range(1, 9)]
+    for rule in CATALOGUE.values():
+        assert "seed 002" in rule.clause and rule.title and rule.decisions
