@@ -188,7 +188,7 @@ def _run_live(args: Any) -> int:
         interrupted = True
     if interrupted:
         sys.stderr.write(f"kvsim events: interrupted after {checker.stats['batches']:,} batches: summary follows"
-                         f"{'' if args.json else ''}\n")
+                         + (f" (report: {args.json})" if args.json else "") + "\n")
     elif checker.stats["batches"] == 0:
         raise InputError(f"--zmq: no KV-event batch from {args.zmq} in {args.duration:g} s")
     inputs = [{"path": args.zmq, "sha256": None, "events": checker.stats["batches"]}]
