@@ -97,7 +97,7 @@ def _advice(args: Any, checker: Any) -> list[str]:
     if c["EV-4"] and not args.partial_tails:
         lines.append("a store carries a partial last block: --partial-tails (or --engine tokenspeed) if the "
                      "engine documents growing tails")
-    if c["EV-2"] or c["EV-1"]:
+    if (c["EV-2"] or c["EV-1"]) and checker.grouped:
         lines.append("--engine vllm allows vLLM's duplicate copies and reuse reports (see the EV-2 entry)")
     if checker.scheme == "none" and args.hash is None and not any("hashes not" in n for n in lines):
         lines.append("hashes not recomputed: --hash or --engine tokenspeed|vllm|sglang names the scheme")

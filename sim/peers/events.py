@@ -229,6 +229,7 @@ class EventChecker:
         self.counts = {r: 0 for r in RULES}
         self._deferred: list[tuple] = []  # (line, hash, parent, tokens): fnv1a64 is recomputed in bulk
         self._seq: int | None = None
+        self.grouped = False  # a store named a cache group (group_idx)
         self.stats = {"batches": 0, "stored": 0, "removed": 0, "cleared": 0, "cleared_empty": 0, "peak_live": 0,
                       "partial_blocks": 0, "recomputed": 0, "unverifiable": 0, "copies": 0, "reuse_reports": 0,
                       "sequence_gaps": 0, "partial_entries": 0}
@@ -323,6 +324,8 @@ class EventChecker:
 
     def _stored(self, ev: Any, line: int) -> None:
         where = self._where(ev)
+        if where[1] is not None:
+            self.grouped = True  # vLLM's stores name their cache group
         live = self.live.setdefault(where, {})
         bs = ev.block_size
         if bs != self.block_size:
