@@ -32,11 +32,13 @@ def _batch(seq: int) -> bytes:
 
 
 class FakePublisher(threading.Thread):
-    """Publishes the given sequence numbers once a subscriber has joined (XPUB sees the subscription);
-    with ``replay`` it answers replay requests from every batch it ever made (0..max)."""
+    """Publishes the given sequence numbers once a subscriber has joined (XPUB sees the subscription), each
+    after a frame on another topic the subscriber must filter out; with ``replay`` it answers replay requests
+    from every batch it ever made (0..max)."""
 
-    def __init__(self, ctx, endpoint, seqs, replay=None):
+    def __init__(self, ctx, endpoint, seqs, replay=None, topic=b""):
         super().__init__(daemon=True)
+        self.topic = topic
         self.pub = ctx.socket(zmq.XPUB)
         self.pub.bind(endpoint)
         self.router = None
@@ -50,7 +52,8 @@ class FakePublisher(threading.Thread):
         if self.pub.poll(10_000):
             self.pub.recv()  # the subscription message
         for s in self.seqs:
-            self.pub.send_multipart([b"", s.to_bytes(8, "big"), _batch(s)])
+            self.pub.send_multipart([b"other", s.to_bytes(8, "big"), b"not for this subscriber"])
+            self.pub.send_multipart([self.topic, s.to_bytes(8, "big"), _batch(s)])
         deadline = time.monotonic() + 10
         while self.router is not None and not self.done.is_set() and time.monotonic() < deadline:
             if self.router.poll(50):
@@ -65,14 +68,14 @@ class FakePublisher(threading.Thread):
             self.router.close(0)
 
 
-def _run(tmp_path, seqs, replay):
+def _run(tmp_path, seqs, replay, topic=b"kv"):
     ctx = zmq.Context()
     ep, rep = f"ipc://{tmp_path}/pub", f"ipc://{tmp_path}/replay"
-    pub = FakePublisher(ctx, ep, seqs, rep if replay else None)
+    pub = FakePublisher(ctx, ep, seqs, rep if replay else None, topic)
     pub.start()
     checker = EventChecker(block_size=2)
     seen = []
-    run = live.judge(checker, ep, replay=rep if replay else None, duration=20, context=ctx,
+    run = live.judge(checker, ep, replay=rep if replay else None, topic=topic.decode(), duration=20, context=ctx,
                      on_finding=seen.append, on_batch=lambda r: r.last_seq == max(seqs))
     pub.done.set()
     pub.join(5)
@@ -109,9 +112,10 @@ def test_ev8_fires_on_a_restart_and_keeps_on_contiguous_numbers():
 def test_cli_prints_findings_as_they_happen(tmp_path, capsys):
     ctx = zmq.Context()
     ep = f"ipc://{tmp_path}/pub"
-    pub = FakePublisher(ctx, ep, [0, 1, 3])
+    pub = FakePublisher(ctx, ep, [0, 1, 3], topic=b"kv@0")
     pub.start()
-    assert main(["events", "--zmq", ep, "--duration", "3", "--block-size", "2", "--hash", "none"]) == 1
+    assert main(["events", "--zmq", ep, "--topic", "kv@0", "--duration", "3", "--block-size", "2", "--hash",
+                 "none"]) == 1
     pub.join(5)
     ctx.term()
     out = capsys.readouterr().out.splitlines()
