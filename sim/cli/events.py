@@ -21,8 +21,10 @@ from typing import Any
 
 from rich.console import Console
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
+from kvsim.sim.report.console import print_findings, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
+from kvsim.sim.report.verdict import stamp
 
 EXIT_INTERRUPTED = 130
 
@@ -60,7 +62,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--duration", type=float, default=None,
                    help="stop a live run after this many seconds (default: until Ctrl-C)")
     p.add_argument("--json", help="write the kvreport/1-style report")
-    p.add_argument("--quiet", action="store_true", help="print the verdict only")
+    add_output_options(p)
     p.set_defaults(fn=run)
 
 
@@ -152,18 +154,20 @@ def run(args: Any) -> int:
         reports.append(build(inputs, path, None, checker, {"log": log}))
         advice += [f"{path}: {a}" if len(args.logs) > 1 else a for a in _advice(args, checker)]
     report = reports[0] if len(reports) == 1 else _merge(reports)
+    verdict = stamp(report)
     if args.json:
         write(args.json, dumps_report(report))
+    console = Console()
+    style = output_style(args, console)
+    if style.plain and not style.quiet:  # stdout holds only findings and the verdict: the figures go to stderr
+        advice = [_headline(r) for r in reports] + advice
     _note(args, advice)
-    console = Console(soft_wrap=True)
     for r in reports:
-        if not args.quiet:
-            console.print(_headline(r), markup=False, highlight=False)
-            for v in r["violations"]:
-                console.print(f"{v['trace']}:{v['line']}: {v['rule']} {v['message']}", markup=False, highlight=False)
-    if args.quiet:
-        console.print(f"{report['verdict'].upper()}", markup=False, highlight=False)
-    return EXIT_VIOLATION if report["verdict"] == "fail" else EXIT_OK
+        if not style.plain and not style.quiet:  # on a terminal, a summary per log before its findings
+            console.print(_headline(r), markup=False, soft_wrap=True, highlight=False)
+        print_findings(r["violations"], console, style)
+    print_verdict(verdict, console, style, "kvsim events")
+    return verdict.exit_code
 
 
 def _run_live(args: Any) -> int:
@@ -171,12 +175,12 @@ def _run_live(args: Any) -> int:
     from kvsim.sim.peers.report import build
 
     checker = _checker(args)
-    out = Console(soft_wrap=True)
+    out = Console()
+    style = output_style(args, out)
     interrupted = False
 
     def show(f: Any) -> None:
-        if not args.quiet:
-            out.print(f"{args.zmq}:{f.line}: {f.rule} {f.message}", markup=False, highlight=False)
+        print_findings([f.as_dict(args.zmq)], out, style)
 
     run = live.LiveRun()
     try:
@@ -195,13 +199,17 @@ def _run_live(args: Any) -> int:
     log = {"form": "msgpack (live)", "hash": checker.scheme, "engine": args.engine,
            "replayed_batches": run.replayed}
     report = build(inputs, args.zmq, None, checker, {"log": log})
+    verdict = stamp(report)
     if args.json:
         write(args.json, dumps_report(report))
-    _note(args, run.notes + _advice(args, checker))
-    out.print(_headline(report) if not args.quiet else report["verdict"].upper(), markup=False, highlight=False)
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_VIOLATION if report["verdict"] == "fail" else EXIT_OK
+    notes = run.notes + _advice(args, checker)
+    if style.plain and not style.quiet:
+        notes = [_headline(report)] + notes
+    _note(args, notes)
+    if not style.plain and not style.quiet:
+        out.print(_headline(report), markup=False, soft_wrap=True, highlight=False)
+    print_verdict(verdict, out, style, "kvsim events")
+    return EXIT_INTERRUPTED if interrupted else verdict.exit_code
 
 
 def _merge(reports: list[dict]) -> dict:

@@ -227,6 +227,10 @@ class EventChecker:
         self.warnings: list[str] = []  # said even under a preset: the preset's assumption did not hold
         self.max_findings = max_findings
         self.counts = {r: 0 for r in RULES}
+        # batches in which each rule's premise held (a removal, a store, a clear or a store/removal after one, a
+        # hash recomputed, a sequence number): counted in batches like `checked`, so exercised <= checked
+        self.exercised = {r: 0 for r in RULES}
+        self._sequenced_batch = False
         self._deferred: list[tuple] = []  # (line, hash, parent, tokens): fnv1a64 is recomputed in bulk
         self._seq: int | None = None
         self.grouped = False  # a store named a cache group (group_idx)
@@ -265,6 +269,7 @@ class EventChecker:
                 self._find("EV-8", line, f"sequence number {seq} after {self._seq} (a publisher restart or a "
                            f"repeated batch)", seq=seq, previous=self._seq)
         self._seq = seq
+        self._sequenced_batch = True
 
     @property
     def sequenced(self) -> bool:
@@ -273,13 +278,19 @@ class EventChecker:
 
     def batch(self, events: list, line: int) -> None:
         self.stats["batches"] += 1
+        stored = removed = cleared = False
+        after_clear = bool(self.cleared)
+        recomputed = self.stats["recomputed"] + len(self._deferred)
         for ev in events:
             name = type(ev).__name__
             if name == "BlockStored":
+                stored = True
                 self._stored(ev, line)
             elif name == "BlockRemoved":
+                removed = True
                 self._removed(ev, line)
             elif name == "AllBlocksCleared":
+                cleared = True
                 self.stats["cleared"] += 1
                 rank = getattr(ev, "dp_rank", None)  # a rank's clear empties that rank's cache only
                 keys = [k for k in self.live if rank is None or (len(k) > 2 and k[2] == rank)]
@@ -290,6 +301,17 @@ class EventChecker:
                     self._copies.pop(k, None)
             else:
                 raise TypeError(f"not a KV event: {name}")
+        ex = self.exercised
+        ex["EV-1"] += removed
+        if stored:
+            ex["EV-2"] += 1
+            ex["EV-3"] += 1
+            ex["EV-4"] += 1
+            ex["EV-6"] += self.capacity is not None
+        ex["EV-7"] += self.stats["recomputed"] + len(self._deferred) > recomputed
+        ex["EV-5"] += cleared or (after_clear and (stored or removed))
+        ex["EV-8"] += self._sequenced_batch
+        self._sequenced_batch = False
 
     def _where(self, ev: Any) -> Any:
         group = getattr(ev, "group_idx", None) if self.group_keys else None

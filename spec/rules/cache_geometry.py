@@ -21,7 +21,8 @@ if TYPE_CHECKING:
             decisions="A layer's kernel_page_size must come from the registry or the config and divide its "
                       "group's block_granularity (the subdivision block → kernel pages); a state group's layers "
                       "have no kernel pages; a full-visibility layer cannot ride a sliding group and a sliding mask "
-                      "needs window_left + 1 <= sliding_window_tokens.")
+                      "needs window_left + 1 <= sliding_window_tokens.",
+            evidence="model")
 def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     cfg = st.config
     for g in cfg.groups:
@@ -49,7 +50,8 @@ def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -
             "expires",
             'cache concepts: "full attention never expires; SWA and Mamba-at-window-2 slide out whole pages"',
             scope="cache",
-            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.")
+            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.",
+            evidence="model")
 def ts_ret_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:
