@@ -160,7 +160,7 @@ def run(args: Any) -> int:
     console = Console()
     style = output_style(args, console)
     if style.plain and not style.quiet:  # stdout holds only findings and the verdict: the figures go to stderr
-        advice = [_headline(r) for r in reports] + advice
+        sys.stderr.write("".join(f"kvsim events: {_headline(r)}\n" for r in reports))
     _note(args, advice)
     for r in reports:
         if not style.plain and not style.quiet:  # on a terminal, a summary per log before its findings
@@ -202,10 +202,9 @@ def _run_live(args: Any) -> int:
     verdict = stamp(report)
     if args.json:
         write(args.json, dumps_report(report))
-    notes = run.notes + _advice(args, checker)
     if style.plain and not style.quiet:
-        notes = [_headline(report)] + notes
-    _note(args, notes)
+        sys.stderr.write(f"kvsim events: {_headline(report)}\n")
+    _note(args, run.notes + _advice(args, checker))
     if not style.plain and not style.quiet:
         out.print(_headline(report), markup=False, soft_wrap=True, highlight=False)
     print_verdict(verdict, out, style, "kvsim events")

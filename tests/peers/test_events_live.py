@@ -118,9 +118,11 @@ def test_cli_prints_findings_as_they_happen(tmp_path, capsys):
                  "none"]) == 1
     pub.join(5)
     ctx.term()
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"{ep}:3: EV-8 sequence numbers 2..2 missing (1 batch lost, not replayed)"
-    assert out[-1].startswith(f"{ep}: FAIL (msgpack (live) form, 3 batches")
+    cap = capsys.readouterr()
+    out = cap.out.splitlines()
+    assert out[0].startswith(f"{ep}:3: EV-8 sequence numbers 2..2 missing (1 batch lost, not replayed)")
+    assert out[-1].startswith("FAIL: ") and len(out) == 3  # EV-8, then batch 3's orphan parent (EV-3)
+    assert f"{ep}: FAIL (msgpack (live) form, 3 batches" in cap.err
 
 
 def test_cli_ctrl_c_exits_130_with_a_summary(tmp_path, capsys, monkeypatch):
@@ -131,7 +133,7 @@ def test_cli_ctrl_c_exits_130_with_a_summary(tmp_path, capsys, monkeypatch):
     assert main(["events", "--zmq", f"ipc://{tmp_path}/none"]) == 130
     cap = capsys.readouterr()
     assert cap.err.splitlines()[0] == "kvsim events: interrupted after 1 batches: summary follows"
-    assert "PASS (msgpack (live) form, 1 batches" in cap.out
+    assert "PASS (msgpack (live) form, 1 batches" in cap.err and cap.out.startswith("PASS: ")
 
 
 def test_cli_nothing_received_is_exit_2(tmp_path, capsys):
