@@ -226,13 +226,13 @@ def read_cachetrace(path: str | Path) -> tuple[Header, Iterator[tuple[int, Line]
     try:
         f = open(path, "rb")
     except OSError as exc:
-        raise CacheTraceInputError(path, 0, f"cannot read: {exc.strerror or exc}") from None
+        raise CacheTraceInputError(str(path), 0, f"cannot read: {exc.strerror or exc}") from None
     first = f.readline()
     try:
         header = _HEADER.decode(first.removeprefix(b"\xef\xbb\xbf"))
     except Exception as exc:  # noqa: BLE001 - every decode failure is an input error
         f.close()
-        raise CacheTraceInputError(path, 1, f"not a {FORMAT} header: {_why(exc)}") from None
+        raise CacheTraceInputError(str(path), 1, f"not a {FORMAT} header: {_why(exc)}") from None
 
     def lines() -> Iterator[tuple[int, Line]]:
         with f:
@@ -242,7 +242,7 @@ def read_cachetrace(path: str | Path) -> tuple[Header, Iterator[tuple[int, Line]
                 try:
                     yield n, _LINE.decode(raw)
                 except Exception as exc:  # noqa: BLE001
-                    raise CacheTraceInputError(path, n, _why(exc)) from None
+                    raise CacheTraceInputError(str(path), n, _why(exc)) from None
 
     return header, lines()
 
