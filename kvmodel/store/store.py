@@ -75,6 +75,9 @@ class KVStore:
         self._next_uid = 1
         self.guessed: set[tuple[str, int]] = set()  # (pool, page id): leases whose id the model chose itself (kvmodel.store.adopt)
         self.cov = Coverage()
+        # rules whose check a replay's error recovery waives while it adopts an engine's claim (sim.replay
+        # `_adopt`): only the few claim-shaped checks consult it, never the hot paths
+        self.waived: frozenset = frozenset()
         # Page-payload effects (kvmodel.store.effects) not yet taken, in order; None until a consumer asks
         # for them (record_effects). Writers: the transactions, through `emit`; reader: `take_effects`.
         self.effects: list | None = None

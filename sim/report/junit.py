@@ -30,7 +30,7 @@ from kvsim.sim.report.kvreport import (
     trace_rule_counters,
     violations_by_trace_rule,
 )
-from kvsim.sim.report.verdict import CONSEQUENCE_KEY
+from kvsim.sim.report.verdict import CONSEQUENCE_KEY, plural
 
 __all__ = ["render_junit", "junit_classname"]
 
@@ -162,7 +162,7 @@ def _check_suite(report: dict) -> ET.Element:
                 kind = "declared-not-reported"
                 headline = "; ".join(f"{d.get('rule')} declared at event {d.get('event')} (line {d.get('line')}) "
                                      f"in {trace} but not reported" for d in found)
-            more = f" (and {len(found) - 1} more differences)" if undeclared and len(found) > 1 else ""
+            more = f" (and {plural(len(found) - 1, 'more difference')})" if undeclared and len(found) > 1 else ""
             text = "\n".join(f"line {d.get('line')}: {d.get('rule')} {d.get('message')}" for d in found)
             case.append(_element("failure", {"message": _one_line(headline + more), "type": kind}, text + "\n"))
         else:
@@ -187,7 +187,8 @@ def render_junit(report: dict) -> bytes:
         for m in missing_declared(report):
             missing.setdefault((m["trace"], m["rule"]), []).append(m)
         suites = [_suite(report, trace, rule_ids, groups, missing) for trace in trace_order(report)]
-    totals = {key: sum(int(suite.get(key)) for suite in suites) for key in ("tests", "failures", "errors", "skipped")}
+    totals = {key: sum(int(suite.get(key) or 0) for suite in suites)
+              for key in ("tests", "failures", "errors", "skipped")}
     root = _element("testsuites", {"name": report_title(report), **totals, "time": 0})
     root.extend(suites)
     ET.indent(root, space="  ")
