@@ -20,7 +20,7 @@ from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
 from kvsim.kvmodel.store.coverage import Coverage
 from kvsim.kvmodel.store.effects import FreeLease
 from kvsim.kvmodel.store.ended import EndedHandles
-from kvsim.kvmodel.store.errors import ContractViolation, violation
+from kvsim.kvmodel.store.errors import ContractViolation, InvariantError, violation
 from kvsim.kvmodel.store.host_arena import HostKVArena
 from kvsim.kvmodel.store.pages import LogicalPageStore
 from kvsim.kvmodel.store.pool import DevicePagePool
@@ -163,7 +163,8 @@ class KVStore:
 
     def free_host(self, page: LogicalKVPage) -> None:
         h = page.host
-        assert h is not None, "free_host of a page without a Host replica"
+        if h is None:
+            raise InvariantError("free_host frees a Host replica", f"{page.handle} has none (the caller is at fault)")
         host_place.release(self, h.offset, h.size)
         del self.host_slices[h.offset]
         page.host = None
