@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, output_style, write
+from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
+from kvsim.sim.report.verdict import stamp
 
 if TYPE_CHECKING:
     from kvsim.sim.peers.engines import EngineConfig
@@ -107,7 +109,7 @@ def run_engine_peer(args: Any) -> int:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
     err = Console(stderr=True)
     try:
-        if err.is_terminal and not args.quiet:
+        if err.is_terminal and not getattr(args, "quiet", False):
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
             with Progress(TextColumn(f"{engine} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), console=err, transient=True) as prog:
@@ -140,39 +142,41 @@ def run_engine_peer(args: Any) -> int:
     trace = args.record or f"({engine} event stream)"  # findings name lines of the recorded event log
     inputs = [{"path": str(args.workload), "sha256": file_sha256(args.workload), "events": out.steps}]
     report = add_engine_judge(build(inputs, trace, None, events, stats), out.judge, trace)
-    if out.stalled:
-        report["verdict"] = "fail" if report["verdict"] == "fail" else "incomplete"
+    verdict = stamp(report)  # stalled requests make an incomplete run, never a pass
     if args.json:
         write(args.json, dumps_report(report))
     if args.html:
         from kvsim.sim.report.html_page import render_html
         write(args.html, render_html(report, {}))
-    if not args.quiet:
-        _print(report, Console(soft_wrap=True), engine)
-    if args.record:
-        print(f"judge the recorded event log: {events_command(engine, args.record, bs, usable)}",
-              file=sys.stderr if args.quiet else sys.stdout)
-    return EXIT_OK if report["verdict"] == "pass" else EXIT_VIOLATION
+    console = Console()
+    style = output_style(args, console)
+    if not style.quiet:
+        _print(report, console, style)
+    print_verdict(verdict, console, style, f"kvsim peer {engine}")
+    if args.record and not style.quiet:
+        sys.stderr.write(f"kvsim peer: judge the recorded event log with: "
+                         f"{events_command(engine, args.record, bs, usable)}\n")
+    return verdict.exit_code
 
 
-def _print(report: dict, console: Console, engine: str) -> None:
+def _print(report: dict, console: Console, style: Style) -> None:
+    """The run's figures (one line each), then every finding listed (at most 20) as `path:line: RULE message`."""
     s = report["stats"]
     sc, kv, p = s["scheduler"], s["kv_events"], s["peer"]
-    console.print(f"verdict: {report['verdict'].upper()}  ({len(report['violations'])} violations listed)",
-                  markup=False)
     console.print(f"{p['engine']}: steps {p['steps']:,}  requests {sc['requests']:,}  blocks {p['usable_blocks']:,} "
-                  f"of {p['block_size']} tokens  hit ratio {sc['hit_ratio']:.4%} (trace bound "
-                  f"{sc['trace_bound_ratio']:.4%})  KV events: {kv['stored']:,} stored, {kv['removed']:,} removed, "
-                  f"peak live {kv['peak_live']:,}", markup=False)
+                  f"of {p['block_size']} tokens  hit ratio {100 * sc['hit_ratio']:.2f} % (trace bound "
+                  f"{100 * sc['trace_bound_ratio']:.2f} %)  KV events: {kv['stored']:,} stored, {kv['removed']:,} "
+                  f"removed, peak live {kv['peak_live']:,}", markup=False, soft_wrap=True)
     if p["stalled_requests"]:
-        console.print(f"stalled requests {p['stalled_requests']}", markup=False)
+        console.print(f"stalled requests {p['stalled_requests']}", markup=False, soft_wrap=True)
     t = s.get("timing")
     if t:
-        console.print(f"engine {t['engine_s']} s, judge {t['judge_s']} s (ratio {t['judge_to_engine']}), "
-                      f"events/s {t['events_per_s_engine']:,} (engine) {t['events_per_s_judge']:,} (judge), "
-                      f"step cost ms {t['step_cost_ms']}", markup=False)
-    for v in report["violations"][:20]:
-        console.print(f"{v['trace']}:{v['line']}: {v['rule']} {v['message']}", markup=False)
+        ratio = "n/a" if t["judge_to_engine"] is None else f"{t['judge_to_engine']:.2f}"
+        cost = ", ".join(f"{q} {v:,.3f} ms" for q, v in (t.get("step_cost_ms") or {}).items()) or "n/a"
+        console.print(f"engine {t['engine_s']:,.3f} s, judge {t['judge_s']:,.3f} s (judge / engine {ratio}); "
+                      f"{t['events_per_s_engine'] or 0:,} block events/s (engine), {t['events_per_s_judge'] or 0:,} "
+                      f"(judge); step cost {cost}", markup=False, soft_wrap=True)
+    print_findings(report["violations"], console, style, 20)
 
 
 # -- compare ----------------------------------------------------------------------------------------------------
@@ -235,9 +239,10 @@ def run_compare(args: Any) -> int:
     if args.json:
         import json
         write(args.json, json.dumps(result, indent=1, sort_keys=True) + "\n")
-    if not args.quiet:
-        console = Console(soft_wrap=True)
-        _print_compare(result, console if console.is_terminal else Console(soft_wrap=True, width=160))
+    console = Console()
+    style = output_style(args, console)
+    if not style.quiet:
+        _print_compare(result, console, style)
     return EXIT_OK if all(r["violations"] == 0 and not r["stalled"] for r in rows) else EXIT_VIOLATION
 
 
@@ -259,7 +264,7 @@ def _simulate_row(workload: str, n: int, pages: int) -> dict:
             "stalled": st.get("rejected", 0)}
 
 
-def _print_compare(result: dict, console: Console) -> None:
+def _print_compare(result: dict, console: Console, style: Style) -> None:
     t = Table(title=f"prefix-hit ratio on {result['requests']} rows of {result['workload']}, "
                     f"{result['capacity_tokens']:,} tokens of cache", title_justify="left")
     for c in ("engine", "block size", "blocks", "tokens", "hit ratio", "trace bound", "violations",
@@ -269,6 +274,6 @@ def _print_compare(result: dict, console: Console) -> None:
         t.add_row(r["engine"], str(r["block_size"]), f"{r['blocks']:,}", f"{r['capacity_tokens']:,}",
                   f"{r['hit_ratio']:.4%}", "-" if r["trace_bound"] is None else f"{r['trace_bound']:.4%}",
                   str(r["violations"]), str(r["stalled"]))
-    console.print(t)
+    print_table(t, console, style.plain)
     for note in result["notes"]:
-        console.print(note, markup=False)
+        console.print(note, markup=False, soft_wrap=True)

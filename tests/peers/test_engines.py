@@ -50,7 +50,7 @@ def test_peer_run_passes_is_deterministic_and_its_log_judges_the_same(engine, tm
     outs = []
     for k in (1, 2):
         rep, rec = tmp_path / f"r{k}.json", tmp_path / f"e{k}.jsonl"
-        rc = main(["peer", engine, str(TINY), "--engine-python", py, "--blocks", "100", "--no-timing", "--quiet",
+        rc = main(["peer", engine, str(TINY), "--engine-python", py, "--blocks", "100", "--no-timing", "--plain",
                    "--json", str(rep), "--record", str(rec), "--html", str(tmp_path / f"r{k}.html")])
         report = json.loads(rep.read_text())
         got = {v["rule"] for v in report["violations"]}
