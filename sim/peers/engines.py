@@ -87,7 +87,8 @@ def _feed(proc: subprocess.Popen, cfg: dict, requests: list[Request]) -> None:
     """Writer thread: the config, the rows as token ids, the end mark (a thread, so neither pipe blocks)."""
     enc = msgspec.json.Encoder()
     stdin = proc.stdin
-    assert stdin is not None
+    if stdin is None:  # Popen was given stdin=PIPE: never None
+        return
     try:
         stdin.write(enc.encode(cfg) + b"\n")
         for r in requests:
@@ -144,8 +145,7 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     err_lines: list[bytes] = []
 
     def drain_stderr() -> None:
-        assert proc.stderr is not None
-        for raw in proc.stderr:
+        for raw in proc.stderr or ():
             err_lines.append(raw)
             if len(err_lines) > 200:
                 del err_lines[:100]
@@ -161,8 +161,7 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     done = False
     line = 0
     try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
+        for raw in proc.stdout or ():
             t0 = clock()
             msg = dec.decode(raw)
             if "step" in msg:
