@@ -72,7 +72,7 @@ class Subscriber:
         from vllm.distributed.kv_events import KVEventBatch
 
         self.decode = msgspec.msgpack.decode
-        self.sock = zmq.Context.instance().socket(zmq.SUB)
+        self.sock: Any = zmq.Context.instance().socket(zmq.SUB)
         self.sock.setsockopt(zmq.SUBSCRIBE, b"")
         self.sock.connect(endpoint)
         self.published = 0
