@@ -205,11 +205,11 @@ def fp8_counters_off_capacity() -> Trace:
 
 def context_ceiling() -> Trace:
     t = Trace("context_ceiling",
-              'Activations up to the per-sequence ceiling S = 4096 are admitted; one whose prompt + budget exceeds '
+              'Activations up to the per-sequence ceiling S = 4096 are admitted; one whose prompt alone exceeds '
               'S is refused (store contract "Page rounding 只增加 physical padding， 不会扩大单 sequence 的 logical '
-              'ceiling (S)")', config(kv_capacity=M128))
+              'ceiling (S)"; a budget beyond S - prompt is clamped, decision 18)', config(kv_capacity=M128))
     t.activate("s0", 4000, 96)  # exactly S
-    t.activate("s1", 4000, 200, result={"ok": False, "error": "context"})
+    t.activate("s1", 4100, 0, result={"ok": False, "error": "context"})
     t.pool(allocated=0, reserved=64, available=64)
     t.finish("s0")
     return t
@@ -217,9 +217,9 @@ def context_ceiling() -> Trace:
 
 def activation_beyond_max_context() -> Trace:
     t = Trace("AS-6_activation_beyond_max_context",
-              'The engine admits a request whose prompt + budget (4200) exceeds max_context S = 4096 (store '
+              'The engine admits a request whose prompt alone (4100) exceeds max_context S = 4096 (store '
               'contract "不会扩大单 sequence 的 logical ceiling (S)")', config(kv_capacity=M128))
-    t.activate("s1", 4000, 200, result={"ok": True, "rows": {"main": 0}, "pages": {"main": []}}, expect="AS-6")
+    t.activate("s1", 4100, 0, result={"ok": True, "rows": {"main": 0}, "pages": {"main": []}}, expect="AS-6")
     t.pool(allocated=0, reserved=0, available=128)  # nothing was admitted
     t.activate("s1", 4000, 96)
     t.finish("s1")

@@ -243,9 +243,9 @@ class Oracle:
     def plan_activate(self, prompt: int, budget: int, src: str | None, keep: bool):
         """The refusal reason, or (ceiling, {pool: (members, cows, restores, reservation)})."""
         f = self.f
-        if prompt + budget > f.max_context:  # "不会扩大单 sequence 的 logical ceiling (S)"
-            return "context"
-        ceiling = prompt + budget
+        if prompt > f.max_context:  # "不会扩大单 sequence 的 logical ceiling (S)"; the budget is clamped
+            return "context"  # to the effective output budget min(budget, S - prompt) (AS-6 decision 18)
+        ceiling = min(f.max_context, prompt + budget)
         ck = self.ckpts.get(src) if src is not None else None
         if ck is not None:
             if ck["main"].frontier > prompt:

@@ -11,7 +11,8 @@ from kvsim.spec.catalogue import state_rule, transition_rule
             'store contract: "Active entitlement在terminal release前不进入global available capacity"', scope="space",
             evidence="model",
             decisions="Guards the model: the engine's counters are judged by CAP-3 and TRACE-1 at `observe`; this "
-                      "state form recounts the model's own reservations. Entitlement = membership + reservation; default ceil(min(S, prompt+budget)/P) pages, "
+                      "state form recounts the model's own reservations. Entitlement = membership + reservation; default ceil(min(S, prompt+budget)/P) pages "
+                      "(prompt + the effective output budget min(budget, S − prompt): decision 18, AS-6), "
                       "MTP may lead by ceil((K−1)/P), Draft Full equals Main. The pool's reserved is the sum of "
                       "active reservations (recounted whenever the pool's counters moved); only finish returns a "
                       "reservation to global available.")
