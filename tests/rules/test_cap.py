@@ -228,3 +228,39 @@ def test_cap5_fires_on_symmetric_k8v4_bytes():
 def test_cap5_byte_table_at_d256(profile, nbytes):
     """The seed's byte table: K+V bytes per token per head at D = 256."""
     assert bytes_per_token_head(profile, 256) == nbytes
+
+
+# -- CAP-7 ----------------------------------------------------------------------------------------
+
+@pytest.mark.rule("CAP-7", "keeps")
+@pytest.mark.parametrize("profile", ["bf16", "int8", "fp8", "nvfp4", "k8v4"])
+@pytest.mark.parametrize("backend", ["mtp", "dflash"])
+def test_cap7_keeps_the_closed_plane_orders(profile, backend):
+    """Decision 20: Main/MTP page-major [X,P,H,N], Draft Full head-major [X,P,N,H], X per the seed's list."""
+    kw = {"full_layers": 1} if backend == "dflash" else {}
+    st = new_store(profile=profile, backend=backend, **kw)
+    main = st.geometry["main"]
+    assert main.order == "page_major"
+    x = 128 if profile == "nvfp4" else 256  # the K code plane: packed U8 D/2 for NVFP4-G16, else D
+    assert main.plane_shape(main.planes[0]) == (x, P, main.kv_heads, main.pages)
+    if backend == "dflash":
+        draft = st.geometry["draft_full"]
+        assert draft.plane_shape(draft.planes[0]) == (draft.head_dim, P, draft.pages, draft.kv_heads)
+    Checker(st).config()
+    assert_kept(st, "CAP-7")
+
+
+@pytest.mark.rule("CAP-7", "fires")
+def test_cap7_fires_on_a_head_major_main_pool():
+    st = new_store(profile="fp8")
+    st.geometry["main"] = dataclasses.replace(st.geometry["main"], order="head_major")
+    assert_config_detected(st, "CAP-7")
+
+
+@pytest.mark.rule("CAP-7", "fires")
+def test_cap7_fires_on_a_wrong_scale_extent():
+    st = new_store(profile="int8")
+    g = st.geometry["main"]
+    planes = tuple(dataclasses.replace(p, extent=1) if p.role == "scale" else p for p in g.planes)  # FP8's X
+    st.geometry["main"] = dataclasses.replace(g, planes=planes)
+    assert_config_detected(st, "CAP-7")
