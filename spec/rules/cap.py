@@ -12,10 +12,14 @@ SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 
 @state_rule("CAP-1", "Main capacity M is resolved by the explicit or automatic policy within [M_min, M_max]",
             'store contract: "M_{min}=\\max(L,C)", "M=\\left\\lceil K_{main}/P\\right\\rceil", "Automatic 选择"',
             scope="config", evidence="model",
-            decisions="Guards the model: a configuration the contract refuses stops the replay as an input error (exit 2), so only an inconsistent resolution inside kvsim can fire this rule. No kv_capacity means M_max. B(M) = reserved_bytes + Σ pools (256-byte-aligned plane slabs "
-                      "+ I32 block table); B_step is measured as B(M_min+1) − B(M_min) with the same layout "
-                      "builder; under the automatic policy the resolved layout must lie on the affine curve, else the config is "
-                      "refused. The explicit policy needs only K_main >= S and M in [M_min, M_max] (store contract "
+            decisions="Guards the model: a configuration the contract refuses stops the replay as an input error (exit 2), so only an inconsistent resolution inside kvsim can fire this rule. No kv_capacity means M_max. B(M) = reserved_bytes + Σ pools (plane slabs + I32 block table); "
+                      "B_step is measured as B(M_min+1) − B(M_min) with the same layout builder; under the automatic "
+                      "policy the resolved layout must lie on the affine curve. Decision 21 (store contract "
+                      "\"affine SequenceCapacityCurve\", \"Startup physical bytes 由各 plane slab 的完整 span 与 "
+                      "alignment 得到\"; the seed names no alignment value): each slab is charged its exact span plus "
+                      "a constant 256-byte alignment allowance, never its span rounded up (which bent the curve for "
+                      "FP8/K8V4 scale planes with an odd KV-head count and refused a legal configuration), so B(M) is "
+                      "affine for every geometry by construction. The explicit policy needs only K_main >= S and M in [M_min, M_max] (store contract "
                       "\"并要求 (K_{main}\\ge S) 且 (M\\in[M_{min},M_{max}])\"): a plane alignment that bends the "
                       "curve never refuses an explicit capacity.")
 def cap_1(st, _entity, full):

@@ -81,6 +81,30 @@ def test_cap1_capacity_examples_explicit_and_refused():
     assert resolve_automatic(CURVE, free_bytes=1050, headroom_bytes=50) == 2  # exactly R + B_min: M_min
 
 
+@pytest.mark.rule("CAP-1", "keeps")
+@pytest.mark.parametrize("profile", ["fp8", "k8v4", "int8", "nvfp4", "bf16"])
+@pytest.mark.parametrize("heads", [1, 3, 5])
+@pytest.mark.parametrize("backend", ["off", "mtp", "dflash"])
+def test_cap1_keeps_automatic_capacity_affine_for_odd_head_counts(profile, heads, backend):
+    """Decision 21: the layout builder's curve is affine for every geometry (an FP8-row256 scale plane of an odd
+    KV-head count holds 128·H bytes per page, no multiple of the slab alignment), so the automatic policy never
+    refuses a legal configuration and lands on the curve at every M."""
+    from kvsim.kvmodel.store.capacity import build_layout, capacity_curve
+    from kvsim.kvmodel.store.config import ModelGeometry
+
+    base = config(max_context=1024, max_concurrency=3, profile=profile, backend=backend,
+                  model=ModelGeometry(full_attention_layers=2, kv_heads=heads, head_dim=256))
+    curve = capacity_curve(base)
+    for m in range(curve.m_min, curve.m_max + 1):
+        assert build_layout(base, m).reservation_bytes == curve.bytes_at(m), m
+    for m in (curve.m_min, (curve.m_min + curve.m_max) // 2, curve.m_max):
+        free = curve.bytes_at(m) + 1000 + (curve.b_step - 1)  # headroom 1000, just short of M + 1
+        st = KVStore(dataclasses.replace(base, capacity=CapacityPolicy(free_bytes=free, headroom_bytes=1000)))
+        assert st.resolution.m == m
+        Checker(st).config()
+        assert_kept(st, "CAP-1")
+
+
 def test_cap1_explicit_policy_bounds_are_config_errors():
     with pytest.raises(ConfigError, match="CAP-1"):
         resolve_explicit(100, max_context=128, m_min=2, m_max=6)  # K_main < S
