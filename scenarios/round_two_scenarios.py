@@ -61,9 +61,94 @@ def clamped_budget_write_beyond_s() -> Trace:
     return t
 
 
+# -- 2. Host plans judged on the extent layout (decision 23) ---------------------------------------------------
+
+def _fragmented_arena(t: Trace) -> None:
+    """Arena of 4 strides; the engine names every offset, so the model knows the layout: c0's block 1 at
+    stride 1, c1 at stride 2, holes [0, 1) and [3, 4): 2 strides of free bytes, no 2-stride hole."""
+    S = BF16_PAGE
+    _checkpoint(t, "s0", 128, "c0")  # 2 pages
+    _checkpoint(t, "s1", 64, "c1")  # 1 page
+    _checkpoint(t, "s2", 128, "c2")  # 2 pages
+    t.offload("c0", [0, 1], offsets=[0, S])
+    t.offload("c1", [0], offsets=[2 * S])
+    t.drop_host("c0", [0])
+
+
+def host_plan_on_known_layout() -> Trace:
+    t = Trace("host_plan_on_known_layout",
+              'The engine names its Host offsets, so the arena\'s extent layout is known; a later 1-page offload '
+              'without offsets fits one of the 1-stride holes (any hole will do: placement is the engine\'s), and '
+              'once c1\'s extent is dropped a 2-page plan finds its hole too (store contract "Plan 必须针对完整 '
+              'release/allocation recipe 验证 extent geometry；free_bytes 只是占用摘要"; decision 23)',
+              config(kv_capacity=M128, host_arena_bytes=4 * BF16_PAGE))
+    _fragmented_arena(t)
+    t.offload("c2", [1])  # 1 stride: a hole exists
+    t.ckpt("c2", replicas=["device", "both"])
+    t.drop_host("c1", [0])
+    t.drop_host("c2", [1])
+    t.offload("c2", [0, 1], offsets=[2 * BF16_PAGE, 3 * BF16_PAGE])  # the hole [2, 4) the drops opened
+    t.ckpt("c2", replicas=["both", "both"])
+    for ckpt in ("c0", "c1", "c2"):
+        t.release(ckpt)
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
+def host_plan_without_offsets_on_fragmented_layout() -> Trace:
+    t = Trace("REP-3_host_plan_without_offsets_on_fragmented_layout",
+              'The engine plans a 2-page offload on free bytes (2 strides free) and does not say where it put it; '
+              'the layout its own offsets gave has only 1-stride holes, so no placement exists (store contract '
+              '"free_bytes 只是占用摘要，不是可分配性的充分证明"; decision 23)',
+              config(kv_capacity=M128, host_arena_bytes=4 * BF16_PAGE))
+    _fragmented_arena(t)
+    t.offload("c2", [0, 1], expect="REP-3")
+    t.ckpt("c2", replicas=["device", "device"])  # the rejected copy published nothing
+    t.ckpt("c0", replicas=["device", "both"])
+    for ckpt in ("c2", "c1", "c0"):
+        t.release(ckpt)
+    return t
+
+
+# -- 3. Host replicas packed in logical block order (decision 22) ----------------------------------------------
+
+def host_replica_logical_order() -> Trace:
+    S = BF16_PAGE
+    t = Trace("host_replica_logical_order",
+              'The engine lists the blocks of an offload as [1, 0] and packs them in logical order: block 0 at the '
+              'extent\'s first stride, block 1 at the next (store contract "Host replica 使用 logical-order packed '
+              'HostKVPageLayout"; decision 22)', config(**HOST))
+    _checkpoint(t, "s0", 128, "c0")
+    t.offload("c0", [1, 0], offsets=[3 * S, 2 * S])
+    t.ckpt("c0", replicas=["both", "both"])
+    t.drop_device("c0", [0, 1])
+    t.activate("s1", 128, 0, src="c0")  # both blocks restored from their packed Host extent
+    t.row("s1", frontier=128)
+    t.finish("s1")
+    t.release("c0")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
+def host_replica_reverses_logical_order() -> Trace:
+    S = BF16_PAGE
+    t = Trace("REP-3_host_replica_reverses_logical_order",
+              'The engine lists the blocks of an offload as [1, 0] and packs them in that listed order, block 1 '
+              'before block 0: the extent is not in logical block order (store contract "Host replica 使用 '
+              'logical-order packed HostKVPageLayout"; decision 22)', config(**HOST))
+    _checkpoint(t, "s0", 128, "c0")
+    t.offload("c0", [1, 0], offsets=[2 * S, 3 * S], expect="REP-3")
+    t.ckpt("c0", replicas=["device", "device"])  # nothing was published
+    t.offload("c0", [0, 1], offsets=[2 * S, 3 * S])  # the engine's retry, in logical order
+    t.ckpt("c0", replicas=["both", "both"])
+    t.release("c0")
+    return t
+
+
 def legal() -> list[Trace]:
-    return [effective_budget_clamped()]
+    return [effective_budget_clamped(), host_plan_on_known_layout(), host_replica_logical_order()]
 
 
 def violations() -> list[Trace]:
-    return [clamped_budget_write_beyond_s()]
+    return [clamped_budget_write_beyond_s(), host_plan_without_offsets_on_fragmented_layout(),
+            host_replica_reverses_logical_order()]

@@ -79,7 +79,7 @@ def offload(st, ckpt: str, pool: str, blocks, offsets=None) -> None:
         offsets = [o for o, page in zip(offsets, pages) if page in todo]
     if not todo:
         return
-    dest = host_place.place(st, pool, len(todo), offsets, ckpt=ckpt)
+    dest = host_place.place(st, pool, len(todo), offsets, [p.block for p in todo], ckpt=ckpt)
     stride = st.pools[pool].page_bytes
     for page, off in zip(todo, dest):
         st.emit(DeviceToHost(pool, page.device, off))
@@ -164,7 +164,7 @@ def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:
             raise violation("REP-1", f"transfer {x.xid!r}: block {page.block} already has a Device replica",
                             xfer=x.xid, block=page.block)
     if x.direction == "d2h":
-        x.dest = host_place.place(st, x.pool, len(x.pages), engine_offsets, xfer=x.xid)
+        x.dest = host_place.place(st, x.pool, len(x.pages), engine_offsets, x.blocks, xfer=x.xid)
     else:
         pool = st.pools[x.pool]
         cov.check("CAP-3", exercised=True)

@@ -37,15 +37,21 @@ def rep_2(st, page, full):
 
 @state_rule("REP-3", "Host arena extents are in bounds and disjoint; plans are checked against geometry",
             'store contract: "Plan 必须针对完整 release/allocation recipe 验证 extent geometry"', scope="store",
-            decisions="Host placement is the engine's (kvmodel.store.host_place). A copy's pages are one packed "
-                      "extent of n page strides in logical order (\"Host replica 使用 logical-order packed "
-                      "HostKVPageLayout\"); partial release frees page slices. With the engine's `offsets` "
-                      "(offload / d2h xfer result) the extent is checked for real: packed, inside the arena, "
-                      "overlapping no extent the engine placed (one the model guessed moves away). Without them "
-                      "the model places the pages itself (first fit, else page by page, else a placeholder beyond "
-                      "the arena) and claims REP-3 only when no placement can hold them: the arena's free bytes, "
-                      "which do not depend on placement, are short. It never blames the engine for the model's "
-                      "own first-fit fragmentation.")
+            decisions="Host placement is the engine's (kvmodel.store.host_place). Decision 22 (store contract "
+                      "\"Host replica 使用 logical-order packed HostKVPageLayout\", L165): a copy's pages are one "
+                      "packed extent of n page strides in logical block order, whatever order the trace lists the "
+                      "blocks in: offsets that follow a listed order [1, 0] (block 1 before block 0) are the "
+                      "violation, and the model's own guesses pack in logical order too; partial release frees "
+                      "page slices. With the engine's `offsets` (offload / d2h xfer result) the extent is checked "
+                      "for real: packed, inside the arena, overlapping no extent the engine placed (one the model "
+                      "guessed moves away). Decision 23 (store contract \"Plan 必须针对完整 release/allocation recipe "
+                      "验证 extent geometry；free_bytes 只是占用摘要，不是可分配性的充分证明\", L170-171): without "
+                      "offsets, when every live extent was placed where the engine said, the model knows the layout "
+                      "and the plan needs a hole of n strides (any fit: placement is the engine's, so no first-fit "
+                      "choice is imposed), else REP-3 although free bytes suffice. Only where the model's own "
+                      "guesses stand in the layout does it fall back to free bytes (which do not depend on "
+                      "placement) and count the check as partial (kvreport `rules.REP-3.partial`); it never blames "
+                      "the engine for the model's own fragmentation.")
 def rep_3(st, touched, full):
     """Whole arena in the audit (`full`), else only the extents the last operation touched (`st.t_host`).
 
