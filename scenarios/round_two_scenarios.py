@@ -145,10 +145,55 @@ def host_replica_reverses_logical_order() -> Trace:
     return t
 
 
+# -- 6. pins start at reserve (decision 24) ------------------------------------------------------------------------
+
+def reads_while_copy_reserved() -> Trace:
+    t = Trace("reads_while_copy_reserved",
+              'A D2H copy of c0 is reserved but not yet copying: the transaction already pins c0\'s pages, which '
+              'forbids releasing or writing them, not reading them: a Fork reads c0 before the copy starts, and '
+              'c0 resumes by Move and appends only once the copy is published (store contract "Copy 进行时 source '
+              '与 destination 都被 pin", "唯一有效 source 也不能先释放"; decision 24)', config(**HOST))
+    _checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
+    t.activate("s1", 200, 0, src="c0")  # Fork: 3 shared full pages + a private copy of the 8-column tail
+    t.row("s1", frontier=200)
+    t.finish("s1")
+    t.activate("s0", 200, 56, src="c0", keep_source=False)  # Move: the pinned pages stay where they are
+    for phase in ("copy", "verify", "publish"):
+        t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], phase)
+    t.step("s0", 200, 256)  # the pins are gone: the tail takes writes
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "release_source")  # s0 still reads them: the sources stay
+    t.row("s0", table=[0, 1, 2, 3], frontier=256)
+    t.pool(allocated=4, reserved=0, available=124)
+    t.finish("s0")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
+def drop_source_before_copy() -> Trace:
+    t = Trace("REP-2_drop_source_before_copy",
+              'The engine reserves a D2H copy of c0\'s blocks 0 and 1, then, before the copy starts, drops block '
+              '0\'s Device replica because its Host replica is current: the transaction already pins it (store '
+              'contract "Copy 完成前 ... 唯一有效 source 也不能先释放", "source/destination pins"; decision 24)',
+              config(**HOST))
+    _checkpoint(t, "s0", 128, "c0")
+    t.offload("c0", [0])
+    t.xfer("x1", "d2h", "c0", [0, 1], "reserve")
+    t.drop_device("c0", [0], expect="REP-2")
+    t.ckpt("c0", replicas=["both", "device"])  # the rejected drop changed nothing
+    for phase in ("copy", "verify", "publish", "release_source"):
+        t.xfer("x1", "d2h", "c0", [0, 1], phase)
+    t.ckpt("c0", replicas=["host", "host"])
+    t.release("c0")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
 def legal() -> list[Trace]:
-    return [effective_budget_clamped(), host_plan_on_known_layout(), host_replica_logical_order()]
+    return [effective_budget_clamped(), host_plan_on_known_layout(), host_replica_logical_order(),
+            reads_while_copy_reserved()]
 
 
 def violations() -> list[Trace]:
     return [clamped_budget_write_beyond_s(), host_plan_without_offsets_on_fragmented_layout(),
-            host_replica_reverses_logical_order()]
+            host_replica_reverses_logical_order(), drop_source_before_copy()]

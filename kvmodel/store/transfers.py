@@ -27,8 +27,7 @@ PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 class Transfer:
     """A phase-by-phase Host/Device replacement copy ("reserve destination -> copy ... -> release source")."""
 
-    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "blocks", "generations", "phase", "dest", "snap",
-                 "pinned_source")
+    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "blocks", "generations", "phase", "dest", "snap")
 
     def __init__(self, xid, direction, ckpt, pool, pages):
         self.xid, self.direction, self.ckpt, self.pool, self.pages = xid, direction, ckpt, pool, pages
@@ -37,7 +36,6 @@ class Transfer:
         self.phase = None  # last completed phase
         self.dest = []  # d2h: host offsets; h2d: device page ids
         self.snap = []  # (epoch, coverage) copied per page
-        self.pinned_source = False
 
 
 def _not_pinned(st, pages, op, ckpt, pool):
@@ -192,7 +190,10 @@ def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:
             st.guessed.update((x.pool, d) for d in x.dest)
         st.t_pools[x.pool] = None
     for page in x.pages:
-        page.pins += 1  # destination pin
+        # Decision 24 (REP-2): the transaction pins the page from its first step, "reserve destination", until
+        # publish: a source pin and a destination pin ("Copy 进行时 source 与 destination 都被 pin"; "Copy 完成前
+        # ... 唯一有效 source 也不能先释放" covers the reserve -> copy window too)
+        page.pins += 2
         st.t_pages[page] = None
     x.phase = "reserve"
     st.xfers[x.xid] = x
@@ -217,11 +218,8 @@ def _touch_extents(st, x: Transfer) -> None:
 
 def _copy(st, x: Transfer) -> None:
     for page, dest in zip(x.pages, x.dest):
-        page.pins += 1  # source pin while the payload is copied
-        st.t_pages[page] = None
         st.emit(DeviceToHost(x.pool, page.device, dest) if x.direction == "d2h"
                 else HostToDevice(x.pool, page.host.offset, dest))
-    x.pinned_source = True
     x.snap = [(page.epoch, page.committed) for page in x.pages]
 
 
@@ -243,7 +241,6 @@ def _publish(st, x: Transfer) -> None:
             page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_
         page.pins -= 2
         st.t_pages[page] = None
-    x.pinned_source = False
     for page in x.pages:
         st.maybe_reclaim(page)
 

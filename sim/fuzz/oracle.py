@@ -473,15 +473,13 @@ class Oracle:
         else:
             x.dest_leases = len(objs)
         for blk in objs:
-            blk.pins += 1
+            blk.pins += 2  # source and destination pins from reserve to publish (REP-2, decision 24)
         self.xfers[xid] = x
 
     def xfer_phase(self, xid: str, phase: str) -> None:
         x = self.xfers[xid]
         stride = self.f.page_bytes[x.pool]
         if phase == "copy":
-            for blk in x.blocks:
-                blk.pins += 1
             x.snap = [blk.version for blk in x.blocks]
         elif phase == "publish":
             for blk, v in zip(x.blocks, x.snap):

@@ -16,9 +16,14 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
 
 @state_rule("REP-2", "Source and destination are pinned during a copy; pinned pages are not evicted or reused",
             'store contract: "Copy 进行时 source 与 destination 都被 pin"', scope="page",
-            decisions="A transfer pins its destination from reserve and its source from copy until publish; "
-                      "drop/offload/transfer of a pinned page, and a launch writing into a pinned page (store "
-                      "contract \"source/destination pins\"), are violations. Pins do not forbid reading: Fork or "
+            decisions="Decision 24 (when pins start; store contract \"Copy 进行时 source 与 destination 都被 pin。Copy "
+                      "完成前，destination 不进入 address space 或 execution table；唯一有效 source 也不能先释放\", L178, "
+                      "and \"只有当 references、replicas 和 transaction pins 均为零时，descriptor 才能回收\", L179): "
+                      "the copy transaction begins with \"reserve destination\", and the source may not be released "
+                      "at any time before the copy completes, so a transfer pins the page, source and destination "
+                      "alike, from `reserve` until `publish` (kvmodel.store.transfers). Drop/offload/transfer of a "
+                      "pinned page, and a launch writing into a pinned page (store contract \"source/destination "
+                      "pins\"), are violations from `reserve` on. Pins do not forbid reading: Fork or "
                       "Move from a checkpoint an in-flight copy pins is legal; only a page whose h2d restore is "
                       "still in flight (no Device replica yet) makes an activation wait (refusal `busy`).")
 def rep_2(st, page, full):
@@ -29,7 +34,7 @@ def rep_2(st, page, full):
     want = 0
     for x in st.xfers.values():
         if page in x.pages and x.phase in ("reserve", "copy", "verify"):
-            want += 2 if x.pinned_source else 1
+            want += 2  # a source and a destination pin from reserve to publish (decision 24)
     if page.pins != want:
         return f"page {page.handle} has {page.pins} pins, open transfers account for {want}"
     return True if want else None

@@ -73,7 +73,7 @@ def test_rep2_keeps_pins_while_copying():
         pins.append(page.pins)
         if step[-1] == "copy":  # copy pins forbid releasing the source, not reading it: a Fork is legal
             run(st, ("activate", "s", 200, 0, {"source": "c"}), ("finish", "s", None))
-    assert pins == [1, 2, 2, 0, 0]  # destination pinned from reserve, source from copy, both until publish
+    assert pins == [2, 2, 2, 0, 0]  # decision 24: source and destination pinned from reserve until publish
     assert_kept(st, "REP-2")
 
 
@@ -85,6 +85,15 @@ def test_rep2_fires_on_a_pin_no_transfer_accounts_for():
     page.pins += 1  # a copy that never unpinned
     touch(st, pages=[page])
     assert_detected(st, "REP-2")
+
+
+@pytest.mark.rule("REP-2", "fires")
+def test_rep2_fires_on_dropping_a_source_reserved_but_not_yet_copied():
+    """Decision 24: "唯一有效 source 也不能先释放" holds from `reserve`, before the copy has started."""
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, ("offload", "c", "main", [0]), *xfer_steps("h", "d2h", "c", [0, 1], PHASES[:1]))
+    assert_violation(st, "REP-2", "drop_device", "c", "main", [0])
 
 
 def test_rep2_fires_on_dropping_a_pinned_page():
