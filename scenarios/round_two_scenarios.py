@@ -189,11 +189,74 @@ def drop_source_before_copy() -> Trace:
     return t
 
 
+# -- 4. bounded growth under kv_lease_growth (decision 25) ------------------------------------------------------
+
+GROWTH = dict(max_concurrency=2, kv_capacity={"tokens": 4096}, prefill_chunk=128,
+              kv_lease_growth={"window": 128, "cushion_pages": 1})  # M = 64; window max(128, 128) tokens
+
+
+def _decoding(t: Trace) -> None:
+    """s0: prompt 1280, raw budget 2816 (ceiling S = 4096); entitlement ceil((1280 + 128)/64) + 1 = 23 pages;
+    prefilled and decoded to 1408 (22 pages)."""
+    t.activate("s0", 1280, 2816)
+    t.prefill("s0", 1280)
+    t.advance("s0", 1280, 1344)
+    t.advance("s0", 1344, 1408)
+
+
+def growth_to_the_window_bound() -> Trace:
+    t = Trace("growth_to_the_window_bound",
+              'kv_lease_growth: at each round boundary the engine grows s0 to exactly the current frontier + the '
+              'bounded window + the cushion, stated once and once only visible in its counters; the rest of the '
+              'output budget stays unleased (store contract "Generation 只租用「当前 frontier 加一个 bounded window'
+              '（约 4096 tokens）加一个 per-lane cushion」的 page count"; decision 25)', config(**GROWTH))
+    _decoding(t)
+    t.grow("s0", result={"ok": True, "entitlement": {"main": 25}})  # ceil((1408 + 128)/64) + 1 = 25
+    t.pool(allocated=22, reserved=3, available=39)
+    t.advance("s0", 1408, 1472)
+    t.advance("s0", 1472, 1536)  # 24 pages
+    t.grow("s0", result={"ok": True})  # ceil((1536 + 128)/64) + 1 = 27
+    t.pool(allocated=24, reserved=3, available=37)
+    t.finish("s0")
+    t.pool(allocated=0, reserved=0, available=64)
+    return t
+
+
+def growth_leases_whole_budget() -> Trace:
+    t = Trace("ENT-5_growth_leases_whole_budget",
+              'At a round boundary the engine grows s0\'s lease to the whole remaining output budget (64 pages, '
+              'up to S) instead of frontier + window + cushion = 25 pages: the pages beyond the window are '
+              'withheld from retained prefixes (store contract "window 之外、尚未取得的 output budget 不计入 active '
+              'entitlement"; decision 25)', config(**GROWTH))
+    _decoding(t)
+    t.grow("s0", result={"ok": True, "entitlement": {"main": 64}}, expect="ENT-5")
+    t.pool(allocated=22, reserved=1, available=41)  # the rejected growth changed nothing
+    t.grow("s0", result={"ok": True, "entitlement": {"main": 25}})  # the engine's bounded retry
+    t.pool(allocated=22, reserved=3, available=39)
+    t.finish("s0")
+    return t
+
+
+def growth_beyond_window_in_counters() -> Trace:
+    t = Trace("ENT-5_growth_beyond_window_in_counters",
+              'The engine\'s accepted growth does not state its size; its pool counters then show s0 holding 64 '
+              'pages (the whole output budget) where frontier + window + cushion allows 25 (store contract '
+              '"Generation 只租用「当前 frontier 加一个 bounded window ... 加一个 per-lane cushion」的 page count"; '
+              'decision 25)', config(**GROWTH))
+    _decoding(t)
+    t.grow("s0", result={"ok": True})
+    t.pool(allocated=22, reserved=42, available=0, expect="ENT-5")
+    t.pool(allocated=22, reserved=3, available=39)  # the model's own step (the bound) stands
+    t.finish("s0")
+    return t
+
+
 def legal() -> list[Trace]:
     return [effective_budget_clamped(), host_plan_on_known_layout(), host_replica_logical_order(),
-            reads_while_copy_reserved()]
+            reads_while_copy_reserved(), growth_to_the_window_bound()]
 
 
 def violations() -> list[Trace]:
     return [clamped_budget_write_beyond_s(), host_plan_without_offsets_on_fragmented_layout(),
-            host_replica_reverses_logical_order(), drop_source_before_copy()]
+            host_replica_reverses_logical_order(), drop_source_before_copy(), growth_leases_whole_budget(),
+            growth_beyond_window_in_counters()]

@@ -198,6 +198,7 @@ def check_engine_growth(st, seq: str, ok: bool, entitlement: dict | None):
         if not _fits(st, bundle, target):
             raise violation("TRACE-1", f"accepted growth to {target} does not fit global available capacity",
                             seq=seq)
+        _check_bounded(st, seq, full, target)
         return target
     need = [p for p, s in spaces.items() if full[p] > s.entitlement]
     main = spaces["main"]
@@ -210,6 +211,29 @@ def check_engine_growth(st, seq: str, ok: bool, entitlement: dict | None):
         room = min(st.pools[p].available for p in need)
         planned = {p: min(full[p], s.entitlement + room) for p, s in spaces.items()}
     return planned
+
+
+def growth_bound(st, seq: str) -> dict[str, int]:
+    """{pool: the most pages kv_lease_growth may lease now}: ceil((frontier + window)/P) + cushion, capped by the
+    request's ceiling, never below the current entitlement (pure; for `observe` to judge a growth read from
+    counters)."""
+    bundle, full = _growth_frame(st, seq)
+    return {p: s.entitlement for p, s in bundle.spaces.items()} if isinstance(full, Refusal) else full
+
+
+def _check_bounded(st, seq: str, bound: dict, target: dict) -> None:
+    """ENT-5: a growth leases at most the current frontier + the bounded window + the per-lane cushion.
+
+    Store contract: "Generation 只租用「当前 frontier 加一个 bounded window（约 4096 tokens）加一个 per-lane
+    cushion」的 page count，并在每个 decode-round 边界按需扩充该 window；window 之外、尚未取得的 output budget 不计入
+    active entitlement" (L196-199) and "启用 kv_lease_growth 时它只在 decode-round边界按需增大" (L342)."""
+    st.cov.check("ENT-5", exercised=True)
+    over = [p for p in target if target[p] > bound[p]]
+    if over:
+        p = over[0]
+        raise violation("ENT-5", f"growth leases {target[p]} {p} pages for {seq!r}; kv_lease_growth leases at most "
+                        f"the frontier + the bounded window + the cushion = {bound[p]} pages", seq=seq, pool=p,
+                        entitlement=target[p], bound=bound[p])
 
 
 def grow(st, seq: str, engine_bounded_at: int | None = None, engine: tuple | None = None):
@@ -232,7 +256,8 @@ def grow(st, seq: str, engine_bounded_at: int | None = None, engine: tuple | Non
             bundle.bounded_at = plan.bounded_at
         return plan
     if engine is not None and engine[0] and engine[1] is None:  # the engine's step is unknown: a guess
-        before = {p: s.entitlement for p, s in bundle.spaces.items()}
+        bound = growth_bound(st, seq)  # what the engine may hold at most (ENT-5), judged at `observe`
+        before = {p: (s.entitlement, bound[p]) for p, s in bundle.spaces.items()}
         bundle.growth_guess = before if bundle.growth_guess is None else bundle.growth_guess
     elif engine is not None:
         bundle.growth_guess = None  # the engine said what it holds

@@ -51,6 +51,21 @@ transition_rule("ENT-3", "Launches are covered by entitlement at the round bound
                           "stays within the entitlement.")
 
 
+transition_rule("ENT-5", "kv_lease_growth leases at most the frontier + the bounded window + the per-lane cushion",
+                'store contract: "Generation 只租用「当前 frontier 加一个 bounded window（约 4096 tokens）加一个 per-lane '
+                'cushion」的 page count"', mapping.check_engine_growth,
+                decisions="Decision 25 (bounded growth; store contract L196-199, \"window 之外、尚未取得的 output budget "
+                          "不计入 active entitlement\", and L342 \"启用 kv_lease_growth 时它只在 decode-round边界按需增大\"): "
+                          "at a growth (a round boundary) a bundle may lease at most ceil(min(ceiling, committed + "
+                          "window)/P) + cushion Main pages (window = max(prefill_chunk, window); MTP with its "
+                          "ceil((K−1)/P) lead, Draft Full equal to Main), never less than it already holds. The "
+                          "contract fixes no step, so any growth up to that bound is legal; a lease beyond it (the "
+                          "whole remaining budget, say) is the violation, whether the `grow` result states it "
+                          "(kvmodel.store.mapping.check_engine_growth) or only the engine's next pool counters "
+                          "show it (kvmodel.store.observe). A growth that does not fit global available is TRACE-1 "
+                          "first.")
+
+
 @state_rule("ENT-4", "Truncated leases return to the same reservation; the last partial page is kept",
             'store contract: "对 active address space，解除的 Device leases 回到 同一 active reservation"', scope="space",
             evidence="model",

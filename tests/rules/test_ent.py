@@ -167,6 +167,46 @@ def test_ent3_fires_on_a_launch_beyond_a_root_entitlement():
     assert_violation(st, "ENT-3", "launch", "u", [("a", "main", (0, 129))])
 
 
+# -- ENT-5 ----------------------------------------------------------------------------------------
+
+def decoding(st):
+    """a: prompt 100 under a 4096-token window (68 pages), committed to 4200: the bound is
+    ceil(min(8100, 4200 + 4096)/64) + 2 = 127 pages."""
+    run(st, ("activate", "a", 100, 8000), ("map", "a", "main", 4200), ("launch", "u1", [("a", "main", (0, 4200))]),
+        ("complete", "u1", [("a", "main", 4200)]))
+
+
+@pytest.mark.rule("ENT-5", "keeps")
+def test_ent5_keeps_growth_up_to_frontier_window_and_cushion():
+    """Decision 25: any step up to the bound is the engine's choice, stated or read from its counters."""
+    st = growth_store()
+    decoding(st)
+    run(st, ("grow", "a", None, (True, {"main": 100})))  # the engine's own step
+    assert st.space_of("a", "main").entitlement == 100
+    run(st, ("grow", "a", None, (True, None)))  # unstated: the model's guess is the bound, 127
+    c = st.pool_counters("main")
+    run(st, ("observe_pool", "main", c["allocated"], c["reserved"] - 7, c["available"] + 7))  # 120 <= 127
+    assert st.space_of("a", "main").entitlement == 120
+    run(st, ("grow", "a", None, (True, {"main": 127})))  # exactly the bound
+    assert_kept(st, "ENT-5")
+
+
+@pytest.mark.rule("ENT-5", "fires")
+def test_ent5_fires_on_a_stated_lease_beyond_the_window():
+    st = growth_store()
+    decoding(st)
+    assert_violation(st, "ENT-5", "grow", "a", None, (True, {"main": 128}))  # within L, beyond the bound
+
+
+@pytest.mark.rule("ENT-5", "fires")
+def test_ent5_fires_on_counters_showing_a_lease_beyond_the_window():
+    st = growth_store()
+    decoding(st)
+    run(st, ("grow", "a", None, (True, {"main": 100})), ("grow", "a", None, (True, None)))  # guess: 127
+    c = st.pool_counters("main")
+    assert_violation(st, "ENT-5", "observe_pool", "main", c["allocated"], c["reserved"] + 1, c["available"] - 1)
+
+
 # -- ENT-4 ----------------------------------------------------------------------------------------
 
 @pytest.mark.rule("ENT-4", "keeps")
