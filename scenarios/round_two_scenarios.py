@@ -251,12 +251,62 @@ def growth_beyond_window_in_counters() -> Trace:
     return t
 
 
+# -- 5. truncate of a copy-pinned private page (decision 26) -----------------------------------------------------
+
+def _moved_while_copying(t: Trace) -> None:
+    """c0 (200 tokens on the engine's pages 0..3) is being copied to the Host (x1 reserved and copying) when
+    s0 resumes it by Move (entitlement ceil(256/64) = 4 = membership: reservation 0), then truncates to 128:
+    blocks 2 and 3, private and pinned by x1, are unmapped."""
+    _checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
+    t.activate("s0", 200, 56, src="c0", keep_source=False)
+    t.truncate("s0", 128)
+
+
+def truncate_copy_pinned_page() -> Trace:
+    t = Trace("truncate_copy_pinned_page",
+              'A truncate unmaps two private pages a D2H copy still pins: their leases go back to the same '
+              'reservation at once (allocated 4 -> 2, reserved 0 -> 2), never to global available, and the '
+              'entitlement still covers 256 tokens; the page groups stay the copy\'s until it publishes (store '
+              'contract "解除的 Device leases 回到 同一 active reservation，而不是全局 available capacity", "Copy 进行时 '
+              'source 与 destination 都被 pin"; decision 26)', config(**HOST))
+    _moved_while_copying(t)
+    t.row("s0", table=[0, 1], frontier=128)
+    t.pool(allocated=2, reserved=2, available=124)
+    t.map("s0", 256, result={"ok": True, "pages": [4, 5]})  # within the entitlement; pages 2, 3 are still pinned
+    t.step("s0", 128, 256)
+    for phase in ("verify", "publish", "release_source"):  # blocks 0, 1 unchanged; 2, 3 published and reclaimed
+        t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], phase)
+    t.row("s0", table=[0, 1, 4, 5], frontier=256)
+    t.pool(allocated=4, reserved=0, available=124)
+    t.finish("s0")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
+def truncated_pinned_lease_to_global() -> Trace:
+    t = Trace("TRACE-1_truncated_pinned_lease_to_global",
+              'The engine returns the leases of two truncated pages a D2H copy still pins to global available '
+              '(available 126) instead of to s0\'s reservation: other requests could take capacity s0 was '
+              'guaranteed (store contract "解除的 Device leases 回到 同一 active reservation，而不是全局 available '
+              'capacity"; decision 26)', config(**HOST))
+    _moved_while_copying(t)
+    t.pool(allocated=2, reserved=0, available=126, expect="TRACE-1")
+    t.pool(allocated=2, reserved=2, available=124)
+    for phase in ("verify", "publish", "release_source"):
+        t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], phase)
+    t.finish("s0")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
 def legal() -> list[Trace]:
     return [effective_budget_clamped(), host_plan_on_known_layout(), host_replica_logical_order(),
-            reads_while_copy_reserved(), growth_to_the_window_bound()]
+            reads_while_copy_reserved(), growth_to_the_window_bound(), truncate_copy_pinned_page()]
 
 
 def violations() -> list[Trace]:
     return [clamped_budget_write_beyond_s(), host_plan_without_offsets_on_fragmented_layout(),
             host_replica_reverses_logical_order(), drop_source_before_copy(), growth_leases_whole_budget(),
-            growth_beyond_window_in_counters()]
+            growth_beyond_window_in_counters(), truncated_pinned_lease_to_global()]

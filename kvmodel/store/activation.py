@@ -164,6 +164,7 @@ def _plan_rows_and_pages(st, seq, ceiling, plans, rows, pages, keep_source, cov)
         pool = st.pools[plan.pool]
         if plan.need > pool.available:
             return Refusal("capacity", f"{plan.pool}: needs {plan.need} pages, {pool.available} available")
+        st.check_free_ids(plan.pool, plan.restores + plan.cows, seq=seq)
     for i, plan in enumerate(plans):
         table = st.tables[plan.pool]
         cov.check("AS-1", exercised=rows is not None)

@@ -75,6 +75,7 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
     new = needed - have
     pp = st.pools[pool]
+    st.check_free_ids(pool, new, seq=seq)
     if engine_pages is not None:
         if len(engine_pages) != new:
             raise violation("ENT-2", f"ensure_mapped_to_tokens({tokens}) needs {new} new pages, the engine "
@@ -314,6 +315,7 @@ def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):
     if outcome is not None:
         return outcome
     pp = st.pools[pool]
+    st.check_free_ids(pool, 1, seq=seq, block=block)
     if engine_page is not None:
         st.cov.check("PAGE-1", exercised=True)
         if not adopt.free_for_engine(st, pool, engine_page):

@@ -36,7 +36,7 @@ class HostReplica:
 
 class LogicalKVPage:
     __slots__ = ("pool", "index", "generation", "block", "epoch", "committed", "holders", "writer",
-                 "device", "dev_epoch", "dev_cov", "host", "pins", "segments", "alive")
+                 "device", "dev_epoch", "dev_cov", "host", "pins", "segments", "alive", "drained")
 
     def __init__(self, pool: str, index: int, generation: int):
         self.pool = pool
@@ -56,6 +56,9 @@ class LogicalKVPage:
         self.dev_cov = 0
         self.host = None  # HostReplica or None
         self.pins = 0  # transaction pins (REP-2)
+        # its Device lease went back to a reservation while a copy still pins it (ENT-4, decision 26): the
+        # page group stays the copy's until the pin goes, but no longer counts as allocated
+        self.drained = False
         self.segments = []  # [[start_col, writer_token], ...] over committed columns
 
     # -- derived views --------------------------------------------------------------------------
@@ -120,7 +123,7 @@ class LogicalKVPage:
                 None if getattr(self, "writer", None) is None else self.writer.uid,
                 getattr(self, "device", None), getattr(self, "dev_epoch", None), getattr(self, "dev_cov", None),
                 None if getattr(self, "host", None) is None else self.host.key(), getattr(self, "pins", None),
-                tuple(tuple(s) for s in getattr(self, "segments", ())))
+                tuple(tuple(s) for s in getattr(self, "segments", ())), getattr(self, "drained", None))
 
 
 class LogicalPageStore:

@@ -169,6 +169,7 @@ def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:
         if pool.available < len(x.pages):
             raise violation("CAP-3", f"transfer {x.xid!r}: {len(x.pages)} Device pages reserved with "
                             f"{pool.available} available", xfer=x.xid, pool=x.pool)
+        st.check_free_ids(x.pool, len(x.pages), xfer=x.xid)
         if engine_pages is not None:
             engine_pages = list(engine_pages)
             seen = set()

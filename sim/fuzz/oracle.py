@@ -57,7 +57,7 @@ class Block:
     """One logical page as an identity: who holds it, where its replicas are, how far it is committed."""
 
     _n = 0
-    __slots__ = ("n", "holders", "dev", "host", "version", "cols", "pins", "alive")
+    __slots__ = ("n", "holders", "dev", "host", "version", "cols", "pins", "alive", "drained")
 
     def __init__(self, cols: int = 0):
         Block._n += 1
@@ -69,6 +69,7 @@ class Block:
         self.cols = cols  # committed columns (the longest holder's)
         self.pins = 0
         self.alive = True
+        self.drained = False  # its lease already went back to a reservation while a copy pins it
 
     def set_cols(self, cols: int) -> None:
         if cols != self.cols:
@@ -151,7 +152,7 @@ class Oracle:
 
     # -- accounting ---------------------------------------------------------------------------------
     def allocated(self, pool: str) -> int:
-        return (sum(1 for b in self.blocks[pool] if b.dev)
+        return (sum(1 for b in self.blocks[pool] if b.dev and not b.drained)
                 + sum(x.dest_leases for x in self.xfers.values() if x.pool == pool))
 
     def reserved(self, pool: str) -> int:
@@ -181,14 +182,17 @@ class Oracle:
 
     def _drop_holder(self, blk: Block, space: Space, to_reservation: bool = False) -> None:
         """One reference goes; the last one takes the replicas (a freed lease into the same reservation when
-        active). A page others still hold or a copy pins frees no lease: the entitlement shrinks by it
-        (ENT-4's entry: nothing moves between the reservation and global available)."""
+        active; also for a page a copy pins, whose page group stays the copy's until publish). A page others
+        still hold frees no lease: the entitlement shrinks by it (ENT-4's entry)."""
         blk.holders.remove(space)
         if not blk.holders:
             if blk.dev and blk.pins == 0:
                 blk.dev = False
                 if to_reservation:
                     space.reservation += 1
+            elif blk.dev and to_reservation and not blk.drained:  # a copy pins it: the lease goes back to the
+                blk.drained = True  # same reservation at once, the page group stays the copy's (ENT-4, decision 26)
+                space.reservation += 1
             self._maybe_reclaim(blk, space.pool)
             return
         if len(blk.holders) == 1 and blk.holders[0].active:

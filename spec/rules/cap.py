@@ -66,8 +66,10 @@ def cap_3(st, name, full):
         return f"{name}: allocated + reserved + available != capacity {p.capacity}"
     if full:
         leased = sum(1 for _ in p.leased_ids())
-        if leased != p.allocated:
-            return f"{name}: {leased} ids leased but allocated = {p.allocated}"
+        drained = sum(1 for pid in p.leased_ids() if p.holder[pid] is not None and p.holder[pid].drained)
+        if leased != p.allocated + p.draining or drained != p.draining:
+            return f"{name}: {leased} ids leased ({drained} drained) but allocated = {p.allocated}, " \
+                   f"draining = {p.draining}"
     return True
 
 

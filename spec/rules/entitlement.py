@@ -70,15 +70,22 @@ transition_rule("ENT-5", "kv_lease_growth leases at most the frontier + the boun
             'store contract: "对 active address space，解除的 Device leases 回到 同一 active reservation"', scope="space",
             evidence="model",
             decisions="Guards the model: an engine that keeps truncated leases is caught by its counters (TRACE-1 at "
-                      "`observe`). Decision (destructive truncate into a forked prefix, a kvtrace/1 extension): unmapping a "
-                      "member another address space still holds (or a copy still pins) frees no lease, and the "
+                      "`observe`). Decision 16 (destructive truncate into a forked prefix, a kvtrace/1 extension): unmapping a "
+                      "member another address space still holds frees no lease, and the "
                       "entitlement shrinks by that page, always; nothing moves between the reservation and global "
                       "available (store contract \"两者不改变其他 requests 可用的 global capacity\"). An engine reports "
                       "it through unchanged reserved/available counters, and must refuse a later map beyond the "
                       "smaller entitlement (ENT-2); a `cow` of a shared member takes its page from global "
-                      "available. State form: an active space keeps at least ceil(committed/P) pages. Transition "
-                      "(kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped page dematerializes into "
-                      "the reservation; an unmapped shared page frees no lease and the entitlement shrinks by it.")
+                      "available. State form: an active space keeps at least ceil(committed/P) pages. Decision 26 (truncate of a "
+                      "copy-pinned private page; store contract \"对 active address space，解除的 Device leases 回到 同一 "
+                      "active reservation，而不是全局 available capacity\", L240, and \"Copy 进行时 source 与 "
+                      "destination 都被 pin\", L178): its lease goes back to the same reservation at once (allocated "
+                      "− 1, reserved + 1, the entitlement unchanged), exactly as for an unpinned page; the page "
+                      "group itself stays the copy's until `publish` (DevicePagePool.drain) and only then can be "
+                      "materialized again: a lease that finds no free page group because the rest is still pinned "
+                      "is REP-2. Transition (kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped "
+                      "page dematerializes into the reservation; an unmapped shared page frees no lease and the "
+                      "entitlement shrinks by it.")
 def ent_4(st, space, full):
     if len(space.pages) * PAGE_SIZE < space.committed:
         return (f"{space.owner!r} ({space.pool}) keeps {len(space.pages)} pages for frontier {space.committed} "

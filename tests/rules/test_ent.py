@@ -226,6 +226,44 @@ def test_ent4_keeps_truncated_leases_in_the_same_reservation():
     assert_kept(st, "ENT-4")
 
 
+def pinned_and_truncated(st):
+    """c (200 tokens, 4 pages) is being copied to the Host when a resumes it by Move and truncates to 128:
+    blocks 2 and 3, private and pinned by the copy, are unmapped."""
+    retained(st, "c", 200)
+    run(st, ("xfer", "x", "d2h", "c", "main", [0, 1, 2, 3], "reserve"),
+        ("xfer", "x", "d2h", "c", "main", [0, 1, 2, 3], "copy"),
+        ("activate", "a", 200, 56, {"source": "c", "keep_source": False}))
+
+
+@pytest.mark.rule("ENT-4", "keeps")
+def test_ent4_keeps_a_truncated_copy_pinned_lease_in_the_same_reservation():
+    """Decision 26: the lease goes back to the same reservation at once; the page group stays pinned."""
+    st = small(host_pages=8)
+    pinned_and_truncated(st)
+    space, pool = st.space_of("a", "main"), st.pools["main"]
+    before = st.pool_counters("main")
+    run(st, ("truncate", "a", "main", 128))
+    after = st.pool_counters("main")
+    assert (after["allocated"], after["reserved"], after["available"]) == \
+        (before["allocated"] - 2, before["reserved"] + 2, before["available"])
+    assert space.entitlement == 4 and pool.draining == 2 and pool.free_ids == pool.capacity - 4
+    run(st, ("map", "a", "main", 256))  # the entitlement is intact (ENT-2 would refuse otherwise)
+    for phase in ("verify", "publish", "release_source"):
+        run(st, ("xfer", "x", "d2h", "c", "main", [0, 1, 2, 3], phase))
+    assert pool.draining == 0 and st.pool_counters("main")["allocated"] == 4
+    assert_kept(st, "ENT-4")
+
+
+@pytest.mark.rule("REP-2", "fires")
+def test_rep2_fires_on_materializing_while_only_a_pinned_page_group_is_left():
+    st = small(host_pages=8, tokens=20 * 64)  # M = 20
+    pinned_and_truncated(st)
+    run(st, ("activate", "b", 900, 124), ("map", "b", "main", 1024))  # b holds 16: allocated 20, available 0
+    run(st, ("truncate", "a", "main", 128))  # 2 units back in a's reservation, their page groups still pinned
+    assert st.pools["main"].free_ids == 0
+    assert_violation(st, "REP-2", "map", "a", "main", 256)
+
+
 @pytest.mark.rule("ENT-4", "fires")
 def test_ent4_fires_when_the_last_partial_page_is_trimmed():
     st = small()
