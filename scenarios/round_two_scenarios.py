@@ -269,8 +269,8 @@ def truncate_copy_pinned_page() -> Trace:
               'A truncate unmaps two private pages a D2H copy still pins: their leases go back to the same '
               'reservation at once (allocated 4 -> 2, reserved 0 -> 2), never to global available, and the '
               'entitlement still covers 256 tokens; the page groups stay the copy\'s until it publishes (store '
-              'contract "解除的 Device leases 回到 同一 active reservation，而不是全局 available capacity", "Copy 进行时 '
-              'source 与 destination 都被 pin"; decision 26)', config(**HOST))
+              'contract "解除的 Device leases 回到 同一 active reservation，而不是全局 available capacity", '
+              '"Copy 进行时 source 与 destination 都被 pin"; decision 26)', config(**HOST))
     _moved_while_copying(t)
     t.row("s0", table=[0, 1], frontier=128)
     t.pool(allocated=2, reserved=2, available=124)
@@ -301,12 +301,61 @@ def truncated_pinned_lease_to_global() -> Trace:
     return t
 
 
+# -- 10. verify after a cut (decision 27; found by `kvsim fuzz --machine host --budget 300 --seed 1`) ----------
+
+def _cut_while_copying(t: Trace) -> None:
+    """The fuzzer's counterexample, shortest form: c0 (200 tokens on pages 0..3) is copied to the Host (x1
+    reserved and copying) when s0 resumes it by Move and truncates to 180: block 2 is cut to 52 columns (a
+    new content epoch) while x1 still pins it, block 3 is unmapped (its lease back in s0's reservation)."""
+    _checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
+    t.activate("s0", 200, 56, src="c0", keep_source=False)
+    t.truncate("s0", 180)
+    t.pool(allocated=3, reserved=1, available=124)
+
+
+def verify_fails_after_cut() -> Trace:
+    t = Trace("verify_fails_after_cut",
+              'A destructive truncate cuts a page a D2H copy still pins (legal: pins forbid releasing and writing '
+              'it, not moving its frontier); the engine\'s verify finds the copy\'s epoch stale and reports it '
+              'failed, the copy is abandoned (nothing published, the Host extent freed, the pins dropped) and s0 '
+              'rewrites its tail (store contract "verify epoch and committed coverage -> publish replica"; '
+              'decision 27)', config(**HOST))
+    _cut_while_copying(t)
+    t.ev("xfer", xfer="x1", dir="d2h", ckpt="c0", pool="main", blocks=[0, 1, 2, 3], phase="verify",
+         result={"ok": False, "error": "epoch"})
+    t.advance("s0", 180, 256)  # block 3 from the reservation; block 2 takes writes again
+    t.row("s0", frontier=256)
+    t.pool(allocated=4, reserved=0, available=124)
+    t.finish("s0", retain="c1")
+    t.offload("c1", [0, 1, 2, 3])  # the arena is whole again: the abandoned copy's extent went back
+    t.ckpt("c1", frontier=256, replicas=["both"] * 4)
+    t.release("c1")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
+def verify_passed_after_cut() -> Trace:
+    t = Trace("PAGE-3_verify_passed_after_cut",
+              'Regression trace of `kvsim fuzz --machine host --budget 300 --seed 1`: the engine reports the verify '
+              'of a D2H copy as passed although a truncate cut block 2 to a new content epoch after it was copied '
+              '(store contract "verify epoch and committed coverage -> publish replica", "replica.epoch=page.epoch"; '
+              'decision 27)', config(**HOST))
+    _cut_while_copying(t)
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "verify", expect="PAGE-3")
+    t.row("s0", table=[0, 1, 2], frontier=180)  # the rejected verify changed nothing
+    t.finish("s0")
+    return t
+
+
 def legal() -> list[Trace]:
     return [effective_budget_clamped(), host_plan_on_known_layout(), host_replica_logical_order(),
-            reads_while_copy_reserved(), growth_to_the_window_bound(), truncate_copy_pinned_page()]
+            reads_while_copy_reserved(), growth_to_the_window_bound(), truncate_copy_pinned_page(),
+            verify_fails_after_cut()]
 
 
 def violations() -> list[Trace]:
     return [clamped_budget_write_beyond_s(), host_plan_without_offsets_on_fragmented_layout(),
             host_replica_reverses_logical_order(), drop_source_before_copy(), growth_leases_whole_budget(),
-            growth_beyond_window_in_counters(), truncated_pinned_lease_to_global()]
+            growth_beyond_window_in_counters(), truncated_pinned_lease_to_global(), verify_passed_after_cut()]

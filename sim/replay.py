@@ -161,7 +161,8 @@ class TraceReplay:
     def _unapplied(self, ev, op: str) -> None:
         """A fact the engine says did not take effect is not applied, but the checks that do not depend on
         its effect still run: stale handles (TRACE-2) and, for a launch, the write set itself (a unit that
-        never ran still shows the engine tried an illegal write)."""
+        never ran still shows the engine tried an illegal write). A `verify` that failed does take effect: the
+        copy is abandoned, never published (decision 27, kvmodel.store.transfers.verify_failed)."""
         st = self.st
         try:
             self._stale_or_illegal(ev, op)
@@ -170,6 +171,8 @@ class TraceReplay:
             for f in exc.findings:
                 st.cov.violate(f.rule)
             raise
+        if op == "xfer" and ev.phase == "verify":  # a failed verify abandons the copy (kvmodel.store.transfers)
+            st.xfer_verify_failed(ev.xfer, ev.dir, ev.ckpt, ev.pool, ev.blocks)
 
     def _stale_or_illegal(self, ev, op: str) -> None:
         st = self.st

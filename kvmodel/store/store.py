@@ -328,6 +328,9 @@ class KVStore:
     def xfer(self, xid, direction, ckpt, pool, blocks, phase, pages=None, offsets=None):
         return self._run(transfers.xfer, xid, direction, ckpt, pool, blocks, phase, pages, offsets)
 
+    def xfer_verify_failed(self, xid, direction, ckpt, pool, blocks):
+        return self._run(transfers.verify_failed, xid, direction, ckpt, pool, blocks)
+
     def observe_pool(self, pool, allocated=None, reserved=None, available=None):
         return self._run(observe.observe_pool, pool, allocated, reserved, available)
 

@@ -17,7 +17,7 @@ released while a transfer pins its pages, and such pages are reclaimed when the 
 from __future__ import annotations
 
 from kvsim.kvmodel.store import adopt, host_place
-from kvsim.kvmodel.store.effects import DeviceToHost, HostToDevice
+from kvsim.kvmodel.store.effects import DeviceToHost, FreeLease, HostToDevice
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.pages import HostReplica
 
@@ -148,6 +148,50 @@ def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str,
     {"copy": _copy, "verify": _verify, "publish": _publish, "release_source": _release_source}[phase](st, x)
     x.phase = phase
     _touch_extents(st, x)
+
+
+def verify_failed(st, xid: str, direction: str, ckpt: str, pool: str, blocks) -> None:
+    """The engine reports that `verify` failed: the copy is abandoned, never published.
+
+    Store contract: "reserve destination -> copy page payload -> verify epoch and committed coverage -> publish
+    replica" (L173-176). Decision 27 (PAGE-3 entry): a page may change while a copy of it is in flight (a
+    destructive truncate cuts it to a new epoch; pins forbid releasing or writing it, not cutting its frontier),
+    and verify is where the copy is found stale. A `verify` with `result.ok == false` ends the transfer: its
+    destination goes back (the Host extent of a D2H copy, the Device lease of an H2D restore), its pins drop,
+    the source stays the page's replica. The engine may fail a verify the model would pass (it found what it
+    found); a `verify` reported as passed over a stale copy is PAGE-3."""
+    cov = st.cov
+    cov.check("TRACE-2")
+    x = st.xfers.get(xid)
+    if x is None:
+        raise violation("TRACE-2", f"transfer {xid!r} phase verify: the transfer "
+                        + ("has ended" if xid in st.ended_xfers else "was never reserved"), xfer=xid)
+    cov.check("REP-1", exercised=True)
+    if x.phase != "copy":
+        raise violation("REP-1", f"transfer {xid!r}: phase verify after {x.phase} (the order is reserve -> copy -> "
+                        "verify -> publish -> release_source)", xfer=xid, phase="verify", after=x.phase)
+    if (direction, ckpt, pool, list(blocks)) != (x.direction, x.ckpt, x.pool, x.blocks):
+        raise violation("TRACE-2", f"transfer {xid!r} phase verify names other pages than its reserve", xfer=xid)
+    _touch_extents(st, x)
+    if x.direction == "d2h":
+        stride = st.pools[x.pool].page_bytes
+        for d in x.dest:
+            st.host_dests.pop(d, None)
+            host_place.release(st, d, stride)
+    else:
+        pp = st.pools[x.pool]
+        for d in x.dest:
+            st.emit(FreeLease(x.pool, d))
+            st.guessed.discard((x.pool, d))
+            pp.release(d)
+        st.t_pools[x.pool] = None
+    for page in x.pages:
+        page.pins -= 2
+        st.t_pages[page] = None
+    for page in x.pages:
+        st.maybe_reclaim(page)
+    del st.xfers[xid]
+    st.ended_xfers.add(xid)
 
 
 def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:

@@ -170,6 +170,14 @@ class HostTierRules:
             self.do("xfer:release-referenced-source", ev, "ok")
             o.xfer_phase(x, nxt)
             return
+        if nxt == "verify" and o.verify_stale(x):
+            # a block was cut while it was copied: verify must fail (PAGE-3 when reported passed); the engine
+            # reports the failed verify and the copy is abandoned (decision 27)
+            self.do("xfer:verify-stale", ev, "reject")
+            failed = kt.Xfer(**base, phase="verify", result=kt.FactResult(ok=False, error="epoch"))
+            self.do("xfer:verify-failed", failed, "ok")
+            o.xfer_abandon(x)
+            return
         self.do(f"xfer:{nxt}", ev, "ok")
         o.xfer_phase(x, nxt)
 

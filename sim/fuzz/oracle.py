@@ -511,6 +511,24 @@ class Oracle:
             self.ended_xfers.add(xid)
         x.phase = phase
 
+    def verify_stale(self, xid: str) -> bool:
+        """Whether a block changed since it was copied (a destructive cut while the copy ran): then `verify
+        epoch and committed coverage` must fail (store contract L175; PAGE-3 / decision 27)."""
+        x = self.xfers[xid]
+        return any(blk.alive and blk.version != v for blk, v in zip(x.blocks, x.snap, strict=True))
+
+    def xfer_abandon(self, xid: str) -> None:
+        """A failed verify: the copy is never published; its destination goes back, its pins drop."""
+        x = self.xfers.pop(xid)
+        if x.direction == "d2h":
+            self.host_used -= len(x.blocks) * self.f.page_bytes[x.pool]
+        x.dest_leases = 0
+        for blk in x.blocks:
+            blk.pins -= 2
+        for blk in x.blocks:
+            self._maybe_reclaim(blk, x.pool)
+        self.ended_xfers.add(xid)
+
     def next_phase(self, xid: str) -> str | None:
         x = self.xfers[xid]
         i = PHASES.index(x.phase)
