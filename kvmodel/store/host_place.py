@@ -20,9 +20,14 @@ audit). This module knows the arena, Host replicas and open transfers; it knows 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.effects import HostMove
 from kvsim.kvmodel.store.errors import violation
+
+if TYPE_CHECKING:
+    from kvsim.kvmodel.store.store import KVStore
 
 
 def free_total(st) -> int:
@@ -48,13 +53,13 @@ def _occupants(st, lo: int, hi: int):
             yield off, sz, kind, owner
 
 
-def layout_known(st) -> bool:
+def layout_known(st: KVStore) -> bool:
     """Whether the model knows the arena's extent layout: every live or pending extent was placed where the
     engine said (no guessed extent, no placeholder beyond the arena)."""
     return not st.host_guessed and not st.host_virtual
 
 
-def _logical_rank(blocks, n: int) -> list[int]:
+def _logical_rank(blocks: Sequence[int] | None, n: int) -> list[int]:
     """rank[i]: the place of the i-th listed page in logical block order (listed order when blocks are unknown)."""
     if blocks is None:
         return list(range(n))
@@ -65,7 +70,8 @@ def _logical_rank(blocks, n: int) -> list[int]:
     return rank
 
 
-def place(st, pool: str, n: int, offsets=None, blocks=None, **ctx) -> list[int]:
+def place(st: KVStore, pool: str, n: int, offsets: Sequence[int] | None = None, blocks: Sequence[int] | None = None,
+          **ctx: object) -> list[int]:
     """Offsets for n pages of `pool` (listed as `blocks`): the engine's (checked, adopted) or the model's guess.
     Checks first and raises REP-3 without changing anything; then allocates.
 

@@ -11,6 +11,8 @@ This module knows nothing of traces, reports or the rule catalogue's text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kvsim.kvmodel.store import activation, host_place, mapping, observe, settle, transfers, units
 from kvsim.kvmodel.store.address_space import KVAddressSpace, writer_token
 from kvsim.kvmodel.store.capacity import resolve_capacity
@@ -127,7 +129,7 @@ class KVStore:
         space.forced_used = False
         space.token = writer_token(seq, space.pool, self.activations)
 
-    def check_free_ids(self, pool: str, n: int, **ctx) -> None:
+    def check_free_ids(self, pool: str, n: int, **ctx: object) -> None:
         """REP-2 when n new leases find fewer free page groups: the capacity counted for them is a page group
         an in-flight copy still pins (its lease went back to a reservation, decision 26), which "pinned pages
         are not evicted or reused" forbids taking. Only possible while a pinned lease is draining."""
@@ -328,7 +330,7 @@ class KVStore:
     def xfer(self, xid, direction, ckpt, pool, blocks, phase, pages=None, offsets=None):
         return self._run(transfers.xfer, xid, direction, ckpt, pool, blocks, phase, pages, offsets)
 
-    def xfer_verify_failed(self, xid, direction, ckpt, pool, blocks):
+    def xfer_verify_failed(self, xid: str, direction: str, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
         return self._run(transfers.verify_failed, xid, direction, ckpt, pool, blocks)
 
     def observe_pool(self, pool, allocated=None, reserved=None, available=None):
