@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kvsim.kvmodel.store.effects import HostMove
 from kvsim.kvmodel.store.errors import violation
-
-if TYPE_CHECKING:
-    from kvsim.kvmodel.store.store import KVStore
 
 
 def free_total(st) -> int:
@@ -53,7 +50,7 @@ def _occupants(st, lo: int, hi: int):
             yield off, sz, kind, owner
 
 
-def layout_known(st: KVStore) -> bool:
+def layout_known(st: Any) -> bool:
     """Whether the model knows the arena's extent layout: every live or pending extent was placed where the
     engine said (no guessed extent, no placeholder beyond the arena)."""
     return not st.host_guessed and not st.host_virtual
@@ -70,7 +67,7 @@ def _logical_rank(blocks: Sequence[int] | None, n: int) -> list[int]:
     return rank
 
 
-def place(st: KVStore, pool: str, n: int, offsets: Sequence[int] | None = None, blocks: Sequence[int] | None = None,
+def place(st: Any, pool: str, n: int, offsets: Sequence[int] | None = None, blocks: Sequence[int] | None = None,
           **ctx: object) -> list[int]:
     """Offsets for n pages of `pool` (listed as `blocks`): the engine's (checked, adopted) or the model's guess.
     Checks first and raises REP-3 without changing anything; then allocates.

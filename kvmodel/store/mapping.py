@@ -18,16 +18,13 @@ global available (the shared member was billed once, to its owner, never to this
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kvsim.kvmodel.store import adopt
 from kvsim.kvmodel.store.activation import backend_entitlements
 from kvsim.kvmodel.store.config import ceil_div
 from kvsim.kvmodel.store.effects import CopyColumns
 from kvsim.kvmodel.store.errors import ContractViolation, Refusal, violation
-
-if TYPE_CHECKING:
-    from kvsim.kvmodel.store.store import KVStore
 
 
 def lookup_active(st, seq: str, pool: str, op: str):
@@ -219,7 +216,7 @@ def check_engine_growth(st, seq: str, ok: bool, entitlement: dict | None):
     return planned
 
 
-def growth_bound(st: KVStore, seq: str) -> dict[str, int]:
+def growth_bound(st: Any, seq: str) -> dict[str, int]:
     """{pool: the most pages kv_lease_growth may lease now}: ceil((frontier + window)/P) + cushion, capped by the
     request's ceiling, never below the current entitlement (pure; for `observe` to judge a growth read from
     counters)."""
@@ -227,7 +224,7 @@ def growth_bound(st: KVStore, seq: str) -> dict[str, int]:
     return {p: s.entitlement for p, s in bundle.spaces.items()} if isinstance(full, Refusal) else full
 
 
-def _check_bounded(st: KVStore, seq: str, bound: dict[str, int], target: dict[str, int]) -> None:
+def _check_bounded(st: Any, seq: str, bound: dict[str, int], target: dict[str, int]) -> None:
     """ENT-5: a growth leases at most the current frontier + the bounded window + the per-lane cushion.
 
     Store contract: "Generation 只租用「当前 frontier 加一个 bounded window（约 4096 tokens）加一个 per-lane

@@ -14,16 +14,13 @@ last replica (REP-4); a different key is a divergence (TRACE-1).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kvsim.kvmodel.store import adopt
 from kvsim.kvmodel.store.address_space import content_key
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.mapping import active_space
 from kvsim.kvmodel.store.tables import HOLE
-
-if TYPE_CHECKING:
-    from kvsim.kvmodel.store.store import KVStore
 
 
 def observe_pool(st, pool: str, allocated=None, reserved=None, available=None) -> None:
@@ -52,7 +49,7 @@ def observe_pool(st, pool: str, allocated=None, reserved=None, available=None) -
     _settle_growth_guesses(st, pool)
 
 
-def _settle_growth_guesses(st: KVStore, pool: str) -> None:
+def _settle_growth_guesses(st: Any, pool: str) -> None:
     """Counters seen: a guessed growth in this pool is settled either way."""
     for b in st.bundles.values():
         if b.growth_guess is not None and pool in b.growth_guess:

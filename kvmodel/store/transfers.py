@@ -17,15 +17,12 @@ released while a transfer pins its pages, and such pages are reclaimed when the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kvsim.kvmodel.store import adopt, host_place
 from kvsim.kvmodel.store.effects import DeviceToHost, FreeLease, HostToDevice
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.pages import HostReplica
-
-if TYPE_CHECKING:
-    from kvsim.kvmodel.store.store import KVStore
 
 PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 
@@ -156,7 +153,7 @@ def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str,
     _touch_extents(st, x)
 
 
-def verify_failed(st: KVStore, xid: str, direction: str, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
+def verify_failed(st: Any, xid: str, direction: str, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
     """The engine reports that `verify` failed: the copy is abandoned, never published.
 
     Store contract: "reserve destination -> copy page payload -> verify epoch and committed coverage -> publish

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from kvsim.kvmodel.store.capacity import m_range, pool_pages, resolve_automatic, resolve_explicit
 from kvsim.kvmodel.store.planes import HEAD_MAJOR, PAGE_MAJOR, PAGE_SIZE, PROFILE_CODECS, bytes_per_token_head
 from kvsim.spec.catalogue import clause_rule, state_rule
-
-if TYPE_CHECKING:
-    from kvsim.kvmodel.store.store import KVStore
 
 SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 402}
 
@@ -138,7 +135,7 @@ _ORDER = {"main": PAGE_MAJOR, "mtp": PAGE_MAJOR, "draft_full": HEAD_MAJOR}
                       "plane as the seed lists it: D for K/V and quantized code planes, D/64 for the INT8-G64 scale, "
                       "1 for the FP8-E4M3FN-row256 scale, D/2 (packed U8) for the NVFP4-G16 code and D/16 for its "
                       "scale. Code and scale planes share the page group g (one PoolGeometry per pool).")
-def cap_7(st: KVStore, _entity: object, full: bool) -> str | bool:
+def cap_7(st: Any, _entity: object, full: bool) -> str | bool:
     for name, g in st.geometry.items():
         if PAGE_SIZE != 64:
             return f"{name}: page size {PAGE_SIZE}, the contract fixes P = 64"
