@@ -91,7 +91,8 @@ def test_cons2_and_cons3_judge_kvsims_own_kernels_not_the_engine():
 # The plane-order and address clauses of the store contract (its 4.3 closed orders, the Device replica's
 # plane layout and the consumer's translation): each has a rule or a not-checkable entry (decision 20).
 PLANE_CLAUSES = ("所有 registered growing pools 使用 (P=64)，并选择两种 closed orders 之一",
-                 "Main Text 与 MTP 使用 page-major", "DFlash Full 使用 head-major page run", "Page-major 地址为", "Head-major 地址为",
+                 "Main Text 与 MTP 使用 page-major", "DFlash Full 使用 head-major page run", "Page-major 地址为",
+                 "Head-major 地址为",
                  "Code 与 scale planes 使用同一个 (g)", "Device replica 使用 4 的 consumer-native plane layout",
                  "logical_block = position >> 6")
 

@@ -17,7 +17,8 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
 @state_rule("REP-2", "Source and destination are pinned during a copy; pinned pages are not evicted or reused",
             'store contract: "Copy 进行时 source 与 destination 都被 pin"', scope="page",
             decisions="Decision 24 (when pins start; store contract \"Copy 进行时 source 与 destination 都被 pin。Copy "
-                      "完成前，destination 不进入 address space 或 execution table；唯一有效 source 也不能先释放\", L178, "
+                      "完成前，destination 不进入 address space 或 execution table；唯一有效 source 也不能先"
+                      "释放\", L178, "
                       "and \"只有当 references、replicas 和 transaction pins 均为零时，descriptor 才能回收\", L179): "
                       "the copy transaction begins with \"reserve destination\", and the source may not be released "
                       "at any time before the copy completes, so a transfer pins the page, source and destination "
