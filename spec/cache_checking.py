@@ -18,8 +18,16 @@ checked / exercised / violated per rule. Reads the state only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store.errors import Finding
 from kvsim.spec.catalogue import all_rules
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from kvsim.kvmodel.cache.state import CacheState
+    from kvsim.kvmodel.store.coverage import Coverage
 
 
 def cache_rules() -> list:
@@ -27,7 +35,8 @@ def cache_rules() -> list:
     return [r for r in all_rules() if r.scope == "cache"]
 
 
-def check_cache(state, coverage=None, rules=None) -> list[Finding]:
+def check_cache(state: CacheState, coverage: Coverage | None = None, rules: Iterable[str] | None = None
+                ) -> list[Finding]:
     out: list[Finding] = []
     for rule in cache_rules():
         if rules is not None and rule.id not in rules:

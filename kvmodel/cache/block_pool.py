@@ -24,7 +24,7 @@ NULL_BLOCK = 0
 
 
 class BlockPool:
-    def __init__(self, num_parents: int, packing):
+    def __init__(self, num_parents: int, packing) -> None:
         self.num_parents = num_parents
         self.packing = tuple(packing)  # cache_blocks_per_lcm_block per group
         n, g = num_parents + 1, len(self.packing)

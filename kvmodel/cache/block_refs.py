@@ -14,7 +14,7 @@ from kvsim.kvmodel.cache.block_pool import BlockPool
 class BlockRefs:
     __slots__ = ("pool", "_n")
 
-    def __init__(self, pool: BlockPool):
+    def __init__(self, pool: BlockPool) -> None:
         self.pool = pool
         self._n: dict[tuple[int, int], int] = {}
 

@@ -16,7 +16,7 @@ NULL_BLOCK = 0
 class BlockTable:
     __slots__ = ("ids", "available_tokens")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.ids: list[int] = []
         self.available_tokens = 0  # tokens, stored verbatim from the last plan
 

@@ -38,7 +38,7 @@ class AdmitResult:
 
 
 class CacheCoordinator:
-    def __init__(self, config: CacheConfig, journal: list | None = None, layers=()):
+    def __init__(self, config: CacheConfig, journal: list | None = None, layers=()) -> None:
         self.config = config
         self.geometry = [GroupGeometry(s) for s in config.groups]
         self.matchers = [matcher_for(g) for g in self.geometry]
@@ -156,7 +156,7 @@ class CacheCoordinator:
         out = []
         for g, idx in enumerate(self.indexes):
             closed = self.matchers[g].prefix_closed
-            for key, e in idx.evictable():
+            for _key, e in idx.evictable():
                 if (g, e.block) in protected:
                     continue
                 if closed:

@@ -22,7 +22,7 @@ class GroupGeometry:
 
     __slots__ = ("spec", "block_granularity")
 
-    def __init__(self, spec: CacheGroupSpec):
+    def __init__(self, spec: CacheGroupSpec) -> None:
         self.spec = spec
         self.block_granularity = spec.block_granularity
 

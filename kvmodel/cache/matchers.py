@@ -41,7 +41,7 @@ class FullAttnMatcher:
 class SwaMatcher:
     prefix_closed = False
 
-    def __init__(self, lookback_slots: int):
+    def __init__(self, lookback_slots: int) -> None:
         self.lookback_slots = lookback_slots  # ceil((W - 1) / bg)
 
     def probe(self, cached: Callable[[int], bool], begin: int, end: int) -> GroupProbe:

@@ -26,7 +26,7 @@ class CacheEntry:
 
 
 class PrefixCacheIndex:
-    def __init__(self, group: int, refs: BlockRefs):
+    def __init__(self, group: int, refs: BlockRefs) -> None:
         self.group = group
         self.refs = refs
         self._by_key: dict[CacheKey, CacheEntry] = {}

@@ -69,7 +69,7 @@ def remember(report: dict) -> None:
         pass  # an unwritable reports folder must not fail a replay
 
 
-def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockstep_profile=None):
+def run_traces(paths, stop_at_first: bool = False, lockstep: bool = False, console=None, lockstep_profile=None):
     """Replay traces in order; returns the results (stops after the first violating trace if asked).
 
     A progress bar shows on a terminal only (never in CI logs).
@@ -77,7 +77,9 @@ def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockste
     observer = None
     if lockstep:
         from kvsim.sim.lockstep import lockstep_factory
-        observer = (lambda st: lockstep_factory(st, lockstep_profile))
+
+        def observer(st):
+            return lockstep_factory(st, lockstep_profile)
     results = []
     err = console if console is not None else Console(stderr=True)
     for path in paths:
@@ -87,7 +89,7 @@ def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockste
                           TimeElapsedColumn(), console=err, transient=True) as prog:
                 task = prog.add_task(str(path), total=None)
                 r = replay_trace(path, stop_at_first, observer_factory=observer,
-                                 progress=lambda n: prog.advance(task, n))
+                                 progress=lambda n, task=task: prog.advance(task, n))
         else:
             r = replay_trace(path, stop_at_first, observer_factory=observer)
         results.append(r)

@@ -51,7 +51,8 @@ def run(args) -> int:
                           TimeElapsedColumn(), console=console, transient=True) as prog:
                 task = prog.add_task(name, total=budget, what="")
                 r = run_campaign(name, budget, args.seed, args.profile, db, found,
-                                 progress=lambda t, ex, steps: prog.update(task, completed=min(t, budget),
+                                 progress=lambda t, ex, steps, task=task, budget=budget: prog.update(
+                                     task, completed=min(t, budget),
                                                                            what=f"{ex} examples, {steps} steps"))
         else:
             r = run_campaign(name, budget, args.seed, args.profile, db, found)

@@ -114,7 +114,7 @@ class _Req:
 class Contract:
     """Feed it submit / plan / result records in order; ``findings`` collects what broke."""
 
-    def __init__(self, config: ct.Config, max_findings: int = 1000):
+    def __init__(self, config: ct.Config, max_findings: int = 1000) -> None:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}

@@ -115,7 +115,7 @@ class EventChecker:
     """Feed it event batches in order (``batch(events, line)``); ``findings`` collects what broke."""
 
     def __init__(self, block_size: int | None = None, hash_scheme: str = "none", capacity: int | None = None,
-                 partial_tails: bool = False, max_findings: int = 1000):
+                 partial_tails: bool = False, max_findings: int = 1000) -> None:
         if hash_scheme not in HASH_SCHEMES:
             raise ValueError(f"hash scheme must be one of {HASH_SCHEMES}")
         self.block_size, self.scheme, self.capacity = block_size, hash_scheme, capacity

@@ -32,7 +32,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -50,7 +50,7 @@ SCHEMA_PATH = Path(__file__).resolve().parents[2] / "spec" / "cachetrace.schema.
 
 Nat = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Entry = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
-Hash = Union[int, str]
+Hash = int | str
 """A KV-event block hash: an integer (TokenSpeed's u64 FNV-1a) or a string (a hex digest)."""
 Rid = Annotated[str, msgspec.Meta(min_length=1)]
 
@@ -153,7 +153,7 @@ class AllBlocksCleared(msgspec.Struct, tag_field="type", tag="AllBlocksCleared",
     pass
 
 
-KvEvent = Union[BlockStored, BlockRemoved, AllBlocksCleared]
+KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 class KvEvents(msgspec.Struct, tag_field="op", tag="kv", **_S):
@@ -162,7 +162,7 @@ class KvEvents(msgspec.Struct, tag_field="op", tag="kv", **_S):
     events: list[KvEvent]
 
 
-Line = Union[Submit, Plan, Result, KvEvents]
+Line = Submit | Plan | Result | KvEvents
 
 _HEADER = msgspec.json.Decoder(Header)
 _LINE = msgspec.json.Decoder(Line)
@@ -217,7 +217,7 @@ def read_cachetrace(path: str | Path) -> tuple[Header, Iterator[tuple[int, Line]
 class CacheTraceWriter:
     """Write a cachetrace/1 file line by line (header first)."""
 
-    def __init__(self, path: str | Path, header: Header):
+    def __init__(self, path: str | Path, header: Header) -> None:
         self._f = open(path, "wb")
         self.lines = 0
         self.write(header)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.cache.group_spec import FULL
 from kvsim.kvmodel.cache.journal import ReclaimRecord
 from kvsim.kvmodel.cache.layer_binding import KERNEL_SOURCES
 from kvsim.spec.catalogue import state_rule
+
+if TYPE_CHECKING:
+    from kvsim.kvmodel.cache.state import CacheState
 
 
 @state_rule("TS-GEO-1", "block_granularity divides prefix_granularity; kernel_page_size never derived from it; "
@@ -17,7 +22,7 @@ from kvsim.spec.catalogue import state_rule
                       "group's block_granularity (the subdivision block → kernel pages); a state group's layers "
                       "have no kernel pages; a full-visibility layer cannot ride a sliding group and a sliding mask "
                       "needs window_left + 1 <= sliding_window_tokens.")
-def ts_geo_1(st, _entity=None, full=True):
+def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     cfg = st.config
     for g in cfg.groups:
         bg = g.block_granularity
@@ -45,7 +50,7 @@ def ts_geo_1(st, _entity=None, full=True):
             'cache concepts: "full attention never expires; SWA and Mamba-at-window-2 slide out whole pages"',
             scope="cache",
             decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.")
-def ts_ret_1(st, _entity=None, full=True):
+def ts_ret_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:
         if not isinstance(r, ReclaimRecord):

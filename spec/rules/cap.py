@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.capacity import m_range, pool_pages, resolve_automatic, resolve_explicit
 from kvsim.kvmodel.store.planes import HEAD_MAJOR, PAGE_MAJOR, PAGE_SIZE, PROFILE_CODECS, bytes_per_token_head
 from kvsim.spec.catalogue import clause_rule, state_rule
+
+if TYPE_CHECKING:
+
+    from kvsim.kvmodel.store.store import KVStore
 
 SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 402}
 
@@ -14,25 +18,29 @@ SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 
 @state_rule("CAP-1", "Main capacity M is resolved by the explicit or automatic policy within [M_min, M_max]",
             'store contract: "M_{min}=\\max(L,C)", "M=\\left\\lceil K_{main}/P\\right\\rceil", "Automatic 选择"',
             scope="config", evidence="model",
-            decisions="Guards the model: a configuration the contract refuses stops the replay as an input error (exit 2), so only an inconsistent resolution inside kvsim can fire this rule. No kv_capacity means M_max. B(M) = reserved_bytes + Σ pools (plane slabs + I32 block table); "
+            decisions="Guards the model: a configuration the contract refuses stops the replay as an input error "
+                      "(exit 2), so only an inconsistent resolution inside kvsim can fire this rule. No kv_capacity "
+                      "means M_max. B(M) = reserved_bytes + Σ pools (plane slabs + I32 block table); "
                       "B_step is measured as B(M_min+1) − B(M_min) with the same layout builder; under the automatic "
                       "policy the resolved layout must lie on the affine curve. Decision 21 (store contract "
                       "\"affine SequenceCapacityCurve\", \"Startup physical bytes 由各 plane slab 的完整 span 与 "
                       "alignment 得到\"; the seed names no alignment value): each slab is charged its exact span plus "
                       "a constant 256-byte alignment allowance, never its span rounded up (which bent the curve for "
                       "FP8/K8V4 scale planes with an odd KV-head count and refused a legal configuration), so B(M) is "
-                      "affine for every geometry by construction. The explicit policy needs only K_main >= S and M in [M_min, M_max] (store contract "
+                      "affine for every geometry by construction. The explicit policy needs only K_main >= S and M "
+                      "in [M_min, M_max] (store contract "
                       "\"并要求 (K_{main}\\ge S) 且 (M\\in[M_{min},M_{max}])\"): a plane alignment that bends the "
                       "curve never refuses an explicit capacity.")
-def cap_1(st, _entity, full):
+def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     cfg, res = st.config, st.resolution
     m_min, m_max = m_range(cfg)
     if not m_min <= res.m <= m_max:
         return f"M = {res.m} outside [M_min, M_max] = [{m_min}, {m_max}]"
     pol = cfg.capacity
-    if pol.kind == "explicit" and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
+    if pol.kind == "explicit" and pol.tokens is not None and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
         return f"explicit kv_capacity {pol.tokens} resolved to M = {res.m}, not ceil(K/P)"
-    if pol.kind == "automatic" and res.m != resolve_automatic(res.curve, pol.free_bytes, pol.headroom_bytes):
+    if pol.kind == "automatic" and pol.free_bytes is not None and pol.headroom_bytes is not None \
+            and res.m != resolve_automatic(res.curve, pol.free_bytes, pol.headroom_bytes):
         return f"automatic kv_capacity resolved to M = {res.m}, not min(M_max, M_min + floor((F-R-B_min)/B_step))"
     if pol.kind == "max" and res.m != m_max:
         return f"default kv_capacity resolved to M = {res.m}, not M_max = {m_max}"
@@ -46,7 +54,7 @@ def cap_1(st, _entity, full):
             scope="config", evidence="model",
             decisions="Guards the model (the pool vector is derived, never reported by a trace). DFlash/DFlash2 get a Draft Full pool only with full_layers > 0 (the official DFlash2 config "
                       "has none and needs Main only).")
-def cap_2(st, _entity, full):
+def cap_2(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     want = pool_pages(st.config, st.resolution.m)
     have = {name: pool.capacity for name, pool in st.pools.items()}
     if have != want:
@@ -60,7 +68,7 @@ def cap_2(st, _entity, full):
             'store contract: "allocated+reserved+available=capacity"', scope="pool",
             decisions="The audit recounts allocated from the leases; reserved is the sum of active reservations "
                       "(checked under ENT-1).")
-def cap_3(st, name, full):
+def cap_3(st: KVStore, name: str, full: bool) -> str | bool | None:
     p = st.pools[name]
     if p.allocated < 0 or p.reserved < 0 or p.available < 0:
         return f"{name}: allocated {p.allocated}, reserved {p.reserved}, available {p.available} (negative)"
@@ -80,7 +88,7 @@ def cap_3(st, name, full):
             evidence="model",
             decisions="Guards the model: engine page ids are checked against their own pool's namespace when adopted "
                       "(PAGE-1), so only model state can break this.")
-def cap_4(st, name, full):
+def cap_4(st: KVStore, name: str, full: bool) -> str | bool | None:
     p = st.pools[name]
     if p.capacity != st.resolution.pages[name]:
         return f"{name}: capacity {p.capacity} differs from the startup vector {st.resolution.pages[name]}"
@@ -96,7 +104,7 @@ def cap_4(st, name, full):
             'store contract: "PageBytes=\\sum_{plane} PlaneBytesPerToken\\cdot P", "不能用 2 * vector_bytes 代替 K8V4"',
             scope="config", evidence="model",
             decisions="Guards the model (kvtrace/1 carries no byte figures). Draft Full uses its own BF16 profile at the draft head_dim; the BF16 profile stores BF16 V.")
-def cap_5(st, _entity, full):
+def cap_5(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     cfg = st.config
     if bytes_per_token_head(cfg.kv_profile, 256) != SEED_BYTES_D256[cfg.kv_profile]:
         return f"{cfg.kv_profile}: inventory gives {bytes_per_token_head(cfg.kv_profile, 256)} B/token/head"
@@ -135,7 +143,7 @@ _ORDER = {"main": PAGE_MAJOR, "mtp": PAGE_MAJOR, "draft_full": HEAD_MAJOR}
                       "plane as the seed lists it: D for K/V and quantized code planes, D/64 for the INT8-G64 scale, "
                       "1 for the FP8-E4M3FN-row256 scale, D/2 (packed U8) for the NVFP4-G16 code and D/16 for its "
                       "scale. Code and scale planes share the page group g (one PoolGeometry per pool).")
-def cap_7(st: Any, _entity: object, full: bool) -> str | bool:
+def cap_7(st: KVStore, _entity: object, full: bool) -> str | bool:
     for name, g in st.geometry.items():
         if PAGE_SIZE != 64:
             return f"{name}: page size {PAGE_SIZE}, the contract fixes P = 64"

@@ -108,7 +108,7 @@ def test_hasher_equals_the_wheels_prefix_hashes(p):
 def prompt_tree(rng, p, n):
     """Prompts sharing whole pages along a random tree, each ending in its own random tail."""
     prompts = []
-    for i in range(n):
+    for _ in range(n):
         base = rng.choice(prompts) if prompts and rng.random() < 0.8 else []
         keep = rng.randrange(0, len(base) // p + 1) * p
         new_pages = rng.randrange(0 if keep else 1, 4)
