@@ -301,6 +301,32 @@ def truncated_pinned_lease_to_global() -> Trace:
     return t
 
 
+def map_onto_pinned_page_group() -> Trace:
+    t = Trace("REP-2_map_onto_pinned_page_group",
+              'After the truncate, s0\'s reservation holds the two units again, but every free page group of the pool '
+              'is still pinned by the in-flight D2H copy: the engine maps s0 anyway, onto a page group the copy is '
+              'reading, instead of waiting for the copy to publish (store contract "Copy 进行时 source 与 destination '
+              '都被 pin"; decision 26)', config(max_context=1024, max_concurrency=2, kv_capacity={"tokens": 1280},
+                                                 host_arena_bytes=8 * BF16_PAGE))  # M = 20
+    _checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
+    t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
+    t.activate("s0", 200, 56, src="c0", keep_source=False)
+    t.activate("s1", 900, 124)  # 16 pages
+    t.map("s1", 1024)  # allocated 20, available 0
+    t.truncate("s0", 128)  # blocks 2, 3 back in s0's reservation; their page groups stay the copy's
+    t.pool(allocated=18, reserved=2, available=0)
+    t.map("s0", 256, result={"ok": True}, expect="REP-2")
+    t.pool(allocated=18, reserved=2, available=0)  # the rejected map took nothing
+    for phase in ("verify", "publish", "release_source"):
+        t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], phase)
+    t.map("s0", 256)  # the copy published: the page groups are free again
+    t.pool(allocated=20, reserved=0, available=0)
+    t.finish("s0")
+    t.finish("s1")
+    return t
+
+
 # -- 10. verify after a cut (decision 27; found by `kvsim fuzz --machine host --budget 300 --seed 1`) ----------
 
 def _cut_while_copying(t: Trace) -> None:
@@ -358,4 +384,5 @@ def legal() -> list[Trace]:
 def violations() -> list[Trace]:
     return [clamped_budget_write_beyond_s(), host_plan_without_offsets_on_fragmented_layout(),
             host_replica_reverses_logical_order(), drop_source_before_copy(), growth_leases_whole_budget(),
-            growth_beyond_window_in_counters(), truncated_pinned_lease_to_global(), verify_passed_after_cut()]
+            growth_beyond_window_in_counters(), truncated_pinned_lease_to_global(),
+            map_onto_pinned_page_group(), verify_passed_after_cut()]

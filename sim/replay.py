@@ -226,6 +226,9 @@ class TraceReplay:
             return refusal
         pages = None if res is None or res.pages is None else list(res.pages)
         out = st.map(ev.seq, ev.pool, ev.tokens, pages)
+        if isinstance(out, Refusal) and res is not None and out.reason == "busy":  # decision 26
+            raise self._diverged("REP-2", f"engine mapped {ev.seq!r} ({ev.pool}) to {ev.tokens} tokens onto a page "
+                                 f"group a copy still pins ({out.detail})", seq=ev.seq, pool=ev.pool, tokens=ev.tokens)
         if isinstance(out, Refusal) and res is not None:
             raise self._diverged("ENT-2", f"engine mapped {ev.seq!r} ({ev.pool}) to {ev.tokens} tokens beyond the "
                                  f"entitlement ({out.detail})", seq=ev.seq, pool=ev.pool, tokens=ev.tokens)

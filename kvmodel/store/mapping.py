@@ -84,7 +84,8 @@ def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: l
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
     new = needed - have
     pp = st.pools[pool]
-    st.check_free_ids(pool, new, seq=seq)
+    if st.pinned_short(pool, new):
+        return Refusal("busy", f"{pool}: {new} new pages, but the only free capacity left is still pinned by a copy")
     if engine_pages is not None:
         if len(engine_pages) != new:
             raise violation("ENT-2", f"ensure_mapped_to_tokens({tokens}) needs {new} new pages, the engine "
@@ -287,6 +288,8 @@ def would_map(st: KVStore, seq: str, pool: str, tokens: int) -> Refusal | None:
     needed = ceil_div(tokens, st.P)
     if needed > len(space.pages) and needed > space.entitlement:
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
+    if needed > len(space.pages) and st.pinned_short(pool, needed - len(space.pages)):
+        return Refusal("busy", f"{pool}: the only free capacity left is still pinned by a copy")
     return None
 
 
@@ -304,6 +307,8 @@ def would_cow(st: KVStore, seq: str, pool: str, block: int) -> int | Refusal | N
         return old.device
     if st.pools[pool].available < 1:
         return Refusal("capacity", f"{pool}: no page available for the COW destination")
+    if st.pinned_short(pool, 1):
+        return Refusal("busy", f"{pool}: the only free capacity left is still pinned by a copy")
     return None
 
 
@@ -325,7 +330,6 @@ def cow(st: KVStore, seq: str, pool: str, block: int, engine_page: int | None = 
     if outcome is not None:
         return outcome
     pp = st.pools[pool]
-    st.check_free_ids(pool, 1, seq=seq, block=block)
     if engine_page is not None:
         st.cov.check("PAGE-1", exercised=True)
         if not adopt.free_for_engine(st, pool, engine_page):

@@ -142,10 +142,18 @@ class KVStore:
         space.forced_used = False
         space.token = writer_token(seq, space.pool, self.activations)
 
+    def pinned_short(self, pool: str, n: int) -> bool:
+        """Whether n new leases find fewer free page groups than the counters grant: the rest of the counted
+        capacity is a page group an in-flight copy still pins (its lease went back to a reservation, decision
+        26). A request then waits (refusal `busy`); only possible while a pinned lease is draining."""
+        pp = self.pools[pool]
+        short = bool(pp.draining) and pp.free_ids < n
+        self.cov.check("REP-2", exercised=short)
+        return short
+
     def check_free_ids(self, pool: str, n: int, **ctx: object) -> None:
-        """REP-2 when n new leases find fewer free page groups: the capacity counted for them is a page group
-        an in-flight copy still pins (its lease went back to a reservation, decision 26), which "pinned pages
-        are not evicted or reused" forbids taking. Only possible while a pinned lease is draining."""
+        """REP-2 when a fact (an h2d restore's reserve) takes n page groups and fewer are free: it takes one an
+        in-flight copy still pins ("pinned pages are not evicted or reused")."""
         pp = self.pools[pool]
         if pp.draining and pp.free_ids < n:
             self.cov.check("REP-2", exercised=True)

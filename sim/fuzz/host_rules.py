@@ -61,7 +61,7 @@ class HostTierRules(_Machine):
         away = [i for i, b in enumerate(blocks) if not b.dev and not b.pins and b.host_current]
         if away and data.draw(st.booleans()):
             picks = data.draw(st.lists(st.sampled_from(away), min_size=1, max_size=3, unique=True))
-            if len(picks) > o.available(pool):
+            if len(picks) > o.available(pool) or o.pinned_short(pool, len(picks)):
                 return
             xid = self.fresh("x")
             base = dict(xfer=xid, dir="h2d", ckpt=ck, pool=pool, blocks=tuple(picks))
@@ -139,7 +139,7 @@ class HostTierRules(_Machine):
             arena = legal and len(objs) * o.f.page_bytes[pool] > o.host_free()
         else:
             legal = (not bad and all(b.host_current and not b.dev and not b.pins for b in objs)
-                     and len(objs) <= o.available(pool))
+                     and len(objs) <= o.available(pool) and not o.pinned_short(pool, len(objs)))
             arena = False
         if not legal or arena:
             self.do(f"xfer:{direction}-{'arena-full' if arena else 'illegal'}", ev, "reject")

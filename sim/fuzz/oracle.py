@@ -276,6 +276,8 @@ class Oracle:
             reservation = max(0, ent[pool] - len(members))
             if restores + cows + reservation > self.available(pool):
                 return "capacity"
+            if self.pinned_short(pool, restores + cows):
+                return "busy"
             plans[pool] = (members, reservation)
         if len(self.seqs) >= f.max_concurrency:
             return "rows"
@@ -315,11 +317,23 @@ class Oracle:
             del self.ckpts[src]
             self.moved.add(src)
 
+    def free_groups(self, pool: str) -> int:
+        """Page groups a new lease can take: capacity minus the allocated ones and those whose lease went back
+        to a reservation while a copy still pins them (ENT-4, decision 26)."""
+        drained = sum(1 for b in self.blocks[pool] if b.dev and b.drained)
+        return self.f.capacity[pool] - self.allocated(pool) - drained
+
+    def pinned_short(self, pool: str, n: int) -> bool:
+        """A request that needs n new page groups waits (`busy`) while only pinned ones are left."""
+        return n > 0 and self.free_groups(pool) < n
+
     def plan_map(self, seq: str, pool: str, tokens: int):
         s = self.seqs[seq].spaces[pool]
         need = ceil_div(tokens, P)
         if need > len(s.blocks) and need > s.entitlement:
             return "entitlement"
+        if need > len(s.blocks) and self.pinned_short(pool, need - len(s.blocks)):
+            return "busy"
         return None
 
     def map(self, seq: str, pool: str, tokens: int) -> None:
@@ -369,7 +383,9 @@ class Oracle:
         s = self.seqs[seq].spaces[pool]
         if len(s.blocks[block].holders) <= 1:
             return "noop"
-        return None if self.available(pool) >= 1 else "capacity"
+        if self.available(pool) < 1:
+            return "capacity"
+        return "busy" if self.pinned_short(pool, 1) else None
 
     def cow(self, seq: str, pool: str, block: int) -> None:
         s = self.seqs[seq].spaces[pool]

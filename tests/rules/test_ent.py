@@ -8,9 +8,12 @@ active reservation" with "最后一个部分页保留".
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvsim.kvmodel.store import GrowthConfig, Refusal
+from kvsim.sim.replay import replay_trace
 from tests.rules.builders import (
     assert_detected,
     assert_kept,
@@ -23,6 +26,8 @@ from tests.rules.builders import (
     small,
     touch,
 )
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 # -- ENT-1 ----------------------------------------------------------------------------------------
 
@@ -254,14 +259,26 @@ def test_ent4_keeps_a_truncated_copy_pinned_lease_in_the_same_reservation():
     assert_kept(st, "ENT-4")
 
 
-@pytest.mark.rule("REP-2", "fires")
-def test_rep2_fires_on_materializing_while_only_a_pinned_page_group_is_left():
+@pytest.mark.rule("REP-2", "keeps")
+def test_rep2_keeps_a_map_waiting_while_only_a_pinned_page_group_is_left():
+    """Decision 26: the reservation holds the unit, but its page group is the copy's until publish: a map
+    that needs it waits (`busy`) and succeeds once the copy is published."""
     st = small(host_pages=8, tokens=20 * 64)  # M = 20
     pinned_and_truncated(st)
     run(st, ("activate", "b", 900, 124), ("map", "b", "main", 1024))  # b holds 16: allocated 20, available 0
     run(st, ("truncate", "a", "main", 128))  # 2 units back in a's reservation, their page groups still pinned
     assert st.pools["main"].free_ids == 0
-    assert_violation(st, "REP-2", "map", "a", "main", 256)
+    assert_refused(st, "busy", "map", "a", "main", 256)
+    for phase in ("verify", "publish"):
+        run(st, ("xfer", "x", "d2h", "c", "main", [0, 1, 2, 3], phase))
+    run(st, ("map", "a", "main", 256))
+    assert_kept(st, "REP-2")
+
+
+@pytest.mark.rule("REP-2", "fires")
+def test_rep2_fires_on_an_engine_mapping_onto_a_pinned_page_group():
+    result = replay_trace(SCENARIOS / "violations" / "REP-2_map_onto_pinned_page_group.jsonl")
+    assert [(v["rule"], v["op"]) for v in result.violations] == [("REP-2", "map")]
 
 
 @pytest.mark.rule("ENT-4", "fires")
