@@ -176,7 +176,9 @@ def _plan_rows_and_pages(st: KVStore, seq: str, ceiling: int, plans: list[PoolPl
         pool = st.pools[plan.pool]
         if plan.need > pool.available:
             return Refusal("capacity", f"{plan.pool}: needs {plan.need} pages, {pool.available} available")
-        if st.pinned_short(plan.pool, plan.restores + plan.cows):
+        short = st.pinned_short(plan.pool, plan.restores + plan.cows)
+        cov.check("REP-2", exercised=short)
+        if short:
             return Refusal("busy", f"{plan.pool}: the only free capacity left is still pinned by a copy")
     for i, plan in enumerate(plans):
         table = st.tables[plan.pool]

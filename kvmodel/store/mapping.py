@@ -84,7 +84,9 @@ def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: l
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
     new = needed - have
     pp = st.pools[pool]
-    if st.pinned_short(pool, new):
+    short = st.pinned_short(pool, new)
+    st.cov.check("REP-2", exercised=short)
+    if short:
         return Refusal("busy", f"{pool}: {new} new pages, but the only free capacity left is still pinned by a copy")
     if engine_pages is not None:
         if len(engine_pages) != new:

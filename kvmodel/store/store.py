@@ -145,11 +145,10 @@ class KVStore:
     def pinned_short(self, pool: str, n: int) -> bool:
         """Whether n new leases find fewer free page groups than the counters grant: the rest of the counted
         capacity is a page group an in-flight copy still pins (its lease went back to a reservation, decision
-        26). A request then waits (refusal `busy`); only possible while a pinned lease is draining."""
+        26). A request then waits (refusal `busy`); only possible while a pinned lease is draining. Reads only
+        and counts nothing (planners call it)."""
         pp = self.pools[pool]
-        short = bool(pp.draining) and pp.free_ids < n
-        self.cov.check("REP-2", exercised=short)
-        return short
+        return bool(pp.draining) and pp.free_ids < n
 
     def check_free_ids(self, pool: str, n: int, **ctx: object) -> None:
         """REP-2 when a fact (an h2d restore's reserve) takes n page groups and fewer are free: it takes one an

@@ -92,7 +92,8 @@ transition_rule("ENT-5", "kv_lease_growth leases at most the frontier + the boun
                       "unchanged), exactly as for an unpinned page; the page "
                       "group itself stays the copy's until `publish` (DevicePagePool.drain) and only then can be "
                       "materialized again: a request that needs a page group while only pinned ones are left waits "
-                      "(refusal `busy`), and an engine that maps anyway takes a pinned page group (REP-2). Transition (kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped "
+                      "(refusal `busy`), and an engine that maps anyway takes a pinned page group (REP-2). "
+                      "Transition (kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped "
                       "page dematerializes into the reservation; an unmapped shared page frees no lease and the "
                       "entitlement shrinks by it.")
 def ent_4(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
