@@ -361,3 +361,15 @@ def test_rep3_partial_checks_are_reported():
     report = build_report([guessed, known])
     assert report["rules"]["REP-3"]["partial"] == guessed.coverage.partials["REP-3"] > 0
     assert not known.coverage.partials and "partial" not in build_report([known])["rules"]["REP-3"]
+
+
+def test_rep3_partial_checks_show_in_the_markdown_summary():
+    from pathlib import Path
+
+    from kvsim.sim.replay import replay_trace
+    from kvsim.sim.report.build import build_report
+    from kvsim.sim.report.markdown import render_markdown
+
+    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+    report = build_report([replay_trace(scenarios / "host_placement_engine_offsets.jsonl")])
+    assert f"({report['rules']['REP-3']['partial']} checks partial)" in render_markdown(report)
