@@ -327,6 +327,43 @@ def map_onto_pinned_page_group() -> Trace:
     return t
 
 
+# -- 7. the automatic capacity curve is affine for every geometry (decision 21) --------------------------------
+
+# FP8-E4M3FN-row256 with 3 KV heads: each scale slab holds 2 B x 64 x 3 = 384 B per page, no multiple of the
+# 256-byte slab alignment. With each slab charged its span + 256 B, B(M) = B_min + (M - 64)·99072 B with B_min =
+# 6342656 B is affine; F = B(100) + R + 1000 B with R = 1 MiB resolves M = 100. Rounding each span up instead
+# measured B_step = 99328 B at M_min and bent the curve: that resolver lands on 99 and refuses the layout.
+FP8_ODD = dict(kv_profile="fp8", model={"full_attention_layers": 1, "kv_heads": 3, "head_dim": 256},
+               kv_capacity={"auto": {"free_bytes": 10958824, "headroom_bytes": 1048576}})
+
+
+def auto_capacity_fp8_odd_heads() -> Trace:
+    t = Trace("auto_capacity_fp8_odd_heads",
+              'Automatic kv_capacity for FP8 with an odd KV-head count: the capacity curve is affine, M = 100 '
+              'pages, and the pool admits exactly that much (store contract "affine SequenceCapacityCurve", '
+              '"Automatic 选择"; decision 21)', config(**FP8_ODD))
+    t.pool(allocated=0, reserved=0, available=100)
+    t.activate("s0", 4000, 96)  # 64 pages
+    t.prefill("s0", 4000)  # 63 pages
+    t.pool(allocated=63, reserved=1, available=36)
+    t.finish("s0")
+    t.pool(allocated=0, reserved=0, available=100)
+    return t
+
+
+def fp8_odd_heads_counters_off_capacity() -> Trace:
+    t = Trace("CAP-3_fp8_odd_heads_counters_off_capacity",
+              'The engine sized its FP8 pool (3 KV heads) on a slab-rounded, non-affine curve and reports 99 pages '
+              'where the affine curve resolves 100: its counters do not sum to the capacity (store contract '
+              '"allocated+reserved+available=capacity", "affine SequenceCapacityCurve"; decision 21)',
+              config(**FP8_ODD))
+    t.pool(allocated=0, reserved=0, available=99, expect="CAP-3")
+    t.pool(allocated=0, reserved=0, available=100)
+    t.activate("s0", 4000, 96)
+    t.finish("s0")
+    return t
+
+
 # -- 10. verify after a cut (decision 27; found by `kvsim fuzz --machine host --budget 300 --seed 1`) ----------
 
 def _cut_while_copying(t: Trace) -> None:
@@ -378,11 +415,11 @@ def verify_passed_after_cut() -> Trace:
 def legal() -> list[Trace]:
     return [effective_budget_clamped(), host_plan_on_known_layout(), host_replica_logical_order(),
             reads_while_copy_reserved(), growth_to_the_window_bound(), truncate_copy_pinned_page(),
-            verify_fails_after_cut()]
+            verify_fails_after_cut(), auto_capacity_fp8_odd_heads()]
 
 
 def violations() -> list[Trace]:
     return [clamped_budget_write_beyond_s(), host_plan_without_offsets_on_fragmented_layout(),
             host_replica_reverses_logical_order(), drop_source_before_copy(), growth_leases_whole_budget(),
             growth_beyond_window_in_counters(), truncated_pinned_lease_to_global(),
-            map_onto_pinned_page_group(), verify_passed_after_cut()]
+            map_onto_pinned_page_group(), verify_passed_after_cut(), fp8_odd_heads_counters_off_capacity()]
