@@ -54,9 +54,11 @@ def clamped_budget_write_beyond_s() -> Trace:
     t.activate("s0", 3900, 1000)
     t.prefill("s0", 3900)
     t.advance("s0", 3900, 4000)
-    t.launch(t.unit(), [("s0", "main", 4000, 4001)], expect="AS-6")
-    t.row("s0", table=list(range(63)), frontier=4000)  # the rejected write changed nothing
+    u = t.unit()
+    t.launch(u, [("s0", "main", 4000, 4001)], expect="AS-6")
+    t.row("s0", table=list(range(63)), frontier=4000)  # reported once: the frontier stays S
     t.pool(allocated=63, reserved=0, available=65)
+    t.fail(u)  # error recovery adopted the launch (the unit ran, as the engine says); the engine drops its result
     t.finish("s0")
     return t
 

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 
 def cache_rules() -> list:
-    """The TS-* rules, in catalogue order."""
-    return [r for r in all_rules() if r.scope == "cache"]
+    """The TS-* state rules (predicates over a CacheState), in catalogue order; the TS-L2 transition rules are
+    judged on cachetrace/1 by sim.peers.host_tier."""
+    return [r for r in all_rules() if r.scope == "cache" and r.kind == "state"]
 
 
 def check_cache(state: CacheState, coverage: Coverage | None = None, rules: Iterable[str] | None = None

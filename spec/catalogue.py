@@ -24,7 +24,7 @@ KINDS = ("state", "transition", "clause")
 # traces; `not_checkable` says why).
 EVIDENCE = ("engine", "model", "none")
 SCOPES = ("config", "pool", "page", "space", "row", "store", "cache", "none")  # cache: a kvmodel.cache CacheState
-_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL))-[1-9][0-9]*$")
+_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL|L2|NC))-[1-9][0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -136,10 +136,11 @@ def state_rule(rule_id: str, title: str, clause: str, scope: str, decisions: str
 
 
 def transition_rule(rule_id: str, title: str, clause: str, checker: Callable | str, decisions: str = "",
-                    evidence: str = "engine") -> Rule:
+                    evidence: str = "engine", scope: str = "none") -> Rule:
     """Register a transition rule whose checker is the model function enforcing it; a rule checked by the
-    simulator (lockstep) names its checker by dotted path, so the catalogue never imports `sim`."""
-    return _register(Rule(rule_id, title, clause, "transition", checker, "none", decisions, evidence=evidence))
+    simulator (lockstep) or a peer judge names its checker by dotted path, so the catalogue never imports
+    `sim`. Scope "cache" marks a rule of the cache concepts (tested with the cache and peer tests)."""
+    return _register(Rule(rule_id, title, clause, "transition", checker, scope, decisions, evidence=evidence))
 
 
 def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decisions: str = "") -> Rule:
@@ -150,7 +151,7 @@ def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decis
 
 
 FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE",
-                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL")
+                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL", "TS-L2", "TS-NC")
 
 
 def _order(r: Rule) -> tuple[int, int]:

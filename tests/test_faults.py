@@ -67,6 +67,7 @@ def test_cli_generate_then_replay(tmp_path, capsys, monkeypatch):
     summary = json.loads(capsys.readouterr().out)
     assert summary["rule"] == "PAGE-2" and summary["line"] == summary["event"] + 2
     assert main(["replay", str(out), "--quiet", "--json", str(tmp_path / "r.json")]) == 1
+    assert capsys.readouterr().out.startswith("FAIL: 1 violation")  # --quiet keeps the verdict line
     rep = json.loads((tmp_path / "r.json").read_text())
     assert [(v["rule"], v["line"]) for v in rep["violations"]] == [("PAGE-2", summary["line"])]
     assert main(["generate", "--list-faults"]) == 0

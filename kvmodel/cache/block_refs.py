@@ -8,6 +8,8 @@ reference goes. It knows counts only, not which holder holds what.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kvsim.kvmodel.cache.block_pool import BlockPool
 
 
@@ -21,7 +23,7 @@ class BlockRefs:
     def count(self, group: int, block: int) -> int:
         return self._n.get((group, block), 0)
 
-    def adopt(self, group: int, blocks) -> None:
+    def adopt(self, group: int, blocks: Iterable[int]) -> None:
         """The first reference to freshly acquired blocks."""
         for b in blocks:
             if (group, b) in self._n:

@@ -66,7 +66,7 @@ class SwaMatcher:
         return GroupProbe(begin, (False,) * (run - begin) + (True,) * (boundary - run))
 
 
-def matcher_for(geometry: GroupGeometry):
+def matcher_for(geometry: GroupGeometry) -> FullAttnMatcher | SwaMatcher:
     """Full history → FullAttnMatcher; sliding and state → SwaMatcher(ceil((W − 1) / bg)), W = 2 for state."""
     if geometry.spec.window_tokens is None:
         return FullAttnMatcher()

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from kvsim.sim.cli.common import EXIT_OK, write
 from kvsim.sim.replay import replay_trace
@@ -41,6 +42,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    result: Any
     if args.what == "replay":
         result = bench_replay(args.events or 1_000_000, args.seed, args.concurrency)
     elif args.what == "lockstep":

@@ -49,7 +49,8 @@ def _key(c: EvictionCandidate) -> tuple:
             decisions="Order: (access epoch, tier uncached < probationary < established < closed prefix, rank, "
                       "group, parent, child). The victims lie within the shortest fitting prefix of that order and "
                       "include its last element; dropping any one victim breaks the fit; a refusal means even "
-                      "every candidate does not fit.")
+                      "every candidate does not fit.",
+            evidence="model")
 def ts_adm_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:

@@ -21,13 +21,15 @@ if TYPE_CHECKING:
             decisions="A layer's kernel_page_size must come from the registry or the config and divide its "
                       "group's block_granularity (the subdivision block → kernel pages); a state group's layers "
                       "have no kernel pages; a full-visibility layer cannot ride a sliding group and a sliding mask "
-                      "needs window_left + 1 <= sliding_window_tokens.")
+                      "needs window_left + 1 <= sliding_window_tokens.",
+            evidence="model")
 def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     cfg = st.config
     for g in cfg.groups:
         bg = g.block_granularity
         if bg <= 0 or cfg.prefix_granularity % bg:
-            return f"group {g.group_id!r}: block_granularity {bg} does not divide prefix_granularity {cfg.prefix_granularity}"
+            return (f"group {g.group_id!r}: block_granularity {bg} does not divide prefix_granularity "
+                    f"{cfg.prefix_granularity}")
     for lb in st.layers:
         spec = cfg.groups[lb.group]
         if spec.family == "state":
@@ -49,14 +51,16 @@ def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -
             "expires",
             'cache concepts: "full attention never expires; SWA and Mamba-at-window-2 slide out whole pages"',
             scope="cache",
-            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.")
+            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.",
+            evidence="model")
 def ts_ret_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:
         if not isinstance(r, ReclaimRecord):
             continue
         seen = True
-        want = 0 if r.window_tokens is None else max(0, r.num_computed_tokens - r.window_tokens + 1) // r.block_granularity
+        want = 0 if r.window_tokens is None else \
+            max(0, r.num_computed_tokens - r.window_tokens + 1) // r.block_granularity
         if r.expired_slots != want:
             return (f"group {r.group}: {r.expired_slots} slots expired at {r.num_computed_tokens} computed tokens, "
                     f"retention gives {want}")

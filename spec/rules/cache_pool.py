@@ -29,7 +29,8 @@ def _records(st: CacheState, kind: type) -> list:
             'empty-parent FIFO rather than any group"', scope="cache",
             decisions="Indexes recounted: per-group free slots (holes of bound parents), the empty-parent FIFO "
                       "(each empty parent exactly once), per-parent occupied counts, per-(group, bucket) sets of "
-                      "parents with a hole in that bucket.")
+                      "parents with a hole in that bucket.",
+            evidence="model")
 def ts_pool_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     pool = st.pool
     if pool is None:
@@ -72,7 +73,8 @@ def ts_pool_1(st: CacheState, _entity: object | None = None, full: bool = True) 
             'cache concepts: "Insufficient capacity returns before changing the indices, occupancy, or FIFO"; '
             '"A failed acquire leaves both placement and request tables unchanged"', scope="cache",
             decisions="A refusal is legal only when holes in bound parents + empty parents × slots per parent "
-                      "< the count; a refused admission acquires nothing.")
+                      "< the count; a refused admission acquires nothing.",
+            evidence="model")
 def ts_pool_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in _records(st, AcquireRecord):
@@ -106,7 +108,8 @@ def _capacity(snap: tuple, group: int) -> tuple[int, int, int]:
             'occupied parent (ties by parent ID), then the lowest child ID"', scope="cache",
             decisions="Bucket load counts every nonnull block of the request's table in that group, updated after "
                       "each child; among all holes of bound parents the choice is the lexicographic minimum of "
-                      "(bucket load, bucket, −parent occupancy, parent, child).")
+                      "(bucket load, bucket, −parent occupancy, parent, child).",
+            evidence="model")
 def ts_pool_3(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     recs = [r for r in _records(st, AcquireRecord) if r.result]
     if not recs:

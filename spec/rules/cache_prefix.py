@@ -72,8 +72,8 @@ def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -
 
 def _lookback(grp: ProbeGroup) -> int:
     """Slots a window group needs cached before a boundary: ceil((W − 1) / block_granularity)."""
-    assert grp.window_tokens is not None  # a window group
-    return -(-(grp.window_tokens - 1) // grp.block_granularity)
+    window = grp.window_tokens or 1  # only window groups ask (full history never looks back)
+    return -(-(window - 1) // grp.block_granularity)
 
 
 def supports(grp: ProbeGroup, boundary_slots: int) -> bool:
@@ -103,7 +103,8 @@ def expected_hits(grp: ProbeGroup, boundary_slots: int) -> tuple[bool, ...]:
             'prefix length across the matched groups"', scope="cache",
             decisions="A window group resumes at boundary b with ceil((W − 1)/bg) cached slots before b, or a "
                       "shorter run reaching slot 0; W = 2 for state groups; replayable groups are not matched and "
-                      "claim no hit.")
+                      "claim no hit.",
+            evidence="model")
 def ts_pfx_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
