@@ -4,6 +4,8 @@ every plan against the observable contract and its KV events (extra ``peers``: t
 The report (kvreport/1 shape) carries the verdict, every violation, hit ratio against the trace's own bound,
 and -- under ``stats.timing``, the only wall-clock figures, left out with ``--no-timing`` -- the scheduler's
 per-plan cost percentiles and the ratio of judging time to scheduler-call time.
+
+`kvsim peer vllm|sglang` and `kvsim peer compare` live in ``sim.cli.peer_engine`` (engines in their own venvs).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from kvsim.sim.report.verdict import stamp
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("peer", help="drive a real scheduler (tokenspeed) with a workload and judge every plan")
-    p.add_argument("peer", choices=["tokenspeed"])
+    p = sub.add_parser("peer", help="drive a real scheduler (tokenspeed, vllm, sglang) with a workload and judge "
+                       "every step; compare: their hit ratios beside kvsim simulate's")
+    p.add_argument("peer", choices=["tokenspeed", "vllm", "sglang", "compare"])
     p.add_argument("workload", help="Mooncake JSON Lines (input_length, output_length, hash_ids)")
     p.add_argument("--requests", type=int, default=None, help="first N rows (default: all)")
     p.add_argument("--pages", type=int, default=None,
@@ -51,7 +54,15 @@ def add_parser(sub) -> None:
     p.add_argument("--clear-every", type=int, default=0, help="request ClearCache after every N-th answer")
     p.add_argument("--inject-fault", default=None, metavar="NAME",
                    help="perturb the recorded plans with one named fault (sim.peers.faults), to see its rule fire")
-    p.add_argument("--record", help="write every plan as cachetrace/1")
+    p.add_argument("--record", help="tokenspeed: write every plan as cachetrace/1; vllm/sglang: write the engine's "
+                   "KV-event batches as a subscriber log (wire form, ts = step)")
+    p.add_argument("--engine-python", help="vllm/sglang: the engine venv's python (scripts/install-engine ENGINE VENV)")
+    p.add_argument("--blocks", type=int, default=None,
+                   help="vllm/sglang/compare: usable KV blocks of the pool (default: unbounded, never evicts)")
+    p.add_argument("--block-size", type=int, default=None, help="vllm/sglang/compare: tokens per block (default 16)")
+    p.add_argument("--vllm-python", help="compare: vLLM's venv python (vLLM skipped without it)")
+    p.add_argument("--sglang-python", help="compare: SGLang's venv python (SGLang skipped without it)")
+    p.add_argument("--html", help="vllm/sglang: write the report as an HTML page")
     p.add_argument("--events-log", help="write the scheduler's KV events as JSON Lines batches (object form)")
     p.add_argument("--json", help="write the kvreport/1-style report")
     p.add_argument("--no-timing", action="store_true", help="leave wall-clock figures out of the report")
@@ -60,6 +71,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    if args.peer in ("vllm", "sglang", "compare"):
+        from kvsim.sim.cli.peer_engine import run_compare, run_engine_peer
+        return run_compare(args) if args.peer == "compare" else run_engine_peer(args)
     from kvsim.sim.peers import tokenspeed as ts
     from kvsim.sim.peers.report import build, file_sha256, percentiles
     from kvsim.sim.peers.workload import WorkloadError, read_mooncake
