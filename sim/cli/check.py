@@ -14,7 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from kvsim.sim.cli.common import remember, reports_dir, run_traces, scenarios_dir, write_reports
+from kvsim.sim.cli.argtypes import folder
+from kvsim.sim.cli.common import InputError, remember, reports_dir, run_traces, scenarios_dir, write_reports
 from kvsim.sim.report.build import build_report, timelines
 from kvsim.sim.report.kvreport import headline
 from kvsim.sim.trace.stream import open_trace
@@ -22,9 +23,10 @@ from kvsim.sim.trace.stream import open_trace
 
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="replay every bundled scenario and write all reports (the main job)")
-    c.add_argument("--scenarios", default=None, help="scenario folder (default: the bundled scenarios)")
-    c.add_argument("--out", default=None, help="report folder (default: reports/)")
-    c.add_argument("--lockstep", action="store_true")
+    c.add_argument("--scenarios", type=folder, default=None, metavar="DIR",
+                   help="scenario folder: *.jsonl legal, violations/*.jsonl declared (default: the bundled scenarios)")
+    c.add_argument("--out", default=None, metavar="DIR", help="report folder (default: reports/, or $KVSIM_REPORTS)")
+    c.add_argument("--lockstep", action="store_true", help="run the physical implementation beside the model")
     c.set_defaults(fn=run)
 
 
@@ -62,10 +64,13 @@ def display_path(p: Path) -> str:
 
 def run_check(scenarios, out, lockstep, console) -> int:
     legal, bad = scenario_files(scenarios)
+    if not legal and not bad:
+        raise InputError(f"kvsim check: no scenarios in {scenarios} (expected *.jsonl, and violations/*.jsonl for "
+                         "the declared violations): nothing to judge")
     paths = [display_path(p) for p in legal + bad]
     results = run_traces(paths, lockstep=lockstep)
     mismatches = []
-    for path, r in zip(legal + bad, results):
+    for path, r in zip(legal + bad, results, strict=True):
         want = expected(path) if path in bad else []
         have = got(r)
         declared = set(want)

@@ -9,45 +9,59 @@ tail page); it is on by default for cachetrace/1 input, whose scheduler document
 
 from __future__ import annotations
 
+import contextlib
+
 from rich.console import Console
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.cli.argtypes import integer, output_path
+from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, once_stdin, open_input, progress_bar, write
 from kvsim.sim.report.kvreport import dumps_report
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("events", help="judge KV-event logs (BlockStored / BlockRemoved / AllBlocksCleared)")
-    p.add_argument("logs", nargs="+")
-    p.add_argument("--block-size", type=int, default=None, help="every BlockStored must declare this size")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="KV-event log (JSON Lines) or cachetrace/1 file; '-' "
+                   "reads standard input")
+    p.add_argument("--block-size", type=integer(1), default=None,
+                   help="every BlockStored must declare this size (default: not checked)")
     p.add_argument("--hash", choices=("none", "sha256", "fnv1a64"), default="none",
                    help="recompute every hash under this scheme")
-    p.add_argument("--capacity", type=int, default=None, help="live blocks (per medium) may not exceed this")
+    p.add_argument("--capacity", type=integer(0), default=None,
+                   help="live blocks (per medium) may not exceed this (default: unbounded)")
     p.add_argument("--partial-tails", action="store_true",
                    help="accept a partial last block per store (an engine that documents growing tails)")
-    p.add_argument("--json", help="write the kvreport/1-style report")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", type=output_path, metavar="F", help="write the kvreport/1-style report")
+    p.add_argument("--quiet", action="store_true", help="no console output")
     p.set_defaults(fn=run)
 
 
 def run(args) -> int:
     from kvsim.sim.peers.events import EventChecker, EventLogError, read_event_log
-    from kvsim.sim.peers.report import build, file_sha256
+    from kvsim.sim.peers.report import build
 
-    for name in ("block_size", "capacity"):
-        v = getattr(args, name)
-        if v is not None and v < (1 if name == "block_size" else 0):
-            raise InputError(f"--{name.replace('_', '-')}:0: out of range")
+    once_stdin("events", args.logs)
     reports = []
-    for path in args.logs:
+    prog = progress_bar(Console(stderr=True), "{task.description}", "bytes")
+    for arg in args.logs:
+        src = open_input(arg)  # read once, as a stream; its SHA-256 taken in the same pass
+        path = src.name
         try:
-            form, batches = read_event_log(path)
-            checker = EventChecker(args.block_size, args.hash, args.capacity,
-                                   args.partial_tails or form == "cachetrace/1")
-            for line, events in batches:
-                checker.batch(events, line)
+            with prog if prog is not None else contextlib.nullcontext():
+                task = prog.add_task(path, total=src.size) if prog is not None else None
+                form, batches = read_event_log(path, src)
+                checker = EventChecker(args.block_size, args.hash, args.capacity,
+                                       args.partial_tails or form == "cachetrace/1")
+                for n, (line, events) in enumerate(batches):
+                    checker.batch(events, line)
+                    if prog is not None and not n % 256:
+                        prog.update(task, completed=src.consumed)
+                if prog is not None:
+                    prog.remove_task(task)
         except EventLogError as exc:
             raise InputError(str(exc)) from None
-        inputs = [{"path": path, "sha256": file_sha256(path), "events": checker.stats["batches"]}]
+        if form == "empty" or not checker.stats["batches"]:
+            raise InputError(f"{path}:1: empty log: no KV-event batch to judge")
+        inputs = [{"path": path, "sha256": src.sha256(), "events": checker.stats["batches"]}]
         reports.append(build(inputs, path, None, checker, {"log": {"form": form, "hash": args.hash}}))
     report = reports[0] if len(reports) == 1 else _merge(reports)
     if args.json:

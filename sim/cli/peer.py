@@ -8,77 +8,84 @@ per-plan cost percentiles and the ratio of judging time to scheduler-call time.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from rich.console import Console
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.cli.argtypes import integer, output_path
+from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, WRITTEN, InputError, open_input, progress_bar, write
+from kvsim.sim.files import atomic_path
 from kvsim.sim.report.kvreport import dumps_report
 
 
-def add_parser(sub) -> None:
+def add_parser(sub) -> None:  # type: ignore[no-untyped-def]
     p = sub.add_parser("peer", help="drive a real scheduler (tokenspeed) with a workload and judge every plan")
-    p.add_argument("peer", choices=["tokenspeed"])
-    p.add_argument("workload", help="Mooncake JSON Lines (input_length, output_length, hash_ids)")
-    p.add_argument("--requests", type=int, default=None, help="first N rows (default: all)")
-    p.add_argument("--pages", type=int, default=None,
+    p.add_argument("peer", choices=["tokenspeed"], help="the scheduler to drive")
+    p.add_argument("workload", metavar="WORKLOAD", help="Mooncake JSON Lines (input_length, output_length, "
+                   "hash_ids); '-' reads standard input")
+    p.add_argument("--requests", type=integer(1), default=None, metavar="N", help="first N rows (default: all)")
+    p.add_argument("--pages", type=integer(2), default=None,
                    help="num_device_pages, null page 0 included (default: unbounded, never evicts)")
-    p.add_argument("--host-pages", type=int, default=0,
+    p.add_argument("--host-pages", type=integer(0), default=0,
                    help="Host (L2) pages: enables write-back / load-back cache ops, each acknowledged once")
-    p.add_argument("--swa-window", type=int, default=None,
-                   help="add a sliding-window group 'swa' (window in tokens) beside the full-attention group")
-    p.add_argument("--max-output", type=int, default=None, help="cap each request's output tokens")
-    p.add_argument("--prefix-granularity", type=int, default=64)
-    p.add_argument("--max-plans", type=int, default=None, help="stop after N plans")
-    p.add_argument("--stagger", type=int, default=0, help="submit request i before plan i*K (default 0: all at once; -1: one at a time, "
-                   "each once the scheduler is idle)")
-    p.add_argument("--record", help="write every plan as cachetrace/1")
-    p.add_argument("--events-log", help="write the scheduler's KV events as JSON Lines batches (object form)")
-    p.add_argument("--json", help="write the kvreport/1-style report")
+    p.add_argument("--swa-window", type=integer(1), default=None,
+                   help="add a sliding-window group 'swa' (window in tokens) beside the full-attention group "
+                   "(default: none)")
+    p.add_argument("--max-output", type=integer(1), default=None,
+                   help="cap each request's output tokens (default: the workload's)")
+    p.add_argument("--prefix-granularity", type=integer(1), default=64, help="tokens per prefix-cache block")
+    p.add_argument("--max-plans", type=integer(1), default=None, help="stop after N plans (default: until done)")
+    p.add_argument("--stagger", type=integer(-1), default=0, help="submit request i before plan i*K (0: all at "
+                   "once; -1: one at a time, each once the scheduler is idle)")
+    p.add_argument("--record", type=output_path, metavar="F", help="write every plan as cachetrace/1")
+    p.add_argument("--events-log", type=output_path, metavar="F",
+                   help="write the scheduler's KV events as JSON Lines batches (object form)")
+    p.add_argument("--json", type=output_path, metavar="F", help="write the kvreport/1-style report")
     p.add_argument("--no-timing", action="store_true", help="leave wall-clock figures out of the report")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no console report")
     p.set_defaults(fn=run)
 
 
-def run(args) -> int:
+def run(args) -> int:  # type: ignore[no-untyped-def]
     from kvsim.sim.peers import tokenspeed as ts
-    from kvsim.sim.peers.report import build, file_sha256, percentiles
+    from kvsim.sim.peers.report import build, percentiles
     from kvsim.sim.peers.workload import WorkloadError, read_mooncake
 
     if not ts.available():
-        raise InputError("tokenspeed-scheduler:0: not installed (pip install 'kvsim[peers]')")
-    for name in ("requests", "pages", "max_output", "max_plans"):
-        v = getattr(args, name)
-        if v is not None and v < (2 if name == "pages" else 1):
-            raise InputError(f"--{name.replace('_', '-')}:0: must be at least {2 if name == 'pages' else 1}")
+        raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")
+    src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
     try:
-        reqs = read_mooncake(args.workload, args.requests, args.max_output)
+        reqs = read_mooncake(src.name, args.requests, args.max_output, src)
     except WorkloadError as exc:
         raise InputError(str(exc)) from None
     if not reqs:
-        raise InputError(f"{args.workload}:1: no requests")
+        raise InputError(f"{src.name}:1: no requests: nothing to drive the scheduler with")
+    sha = src.sha256()
     p = args.prefix_granularity
     pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, p, 1 + (args.swa_window is not None))
-    if args.stagger < -1:
-        raise InputError("--stagger:0: must be at least -1")
-    if args.host_pages < 0:
-        raise InputError("--host-pages:0: must be at least 0")
-    if args.swa_window is not None and args.swa_window < 1:
-        raise InputError("--swa-window:0: must be at least 1")
     cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger, host_pages=args.host_pages,
                        swa_window=args.swa_window)
-    meta = {"workload": Path(args.workload).name, "requests": len(reqs),
+    meta = {"workload": Path(src.name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
-    for target in (args.record, args.events_log, args.json):
-        if target and not Path(target).parent.exists():
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        out = ts.run(reqs, cfg, record=args.record, meta=meta, max_plans=args.max_plans,
-                     events_log=args.events_log)
-    except OSError as exc:
-        raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
+    prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
+    with contextlib.ExitStack() as stack:  # outputs written under temporary names, renamed when complete
+        record = stack.enter_context(atomic_path(args.record)) if args.record else None
+        events_log = stack.enter_context(atomic_path(args.events_log)) if args.events_log else None
+        try:
+            if prog is not None:
+                with prog:
+                    task = prog.add_task("requests", total=len(reqs))
+                    out = ts.run(reqs, cfg, record=record, meta=meta, max_plans=args.max_plans,
+                                 events_log=events_log, progress=lambda n: prog.advance(task, n))
+            else:
+                out = ts.run(reqs, cfg, record=record, meta=meta, max_plans=args.max_plans, events_log=events_log)
+        except OSError as exc:
+            raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
+    WRITTEN.extend(t for t in (args.record, args.events_log) if t)
     stats = {"peer": {"scheduler": f"tokenspeed-scheduler {ts.version()}", "requests": len(reqs),
-                      "num_device_pages": pages, "num_host_pages": args.host_pages, "pool": meta["pool"], "prefix_granularity": p,
+                      "num_device_pages": pages, "num_host_pages": args.host_pages, "pool": meta["pool"],
+                      "prefix_granularity": p,
                       "plans": out.plans, "stalled_requests": len(out.stalled),
                       "rejected_requests": len(out.rejected),
                       "rejections": [{"request": r, "reason": why} for r, why in out.rejected[:20]]}}
@@ -90,9 +97,9 @@ def run(args) -> int:
             "plan_cost_ms": percentiles(out.plan_costs_ms),
             "plan_cost_mean_ms": round(sum(out.plan_costs_ms) / len(out.plan_costs_ms), 3) if out.plan_costs_ms
             else None}
-    inputs = [{"path": str(args.workload), "sha256": file_sha256(args.workload), "events": out.plans}]
+    inputs = [{"path": src.name, "sha256": sha, "events": out.plans}]
     # violations name the cachetrace/1 line (the recorded file when --record is given)
-    report = build(inputs, args.record or str(args.workload), out.contract, out.events, stats)
+    report = build(inputs, args.record or src.name, out.contract, out.events, stats)
     if out.stalled:
         report["verdict"] = "fail" if report["verdict"] == "fail" else "incomplete"
     if args.json:

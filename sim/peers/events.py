@@ -25,6 +25,7 @@ cachetrace/1 file (its ``kv`` lines). This module knows events, not schedulers.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import msgspec
 import numpy as np
 
 from kvsim.kvmodel.cache.prefix_hash import page_digest
+from kvsim.sim.files import label, open_source
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "EventChecker", "EventLogError", "read_event_log", "fnv1a64", "HASH_SCHEMES"]
@@ -296,12 +298,20 @@ def _batch(obj: Any) -> tuple[list[ct.KvEvent], str]:
     raise ValueError("a line must be an event batch (array or object)")
 
 
-def read_event_log(path: str | Path) -> tuple[str, Iterator[tuple[int, list[ct.KvEvent]]]]:
-    """The log's form (``array``, ``object``, ``event``, or ``cachetrace/1``) and its (line, events) batches.
+def read_event_log(path: str | Path, stream=None) -> tuple[str, Iterator[tuple[int, list[ct.KvEvent]]]]:
+    """The log's form (``array``, ``object``, ``event``, ``cachetrace/1``, or ``empty`` when it holds no batch)
+    and its (line, events) batches. ``path`` ``-`` reads standard input; ``stream`` is the input already
+    opened (a `sim.files.Source`, read once), which ``path`` names.
 
     The form is that of the first batch; a cachetrace/1 file yields its ``kv`` lines."""
-    if ct.is_cachetrace(path):
-        _, lines = ct.read_cachetrace(path)
+    if stream is None:
+        try:
+            stream = open_source(path)
+        except OSError as exc:
+            raise EventLogError(f"{label(path)}:0: cannot read: {exc.strerror or exc}") from None
+        path = stream.name
+    if ct.is_cachetrace_header(stream.first_line()):
+        _, lines = ct.read_cachetrace(path, stream)
 
         def from_trace():
             try:
@@ -311,10 +321,7 @@ def read_event_log(path: str | Path) -> tuple[str, Iterator[tuple[int, list[ct.K
             except ct.CacheTraceInputError as exc:
                 raise EventLogError(str(exc)) from None
         return "cachetrace/1", from_trace()
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise EventLogError(f"{path}:0: cannot read: {exc.strerror or exc}") from None
+    f = io.BufferedReader(stream)
     first: list = []
     forms: list[str] = []
 

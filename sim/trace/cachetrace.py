@@ -28,14 +28,16 @@ rules live in ``sim.peers.contract``.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, BinaryIO, Literal, Union
 
 import msgspec
 
+from kvsim.sim.files import label, open_source
 from kvsim.sim.trace.stream import TraceInputError
 
 __all__ = [
@@ -178,22 +180,35 @@ def _why(exc: Exception) -> str:
     return ("not JSON: " if not isinstance(exc, msgspec.ValidationError) else "") + text
 
 
+def is_cachetrace_header(first: bytes) -> bool:
+    """True when this first line is a cachetrace/1 header."""
+    return b'"cachetrace/1"' in first and b'"format"' in first
+
+
 def is_cachetrace(path: str | Path) -> bool:
-    """True when the file's first line is a cachetrace/1 header (cheap: reads one line)."""
+    """True when the file's first line is a cachetrace/1 header (cheap: reads one line; never use it on a
+    pipe, which it would consume: peek with `sim.files.Source.first_line` instead)."""
     try:
         with open(path, "rb") as f:
             first = f.readline(1 << 16)
     except OSError:
         return False
-    return b'"cachetrace/1"' in first and b'"format"' in first
+    return is_cachetrace_header(first)
 
 
-def read_cachetrace(path: str | Path) -> tuple[Header, Iterator[tuple[int, Line]]]:
-    """Open a cachetrace/1 file: its header, and an iterator of (line number, record)."""
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise CacheTraceInputError(path, 0, f"cannot read: {exc.strerror or exc}") from None
+def read_cachetrace(path: str | Path, stream: BinaryIO | None = None) -> tuple[Header, Iterator[tuple[int, Line]]]:
+    """Open a cachetrace/1 file (``-``: standard input; ``stream``: the input already opened, which ``path``
+    names): its header, and an iterator of (line number, record)."""
+    if stream is not None:
+        f = stream
+    else:
+        try:
+            f = open_source(path)
+        except OSError as exc:
+            raise CacheTraceInputError(label(path), 0, f"cannot read: {exc.strerror or exc}") from None
+        path = f.name
+    if not isinstance(f, io.BufferedIOBase):
+        f = io.BufferedReader(f)  # type: ignore[arg-type]
     first = f.readline()
     try:
         header = _HEADER.decode(first.removeprefix(b"\xef\xbb\xbf"))
