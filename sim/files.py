@@ -53,6 +53,7 @@ class Source(io.RawIOBase):
         self.consumed = 0
         """Bytes handed to the reader so far."""
         self._raw = raw
+        self._read1 = getattr(raw, "read1", raw.read)
         self._hash = hashlib.sha256()
         self._pending = b""  # bytes peeked at but not yet read
         self._eof = False
@@ -61,7 +62,8 @@ class Source(io.RawIOBase):
         return True
 
     def _pull(self, n: int) -> bytes:
-        data = self._raw.read(n)
+        # read1: what the pipe holds now (at least a byte, unless at the end), never waiting for n bytes
+        data = self._read1(n)
         if data:
             self._hash.update(data)
         else:

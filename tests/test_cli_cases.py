@@ -336,13 +336,28 @@ def test_ctrl_c_is_exit_130_with_one_line_and_no_partial_recording(workdir: Path
     assert not any(f.name.startswith(".interrupted") for f in workdir.iterdir()), "temporary file left behind"
 
 
+def _wait_reading_a_pipe(pid: int, limit: float = 120) -> None:
+    """Until the process sleeps in a pipe read (Linux /proc), or a while where that cannot be seen."""
+    wchan = Path(f"/proc/{pid}/wchan")
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            if "pipe" in wchan.read_text():
+                time.sleep(0.5)
+                return
+        except OSError:
+            break
+        time.sleep(0.2)
+    time.sleep(10)
+
+
 def test_sigterm_is_handled_like_ctrl_c(workdir: Path) -> None:
     cmd = [*KVSIM, "replay", "-", "--quiet"]
     p = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdin is not None
     p.stdin.write((workdir / "legal.jsonl").read_bytes().split(b"\n", 1)[0] + b"\n")  # the header, then nothing
     p.stdin.flush()
-    time.sleep(3.0)  # the command waits on the pipe
+    _wait_reading_a_pipe(p.pid)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     text = err.decode()
