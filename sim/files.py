@@ -22,7 +22,7 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 __all__ = ["STDIN", "STDIN_LABEL", "Source", "label", "open_source", "open_text", "atomic_path", "atomic_output",
            "write_atomic"]
@@ -77,7 +77,7 @@ class Source(io.RawIOBase):
         end = self._pending.find(b"\n")
         return self._pending[: end + 1 if end >= 0 else limit]
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def,override]
+    def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         if self._pending:
             n = min(len(view), len(self._pending))

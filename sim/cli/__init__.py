@@ -9,6 +9,7 @@ where it happened and asking for a report; the full traceback only with `--debug
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import traceback
@@ -34,7 +35,7 @@ def _interrupted(exc: BaseException) -> int:
     return EXIT_INTERRUPTED
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     try:
         signal.signal(signal.SIGTERM, _terminated)
     except ValueError:  # not the main thread (kvsim called from a test's worker thread)
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
         return _interrupted(exc)
 
 
-def _run(args) -> int:  # type: ignore[no-untyped-def]
+def _run(args: argparse.Namespace) -> int:
     from kvsim.sim.cli.common import EXIT_INPUT, EXIT_INTERNAL, InputError
     from kvsim.sim.replay import InternalError
     from kvsim.sim.trace.stream import TraceInputError

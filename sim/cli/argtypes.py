@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = ["KvsimParser", "DefaultsFormatter", "integer", "real", "byte_size", "input_file", "output_path",
            "folder", "STDIN", "parse_byte_size"]
@@ -49,7 +49,7 @@ class KvsimParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr (``kvsim CMD: --flag must be ...``, exit 2),
     which passes values such as ``-5G`` to their type, and which shows defaults in its help."""
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
         # a value that starts with '-' and a digit is a (possibly bad) value, never an option: the options'

@@ -16,6 +16,7 @@ whole-content audit, attention against the oracle). On a shared machine the CPU-
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -48,7 +49,7 @@ def add_parser(sub) -> None:
     b.set_defaults(fn=run)
 
 
-def run(args) -> int:  # type: ignore[no-untyped-def]
+def run(args: argparse.Namespace) -> int:
     from kvsim.sim.workloads import WorkloadInputError
     try:
         if args.what in ("replay", "lockstep"):

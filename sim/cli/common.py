@@ -11,6 +11,7 @@ import contextlib
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -89,7 +90,7 @@ def once_stdin(command: str, paths: list[str]) -> None:
         raise InputError(f"kvsim {command}: standard input ('{STDIN}') can be read only once")
 
 
-def progress_bar(console: Console, what: str, unit: str = ""):  # type: ignore[no-untyped-def]
+def progress_bar(console: Console, what: str, unit: str = "") -> Any:
     """A rich progress bar with its total and ETA, on a terminal only (None otherwise: CI logs get none).
     ``unit`` "bytes" shows sizes read (a task added with ``bytes=False`` counts instead); otherwise counts
     (M of N ``unit``). ``what`` may name ``{task.description}``."""
@@ -100,7 +101,7 @@ def progress_bar(console: Console, what: str, unit: str = ""):  # type: ignore[n
     class Count(rp.ProgressColumn):
         sizes, counts = rp.DownloadColumn(), rp.MofNCompleteColumn()
 
-        def render(self, task):  # type: ignore[no-untyped-def]
+        def render(self, task: rp.Task) -> Any:
             if task.fields.get("bytes", unit == "bytes"):
                 return self.sizes.render(task)
             return self.counts.render(task)
@@ -110,8 +111,8 @@ def progress_bar(console: Console, what: str, unit: str = ""):  # type: ignore[n
                        rp.TimeRemainingColumn(), console=console, transient=True)
 
 
-def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockstep_profile=None,
-               streams: list[Source] | None = None) -> list[TraceResult]:
+def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = False, console: Console | None = None,
+               lockstep_profile: str | None = None, streams: list[Source] | None = None) -> list[TraceResult]:
     """Replay traces in order; returns the results (stops after the first violating trace if asked).
 
     Each input is read once, as a stream (``streams``, beside ``paths``: each one already opened; ``-`` is
@@ -123,7 +124,7 @@ def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockste
     if lockstep:
         from kvsim.sim.lockstep import lockstep_factory
 
-        def observer(st):  # type: ignore[no-untyped-def]
+        def observer(st: Any) -> Any:
             return lockstep_factory(st, lockstep_profile)
     results: list[TraceResult] = []
     err = console if console is not None else Console(stderr=True)
@@ -137,7 +138,7 @@ def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockste
                     src = stream if stream is not None else open_input(path)
                     task = prog.add_task(label(path), total=src.size)
 
-                    def advance(n: int, task=task, src=src) -> None:  # type: ignore[no-untyped-def]
+                    def advance(n: int, task: Any = task, src: Source = src) -> None:
                         prog.update(task, completed=src.consumed)
                     r = replay_trace(path, stop_at_first, observer_factory=observer, stream=src, progress=advance)
                     prog.remove_task(task)

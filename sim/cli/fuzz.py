@@ -9,6 +9,7 @@ Exit 1 when a failure was found. A progress bar shows on a terminal only.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rich.console import Console
 
@@ -51,7 +52,8 @@ def run(args) -> int:
                           TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as prog:
                 task = prog.add_task(name, total=budget, what="")
 
-                def advance(t: float, ex: int, steps: int, prog=prog, task=task, budget=budget) -> None:
+                def advance(t: float, ex: int, steps: int, prog: Progress = prog, task: Any = task,
+                            budget: float = budget) -> None:
                     prog.update(task, completed=min(t, budget), what=f"{ex} examples, {steps} steps")
                 r = run_campaign(name, budget, args.seed, args.profile, db, found, progress=advance)
         else:

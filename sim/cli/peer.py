@@ -8,8 +8,10 @@ per-plan cost percentiles and the ratio of judging time to scheduler-call time.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -19,7 +21,7 @@ from kvsim.sim.files import atomic_path
 from kvsim.sim.report.kvreport import dumps_report
 
 
-def add_parser(sub) -> None:  # type: ignore[no-untyped-def]
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("peer", help="drive a real scheduler (tokenspeed) with a workload and judge every plan")
     p.add_argument("peer", choices=["tokenspeed"], help="the scheduler to drive")
     p.add_argument("workload", metavar="WORKLOAD", help="Mooncake JSON Lines (input_length, output_length, "
@@ -47,7 +49,7 @@ def add_parser(sub) -> None:  # type: ignore[no-untyped-def]
     p.set_defaults(fn=run)
 
 
-def run(args) -> int:  # type: ignore[no-untyped-def]
+def run(args: argparse.Namespace) -> int:
     from kvsim.sim.peers import tokenspeed as ts
     from kvsim.sim.peers.report import build, percentiles
     from kvsim.sim.peers.workload import WorkloadError, read_mooncake

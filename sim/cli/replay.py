@@ -7,6 +7,9 @@ judge -- a header and no event, with nothing wrong in the header -- is an input 
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 from rich.console import Console
 
 from kvsim.kvmodel.store import PROFILES
@@ -21,13 +24,13 @@ from kvsim.sim.cli.common import (
     run_traces,
     write_reports,
 )
-from kvsim.sim.files import label
+from kvsim.sim.files import Source, label
 from kvsim.sim.report.build import build_report, timelines
 from kvsim.sim.report.console import print_report
 from kvsim.sim.trace.cachetrace import is_cachetrace_header
 
 
-def add_parser(sub) -> None:  # type: ignore[no-untyped-def]
+def add_parser(sub: Any) -> None:
     r = sub.add_parser("replay", help="replay kvtrace/1 traces against the store contract (cachetrace/1 files "
                        "against the scheduler's observable contract)")
     r.add_argument("traces", nargs="+", metavar="TRACE", help="kvtrace/1 or cachetrace/1 file; '-' reads standard "
@@ -44,9 +47,10 @@ def add_parser(sub) -> None:  # type: ignore[no-untyped-def]
     r.set_defaults(fn=run)
 
 
-def run(args) -> int:  # type: ignore[no-untyped-def]
+def run(args: argparse.Namespace) -> int:
     once_stdin("replay", args.traces)
-    kv, cache = [], []
+    kv: list[tuple[str, Source]] = []
+    cache: list[tuple[str, Source]] = []
     for t in args.traces:  # each input opened once; its first line says which format it is
         src = open_input(t)
         (cache if is_cachetrace_header(src.first_line()) else kv).append((t, src))

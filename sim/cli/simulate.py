@@ -24,6 +24,8 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -40,14 +42,14 @@ from kvsim.sim.cli.common import (
     write,
 )
 from kvsim.sim.files import STDIN, atomic_path, label
-from kvsim.sim.replay import Interrupted
+from kvsim.sim.replay import Interrupted, TraceResult
 from kvsim.sim.report.build import build_report
 from kvsim.sim.report.kvreport import dumps_report, headline
 from kvsim.sim.simulate.engine import ADMISSION, SimConfig, Simulation
 from kvsim.sim.simulate.inject import DEFAULT_EVERY, plan_faults
 from kvsim.sim.simulate.sweep import parse_axis, run_sweep
 from kvsim.sim.trace.stream import TraceInputError
-from kvsim.sim.workloads import WorkloadInputError, open_workload
+from kvsim.sim.workloads import Request, WorkloadInputError, open_workload
 from kvsim.sim.workloads.open import FORMATS, WorkloadFormatError, resolve
 
 SHOWN = ("requests", "rejected", "prompt_blocks", "reused_blocks", "hit_ratio", "evictions", "host_evictions",
@@ -82,7 +84,7 @@ def executor_arg(text: str) -> str:
     raise argparse.ArgumentTypeError(f"must be process, thread, serial or dask://HOST:PORT (got {text!r})")
 
 
-def add_parser(sub) -> None:  # type: ignore[no-untyped-def]
+def add_parser(sub: Any) -> None:
     s = sub.add_parser("simulate", help="simulate a request workload through the store model (every rule checked)",
                        description="Serve a request workload through the store model with every rule checked, "
                        "or sweep capacities and profiles (--sweep). The target model's geometry: --layers "
@@ -137,7 +139,7 @@ def add_parser(sub) -> None:  # type: ignore[no-untyped-def]
     s.set_defaults(fn=run)
 
 
-def base_config(args) -> SimConfig:  # type: ignore[no-untyped-def]
+def base_config(args: argparse.Namespace) -> SimConfig:
     """The simulation's configuration (every value was range-checked while parsing)."""
     pages: int | None = 65536
     hbm = None
@@ -151,7 +153,7 @@ def base_config(args) -> SimConfig:  # type: ignore[no-untyped-def]
                      draft_window=args.draft_window, accept_rate=args.accept_rate, seed=args.seed)
 
 
-def run(args) -> int:  # type: ignore[no-untyped-def]
+def run(args: argparse.Namespace) -> int:
     try:
         kind, _ = resolve(args.workload, args.format)
         cfg = base_config(args)
@@ -170,7 +172,7 @@ def run(args) -> int:  # type: ignore[no-untyped-def]
         raise InputError(str(exc)) from None
 
 
-def _requests(args, kind: str, err: Console):  # type: ignore[no-untyped-def]
+def _requests(args: argparse.Namespace, kind: str, err: Console) -> tuple[Iterator[Request], Any, int | None, Any]:
     """(requests, progress bar or None, its total, advance): the workload opened once; the first request read
     before anything runs (a workload with none is an input error, never a pass)."""
     src = None
@@ -192,7 +194,7 @@ def _requests(args, kind: str, err: Console):  # type: ignore[no-untyped-def]
     return requests, prog, total, (lambda task: lambda n: prog.advance(task, n))
 
 
-def _one(args, cfg: SimConfig, kind: str) -> int:  # type: ignore[no-untyped-def]
+def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
     err = Console(stderr=True)
     plan = None
     if args.fault:
@@ -248,7 +250,7 @@ def _one(args, cfg: SimConfig, kind: str) -> int:  # type: ignore[no-untyped-def
     return EXIT_VIOLATION if report["violations"] else EXIT_OK
 
 
-def _rename_trace(trace, temporary: str, final: str) -> None:  # type: ignore[no-untyped-def]
+def _rename_trace(trace: TraceResult, temporary: str, final: str) -> None:
     """The recording was written as `temporary`: name it by `final` in the result."""
     if trace.path == temporary:
         trace.path = final
@@ -298,7 +300,7 @@ def _reachable(spec: str) -> None:
             from None
 
 
-def _sweep(args, cfg: SimConfig) -> int:  # type: ignore[no-untyped-def]
+def _sweep(args: argparse.Namespace, cfg: SimConfig) -> int:
     try:
         axes = [parse_axis(a) for a in args.sweep]
     except ValueError as exc:
