@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import os
 import stat
 import sys
@@ -149,9 +150,13 @@ def open_text(source: Source) -> io.TextIOWrapper:
 
 # ----------------------------------------------------------------------------------------- outputs
 
+_serial = itertools.count()
+
+
 def _temporary_name(path: str) -> str:
+    """``.NAME.PID.N.part`` beside the destination (the same file system, so the rename is atomic)."""
     folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}.{os.getpid()}.part")
+    return os.path.join(folder, f".{name}.{os.getpid()}.{next(_serial)}.part")
 
 
 @contextlib.contextmanager

@@ -376,7 +376,7 @@ def table(out) -> None:
             if (case.stdin and not (d / case.stdin).exists()) or (
                     "cachetrace.jsonl" in case.argv and not (d / "cachetrace.jsonl").exists()):
                 return f"kvsim {case.argv}{pipe}  ->  skipped (no sample)"
-            code, first, _ = run_case(case, d, timeout=90)
+            code, first, _ = run_case(case, d, timeout=240)
             return f"kvsim {case.argv}{pipe}  ->  {code}  ->  {first}"
 
         with ThreadPoolExecutor(max_workers=3) as pool:
