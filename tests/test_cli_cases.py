@@ -167,6 +167,12 @@ CASES = [
     Case("capacity-free-bytes-negative", "capacity --free-bytes -5G", 2,
          r"^kvsim capacity: --free-bytes must be a byte size >= 0"),
     Case("capacity-kv-heads-0", "capacity --kv-heads 0", 2, r"^kvsim capacity: --kv-heads must be >= 1"),
+    Case("capacity-absurd-size", "capacity --max-context 1000000000000 --concurrency 1000000", 2,
+         r"^kvsim capacity: unsupported config: the main pool would hold [\d,]+ pages, beyond the 16,777,216"),
+    Case("replay-absurd-header", "replay huge_header.jsonl", 2,
+         r"^huge_header\.jsonl:1: unsupported config: max_concurrency 100,000,000 is beyond"),
+    Case("simulate-absurd-pages", "simulate synthetic --pages max --max-context 100000000000", 2,
+         r"^kvsim simulate: unsupported config: the main pool would hold"),
     Case("capacity-bad-profile", "capacity --profile fp16", 2, r"^kvsim capacity: --profile: invalid choice"),
     Case("capacity-bad-backend", "capacity --backend mtp:x", 2, r"^kvsim capacity: --backend"),
     Case("fuzz-budget-0", "fuzz --budget 0", 2, r"^kvsim fuzz: --budget must be a number of seconds > 0 \(got .0.\)$"),
@@ -201,6 +207,9 @@ def fixtures(root: Path) -> None:
     generate(root / "legal.jsonl", 200, seed=0, max_context=1024, concurrency=3)
     with open(root / "faulty.jsonl", "wb") as f:
         generate_with(f, options_for(400, 0, "publish-before-copy"))
+    header = (root / "legal.jsonl").read_bytes().split(b"\n")[0]
+    (root / "huge_header.jsonl").write_bytes(re.sub(rb'"max_concurrency":\d+', b'"max_concurrency":100000000', header)
+                                             + b"\n" + b'{"op":"release","ckpt":"c0"}\n')
     (root / "header.jsonl").write_bytes((root / "legal.jsonl").read_bytes().split(b"\n")[0] + b"\n")
     (root / "empty.jsonl").write_bytes(b"")
     (root / "blank.jsonl").write_bytes(b"\n\n  \n")

@@ -17,7 +17,6 @@ from kvsim.kvmodel.store import (
     PROFILES,
     BackendConfig,
     CapacityPolicy,
-    ConfigError,
     KVStore,
     ModelGeometry,
     StoreConfig,
@@ -25,7 +24,7 @@ from kvsim.kvmodel.store import (
 )
 from kvsim.sim.cli.argtypes import byte_size, integer
 from kvsim.sim.cli.common import InputError
-from kvsim.sim.trace.config import store_for
+from kvsim.sim.trace.config import store_for, store_for_config
 from kvsim.sim.trace.stream import open_trace
 
 
@@ -114,10 +113,11 @@ def capacity_command(args, console) -> int:
         with open_trace(args.trace) as r:
             st = store_for(r.header, r.path)
     else:
+        from kvsim.sim.trace.stream import TraceInputError
         try:
-            st = KVStore(config_from_args(args))
-        except ConfigError as exc:
-            raise InputError(f"kvsim capacity: unsupported config: {exc}") from None
+            st = store_for_config(config_from_args(args))
+        except TraceInputError as exc:
+            raise InputError(f"kvsim capacity: {exc.reason}") from None
     facts = capacity_facts(st)
     if args.json:
         sys.stdout.write(json.dumps(facts, indent=2) + "\n")
