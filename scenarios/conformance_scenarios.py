@@ -597,7 +597,8 @@ def write_into_pinned_page() -> Trace:
     return t
 
 
-# -- 11. the provisional frontier -----------------------------------------------------------------------------------------
+# -- 11. the provisional frontier
+# -----------------------------------------------------------------------------------------
 
 def verify_mapping_kept() -> Trace:
     t = Trace("verify_mapping_kept",
@@ -631,7 +632,8 @@ def trim_mapping_verify_needs() -> Trace:
     return t
 
 
-# -- 17. readers share a space ---------------------------------------------------------------------------------------------
+# -- 17. readers share a space
+# ---------------------------------------------------------------------------------------------
 
 def concurrent_readers() -> Trace:
     t = Trace("concurrent_readers",

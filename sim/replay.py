@@ -36,7 +36,7 @@ class InternalError(Exception):
     Carries the trace, event index, line and op where it happened; the original exception is chained.
     """
 
-    def __init__(self, path: str, index: int, line: int, op: str, exc: BaseException):
+    def __init__(self, path: str, index: int, line: int, op: str, exc: BaseException) -> None:
         self.path, self.index, self.line, self.op = path, index, line, op
         super().__init__(f"{path}:{line}: internal error while applying event {index} ({op}): "
                          f"{type(exc).__name__}: {exc}")
@@ -70,7 +70,7 @@ class TraceReplay:
     """One trace's replay state: the model, its checker, and what was seen so far."""
 
     def __init__(self, path: str, header: kt.Header, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY,
-                 observer_factory=None):
+                 observer_factory=None) -> None:
         self.path = path
         self.st = store_for(header, path)
         self.checker = Checker(self.st)

@@ -15,9 +15,19 @@ from rich.console import Console
 from rich.text import Text
 
 from kvsim.sim.cli.argtypes import folder
-from kvsim.sim.cli.common import InputError, remember, reports_dir, run_traces, scenarios_dir, write_reports
+from kvsim.sim.cli.common import (
+    InputError,
+    add_output_options,
+    output_style,
+    remember,
+    reports_dir,
+    run_traces,
+    scenarios_dir,
+    write_reports,
+)
 from kvsim.sim.report.build import build_report, timelines
-from kvsim.sim.report.kvreport import headline
+from kvsim.sim.report.console import Style, print_findings, print_verdict
+from kvsim.sim.report.verdict import stamp
 from kvsim.sim.trace.stream import open_trace
 
 
@@ -27,11 +37,13 @@ def add_parser(sub) -> None:
                    help="scenario folder: *.jsonl legal, violations/*.jsonl declared (default: the bundled scenarios)")
     c.add_argument("--out", default=None, metavar="DIR", help="report folder (default: reports/, or $KVSIM_REPORTS)")
     c.add_argument("--lockstep", action="store_true", help="run the physical implementation beside the model")
+    add_output_options(c)
     c.set_defaults(fn=run)
 
 
 def run(args) -> int:
-    return run_check(args.scenarios or scenarios_dir(), args.out, args.lockstep, Console())
+    console = Console()
+    return run_check(args.scenarios or scenarios_dir(), args.out, args.lockstep, console, output_style(args, console))
 
 
 REPORT_FILES = {"json": "kvreport.json", "junit": "junit.xml", "markdown": "summary.md", "html": "report.html"}
@@ -62,7 +74,25 @@ def display_path(p: Path) -> str:
         return str(p)
 
 
-def run_check(scenarios, out, lockstep, console) -> int:
+def differences(path: str, want: list[tuple[str, int, int]], violations: list[dict], declares: bool) -> list[dict]:
+    """What differed between a scenario's declaration and its replay, one finding each (rule, trace, line,
+    event, message): every violation not declared, every declaration not reported, and a violation scenario
+    that declares nothing."""
+    have = {(v["rule"], v["event"], v["line"]) for v in violations}
+    out = [dict(v, message=f"{v.get('message', '')} [not declared by the scenario]", difference="undeclared")
+           for v in violations if not v.get("expected")]
+    out += [{"rule": rule, "trace": path, "line": line, "event": event, "difference": "not-reported",
+             "message": f"declared at event {event} but not reported"}
+            for rule, event, line in want if (rule, event, line) not in have]
+    if declares and not want:
+        out.append({"rule": "-", "trace": path, "line": 1, "event": None, "difference": "declares-nothing",
+                    "message": "a violation scenario must declare what it triggers (meta.expect is empty)"})
+    return sorted(out, key=lambda d: (int(d.get("line") or 0), str(d.get("rule"))))
+
+
+def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: Console,
+              style: Style | None = None) -> int:
+    style = style or Style.of(console)
     legal, bad = scenario_files(scenarios)
     if not legal and not bad:
         raise InputError(f"kvsim check: no scenarios in {scenarios} (expected *.jsonl, and violations/*.jsonl for "
@@ -78,19 +108,20 @@ def run_check(scenarios, out, lockstep, console) -> int:
             v["expected"] = (v["rule"], v["event"], v["line"]) in declared
         if want != have or (path in bad and not want):
             mismatches.append({"trace": display_path(path), "expected": [list(t) for t in want],
-                               "reported": [list(t) for t in have]})
+                               "reported": [list(t) for t in have],
+                               "why": differences(display_path(path), want, r.violations, path in bad)})
     report = build_report(results)
-    report["verdict"] = "fail" if mismatches else "pass"  # the verdict of the check: scenarios vs declarations
     report["stats"]["check"] = {"legal_scenarios": len(legal), "violation_scenarios": len(bad),
-                                "rules_fired": sorted({v["rule"] for v in report["violations"]}),
+                                "rules_fired": sorted({v["rule"] for v in report["violations"] if v.get("expected")}),
                                 "mismatches": mismatches}
+    verdict = stamp(report)  # the verdict of the check: scenarios against their declarations
     outdir = Path(out) if out else reports_dir()
     write_reports(report, timelines(results), *(outdir / f for f in REPORT_FILES.values()))
     remember(report)
-    console.print(Text(headline(report), style="bold green" if not mismatches else "bold red"))
-    for m in mismatches:
-        console.print(Text(f"MISMATCH {m['trace']}: expected {m['expected']}, reported {m['reported']}", style="red"))
+    print_findings([d for m in mismatches for d in m["why"]], console, style)
     fired = report["stats"]["check"]["rules_fired"]
-    console.print(f"{len(fired)} distinct rules fired as declared; reports in {outdir}/ "
-                  f"({', '.join(REPORT_FILES.values())})", highlight=False)
-    return 1 if mismatches else 0
+    if not style.quiet:  # on stderr: stdout holds the findings and the verdict only
+        Console(stderr=True).print(Text(f"{len(fired)} distinct rules fired as declared; reports in {outdir}/ "
+                                        f"({', '.join(REPORT_FILES.values())})"), soft_wrap=True, highlight=False)
+    print_verdict(verdict, console, style, "kvsim check")
+    return verdict.exit_code

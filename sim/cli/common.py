@@ -17,6 +17,7 @@ from rich.console import Console
 
 from kvsim.sim.files import STDIN, Source, label, open_source, write_atomic
 from kvsim.sim.replay import Interrupted, TraceResult, replay_trace
+from kvsim.sim.report.console import Style
 from kvsim.sim.report.kvreport import dumps_report
 
 EXIT_OK, EXIT_VIOLATION, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -68,12 +69,26 @@ def write_reports(report: dict, timelines: dict, json_path=None, junit=None, mar
         write(html, render_html(report, timelines))
 
 
-def remember(report: dict) -> None:
-    """Keep the last run's report so that `kvsim rules` can show its coverage."""
+def last_run_path() -> Path:
+    """Where the last run's report is kept for `kvsim rules`: `$KVSIM_REPORTS/last-run.json` when that folder
+    is named, otherwise the user's cache (`$XDG_CACHE_HOME/kvsim`, default `~/.cache/kvsim`), never a
+    `reports/` folder in whatever directory a command happens to run from."""
+    if os.environ.get("KVSIM_REPORTS"):
+        return reports_dir() / "last-run.json"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "kvsim" / "last-run.json"
+
+
+def remember(report: dict) -> Path | None:
+    """Keep the last run's report so that `kvsim rules` can show its coverage; returns where (None when that
+    place cannot be written: it must not fail a run)."""
+    path = last_run_path()
     try:
-        write(reports_dir() / "last-run.json", dumps_report(report))
-    except InputError:
-        pass  # an unwritable reports folder must not fail a replay
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, dumps_report(report))  # not a report the user asked for: not in WRITTEN
+    except OSError:
+        return None
+    return path
 
 
 def open_input(path: str | Path) -> Source:
@@ -109,6 +124,31 @@ def progress_bar(console: Console, what: str, unit: str = "") -> Any:
     return rp.Progress(rp.SpinnerColumn(), rp.TextColumn(what), rp.BarColumn(), Count(),
                        rp.TextColumn("" if unit == "bytes" else unit), rp.TimeElapsedColumn(),
                        rp.TimeRemainingColumn(), console=console, transient=True)
+
+
+def add_output_options(parser, findings: bool = True, coverage: bool = False) -> None:
+    """--plain, --quiet and (commands that report findings) --format text|github, (replay) --coverage."""
+    group = parser.add_argument_group("output")
+    group.add_argument("--plain", action="store_true",
+                       help="plain output even on a terminal: one finding per line, no tables (the default when "
+                       "standard output is not a terminal or NO_COLOR is set)")
+    group.add_argument("--quiet", action="store_true", help="print only the one-line verdict")
+    if findings:
+        group.add_argument("--format", dest="output_format", choices=("text", "github"), default="text",
+                           help="findings as text lines `path:line: RULE message` or as GitHub Actions "
+                           "::error annotations")
+    if coverage:
+        group.add_argument("--coverage", action="store_true",
+                           help="print the rule coverage table even when the output is plain")
+
+
+def output_style(args, console: Console | None = None) -> Style:
+    """The console style the command line and the environment ask for (see sim.report.console.Style)."""
+    console = console or Console()
+    plain = bool(getattr(args, "plain", False)) or bool(os.environ.get("NO_COLOR")) or not console.is_terminal
+    return Style(plain=plain, quiet=bool(getattr(args, "quiet", False)),
+                 github=getattr(args, "output_format", "text") == "github",
+                 coverage=bool(getattr(args, "coverage", False)))
 
 
 def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = False, console: Console | None = None,

@@ -14,8 +14,18 @@ import contextlib
 from rich.console import Console
 
 from kvsim.sim.cli.argtypes import integer, output_path
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, once_stdin, open_input, progress_bar, write
+from kvsim.sim.cli.common import (
+    InputError,
+    add_output_options,
+    once_stdin,
+    open_input,
+    output_style,
+    progress_bar,
+    write,
+)
+from kvsim.sim.report.console import print_findings, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
+from kvsim.sim.report.verdict import stamp
 
 
 def add_parser(sub) -> None:
@@ -31,7 +41,7 @@ def add_parser(sub) -> None:
     p.add_argument("--partial-tails", action="store_true",
                    help="accept a partial last block per store (an engine that documents growing tails)")
     p.add_argument("--json", type=output_path, metavar="F", help="write the kvreport/1-style report")
-    p.add_argument("--quiet", action="store_true", help="no console output")
+    add_output_options(p)
     p.set_defaults(fn=run)
 
 
@@ -64,18 +74,20 @@ def run(args) -> int:
         inputs = [{"path": path, "sha256": src.sha256(), "events": checker.stats["batches"]}]
         reports.append(build(inputs, path, None, checker, {"log": {"form": form, "hash": args.hash}}))
     report = reports[0] if len(reports) == 1 else _merge(reports)
+    verdict = stamp(report)
     if args.json:
         write(args.json, dumps_report(report))
-    if not args.quiet:
-        console = Console()
-        for r in reports:
+    console = Console()
+    style = output_style(args, console)
+    for r in reports:
+        if not style.plain and not style.quiet:  # on a terminal, a summary per log before its findings
             kv = r["stats"]["kv_events"]
             console.print(f"{r['inputs'][0]['path']}: {r['verdict'].upper()} ({r['stats']['log']['form']} form, "
                           f"{kv['batches']:,} batches, {kv['stored']:,} stored, {kv['removed']:,} removed, "
-                          f"peak live {kv['peak_live']:,})", markup=False)
-            for v in r["violations"]:
-                console.print(f"{v['trace']}:{v['line']}: {v['rule']} {v['message']}", markup=False)
-    return EXIT_VIOLATION if report["verdict"] == "fail" else EXIT_OK
+                          f"peak live {kv['peak_live']:,})", markup=False, soft_wrap=True)
+        print_findings(r["violations"], console, style)
+    print_verdict(verdict, console, style, "kvsim events")
+    return verdict.exit_code
 
 
 def _merge(reports: list[dict]) -> dict:

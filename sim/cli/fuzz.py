@@ -14,7 +14,9 @@ from typing import Any
 from rich.console import Console
 
 from kvsim.sim.cli.argtypes import integer, output_path, real
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, reports_dir, write
+from kvsim.sim.cli.common import InputError, add_output_options, output_style, reports_dir, write
+from kvsim.sim.report.console import print_verdict
+from kvsim.sim.report.verdict import fuzz_verdict
 
 
 def add_parser(sub) -> None:
@@ -30,6 +32,7 @@ def add_parser(sub) -> None:
     f.add_argument("--json", type=output_path, metavar="F", help="write the result here (default: "
                    "reports/fuzz.json)")
     f.add_argument("--found", metavar="DIR", help="where counterexamples go (default: reports/found)")
+    add_output_options(f, findings=False)
     f.set_defaults(fn=run)
 
 
@@ -59,16 +62,21 @@ def run(args) -> int:
         else:
             r = run_campaign(name, budget, args.seed, args.profile, db, found)
         results.append(r)
+    verdict = fuzz_verdict((r.machine, r.failed, r.examples) for r in results)
     doc = {"format": "kvfuzz/1", "seed": args.seed, "profile": args.profile, "budget_s": args.budget,
-           "machines": [r.to_json() for r in results], "failed": any(r.failed for r in results)}
+           "machines": [r.to_json() for r in results], "failed": not verdict.passed, "verdict": verdict.status,
+           "headline": verdict.headline}
     write(args.json or reports_dir() / "fuzz.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
     out = Console()
-    for r in results:
-        verdict = "[red]FAIL[/red]" if r.failed else "[green]ok[/green]"
-        out.print(f"{r.machine}: {verdict}  {r.examples} examples, {r.steps} steps, {r.seconds:.1f} s; "
-                  f"blind spots: {', '.join(r.blind_spots) or 'none'}")
+    style = output_style(args, out)
+    for r in results if not style.quiet else ():
+        state = "FAIL" if r.failed else "ok"
+        out.print(f"{r.machine}: {state}  {r.examples:,} examples, {r.steps:,} steps, {r.seconds:.1f} s; "
+                  f"blind spots: {', '.join(r.blind_spots) or 'none'}", markup=False, soft_wrap=True)
         for f in r.failures:
-            out.print(f"  {f['rule'] or '?'} ({f['kind']}): {f['message']}", markup=False)
+            where = f"{f['trace']}:1: " if f.get("trace") else ""
+            out.print(f"{where}{f['rule'] or '?'} ({f['kind']}) {f['message']}", markup=False, soft_wrap=True)
             if f.get("trace"):
-                out.print(f"  counterexample: {f['trace']}  (kvsim replay {f['trace']})", markup=False)
-    return EXIT_VIOLATION if any(r.failed for r in results) else EXIT_OK
+                out.print(f"  counterexample: kvsim replay {f['trace']}", markup=False, soft_wrap=True)
+    print_verdict(verdict, out, style, "kvsim fuzz")
+    return verdict.exit_code

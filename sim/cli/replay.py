@@ -15,11 +15,11 @@ from rich.console import Console
 from kvsim.kvmodel.store import PROFILES
 from kvsim.sim.cli.argtypes import output_path
 from kvsim.sim.cli.common import (
-    EXIT_OK,
-    EXIT_VIOLATION,
     InputError,
+    add_output_options,
     once_stdin,
     open_input,
+    output_style,
     remember,
     run_traces,
     write_reports,
@@ -27,6 +27,7 @@ from kvsim.sim.cli.common import (
 from kvsim.sim.files import Source, label
 from kvsim.sim.report.build import build_report, timelines
 from kvsim.sim.report.console import print_report
+from kvsim.sim.report.verdict import stamp
 from kvsim.sim.trace.cachetrace import is_cachetrace_header
 
 
@@ -43,7 +44,7 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--markdown", type=output_path, metavar="F", help="write the Markdown summary here")
     r.add_argument("--html", type=output_path, metavar="F", help="write the HTML report here")
     r.add_argument("--stop-at-first", action="store_true", help="stop at the first violation")
-    r.add_argument("--quiet", action="store_true", help="no console report")
+    add_output_options(r, coverage=True)
     r.set_defaults(fn=run)
 
 
@@ -63,8 +64,13 @@ def run(args: argparse.Namespace) -> int:
     if cache:
         from kvsim.sim.peers.judge import merge_cachetraces
         merge_cachetraces(report, [(label(t), s) for t, s in cache])
+    verdict = stamp(report)  # the one verdict: exit code, console line and every report say the same
     write_reports(report, timelines(results), args.json, args.junit, args.markdown, args.html)
-    remember(report)
-    if not args.quiet:
-        print_report(report, Console())
-    return EXIT_VIOLATION if report["violations"] else EXIT_OK
+    kept = remember(report)
+    console = Console()
+    style = output_style(args, console)
+    if kept is not None and not style.quiet:  # on stderr: stdout holds the findings and the verdict only
+        Console(stderr=True).print(f"coverage of this run kept in {kept} (kvsim rules shows it)", soft_wrap=True,
+                                   markup=False, highlight=False)
+    print_report(report, console, style=style)
+    return verdict.exit_code

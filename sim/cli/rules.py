@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from kvsim.sim.cli.argtypes import input_file
-from kvsim.sim.cli.common import EXIT_OK, InputError, open_input, reports_dir
+from kvsim.sim.cli.common import EXIT_OK, InputError, last_run_path, open_input, output_style
 from kvsim.sim.report.console import print_rules
 from kvsim.sim.report.kvreport import FORMAT
 from kvsim.spec.catalogue import all_rules
@@ -21,22 +21,25 @@ def add_parser(sub) -> None:
     ru = sub.add_parser("rules", help="the rule catalogue, with the last run's coverage")
     ru.add_argument("--json", action="store_true", help="print the catalogue as JSON")
     ru.add_argument("--report", type=input_file, metavar="F", help="take the coverage from this kvreport/1 file "
-                    "('-': standard input) (default: reports/last-run.json when there is one)")
+                    "('-': standard input) (default: the last run's, kept in $KVSIM_REPORTS/last-run.json or "
+                    "~/.cache/kvsim/last-run.json, when there is one)")
     ru.set_defaults(fn=run)
 
 
 def run(args) -> int:
     rows = [r.as_dict() for r in all_rules()]  # engine-judging rules first, then model guards, then clauses
     rows.sort(key=lambda r: ("engine", "model", "none").index(r["evidence"]))
-    path = args.report if args.report else reports_dir() / "last-run.json"
+    path = args.report if args.report else last_run_path()
     if args.report or Path(path).is_file():
         counters = report_counters(path)
         for row in rows:
-            row.update({k: counters.get(row["id"], {}).get(k, 0) for k in COUNTERS})
+            c = counters.get(row["id"])
+            row.update({k: c.get(k, 0) if isinstance(c, dict) else 0 for k in COUNTERS})
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
     else:
-        print_rules(rows, Console())
+        console = Console()
+        print_rules(rows, console, output_style(args, console).plain)
     return EXIT_OK
 
 

@@ -66,7 +66,7 @@ def _catalogue_ids() -> list[str]:
 
 
 def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "ci", database=None,
-                 found_dir="reports/found", progress=None) -> CampaignResult:
+                 found_dir: str = "reports/found", progress=None) -> CampaignResult:
     """Fuzz `machine` for about `budget_s` seconds (a round never stops midway); see the package docstring."""
     cls = machines()[machine]
     db = open_database(database) if isinstance(database, (str, type(None))) else database

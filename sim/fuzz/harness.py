@@ -37,9 +37,10 @@ class FuzzMachine(RuleBasedStateMachine):
     name = "fuzz"
     lockstep = False
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self.driver = None
+        # set by start(); the rules' preconditions test for None before a run begins
+        self.driver: Driver = None  # type: ignore[assignment]
         self.failed = False
         self.ids = 0
 
@@ -47,7 +48,7 @@ class FuzzMachine(RuleBasedStateMachine):
     def observer_factory(self, cfg):
         return None
 
-    def start(self, cfg):
+    def start(self, cfg) -> None:
         """Begin a run under `cfg` (each machine's @initialize rule draws it from its own strategy)."""
         header = kt.Header(format="kvtrace/1", config=cfg, meta={"source": f"kvsim fuzz --machine {self.name}"})
         self.driver = Driver(header, self.observer_factory(cfg))
@@ -82,7 +83,7 @@ class FuzzMachine(RuleBasedStateMachine):
             latest.parent.mkdir(parents=True, exist_ok=True)  # failing run, which is the shrunk one at the end
             write_atomic(latest, data)
         if final and RUN.found_dir is not None:
-            if latest.exists():
+            if latest is not None and latest.exists():
                 latest.unlink()
             ce = write_counterexample(self.name, data, RUN.found_dir, lockstep=self.lockstep)
             RUN.last_failure = {"kind": kind, "message": text, "rule": ce.rule or f"ORACLE-{kind}",
@@ -152,14 +153,14 @@ class FuzzMachine(RuleBasedStateMachine):
 
     # -- refinement after every step ----------------------------------------------------------------
     @invariant()
-    def refines(self):
+    def refines(self) -> None:
         if self.driver is None or self.failed:
             return
         events, notes = differences(self.oracle, self.view)
         if notes:
             self.fail("refinement", "; ".join(notes[:6]))
 
-    def teardown(self):
+    def teardown(self) -> None:
         if self.driver is None:
             return
         RUN.coverage.merge(self.driver.st.cov)

@@ -20,7 +20,7 @@ def default_found_dir() -> Path:
 
 
 class CampaignStats:
-    def __init__(self):
+    def __init__(self) -> None:
         self.reset()
 
     def reset(self, found_dir=None) -> None:

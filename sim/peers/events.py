@@ -117,7 +117,7 @@ class EventChecker:
     """Feed it event batches in order (``batch(events, line)``); ``findings`` collects what broke."""
 
     def __init__(self, block_size: int | None = None, hash_scheme: str = "none", capacity: int | None = None,
-                 partial_tails: bool = False, max_findings: int = 1000):
+                 partial_tails: bool = False, max_findings: int = 1000) -> None:
         if hash_scheme not in HASH_SCHEMES:
             raise ValueError(f"hash scheme must be one of {HASH_SCHEMES}")
         self.block_size, self.scheme, self.capacity = block_size, hash_scheme, capacity
@@ -127,6 +127,9 @@ class EventChecker:
         self.findings: list[Finding] = []
         self.max_findings = max_findings
         self.counts = {r: 0 for r in RULES}
+        # batches in which each rule's premise held (a removal, a store, a clear or a store/removal after one):
+        # counted in batches like `checked`, so exercised <= checked
+        self.exercised = {r: 0 for r in RULES}
         self._deferred: list[tuple] = []  # (line, hash, parent, tokens): fnv1a64 is recomputed in bulk
         self.stats = {"batches": 0, "stored": 0, "removed": 0, "cleared": 0, "peak_live": 0, "partial_blocks": 0}
 
@@ -137,16 +140,32 @@ class EventChecker:
 
     def batch(self, events, line: int) -> None:
         self.stats["batches"] += 1
+        stored = removed = cleared = False
+        after_clear = bool(self.cleared)
         for ev in events:
             if isinstance(ev, ct.BlockStored):
+                stored = True
                 self._stored(ev, line)
             elif isinstance(ev, ct.BlockRemoved):
+                removed = True
                 self._removed(ev, line)
             else:
+                cleared = True
                 self.stats["cleared"] += 1
                 for m in self.live.values():
                     self.cleared.update(m)
                 self.live.clear()
+        ex = self.exercised
+        if removed:
+            ex["EV-1"] += 1
+        if stored:
+            ex["EV-2"] += 1
+            ex["EV-3"] += 1
+            ex["EV-4"] += 1
+            ex["EV-6"] += self.capacity is not None
+            ex["EV-7"] += self.scheme != "none"
+        if cleared or (after_clear and (stored or removed)):
+            ex["EV-5"] += 1
 
     def _stored(self, ev: ct.BlockStored, line: int) -> None:
         live = self.live.setdefault(ev.medium, {})

@@ -8,6 +8,7 @@ report_html / report_console) take what this module builds.
 from __future__ import annotations
 
 from kvsim.kvmodel.store.coverage import Coverage
+from kvsim.sim.report.verdict import stamp
 from kvsim.spec.catalogue import all_rules
 
 
@@ -31,13 +32,15 @@ def build_report(results: list) -> dict:
             per_rule[rule.id] = {"checked": c, "exercised": e, "violated": v}
         traces[r.path] = {"events": r.events, "refusals": len(r.refusals), "violations": len(r.violations),
                           "rules": per_rule, "pools": r.pools}
-    return {"format": "kvreport/1",
-            "inputs": [{"path": r.path, "sha256": r.sha256, "events": r.events} for r in results],
-            "verdict": "fail" if violations else "pass",
-            "violations": violations,
-            "refusals": [x for r in results for x in r.refusals],
-            "rules": rules,
-            "stats": {"traces": traces}}
+    report = {"format": "kvreport/1",
+              "inputs": [{"path": r.path, "sha256": r.sha256, "events": r.events} for r in results],
+              "verdict": "fail" if violations else "pass",
+              "violations": violations,
+              "refusals": [x for r in results for x in r.refusals],
+              "rules": rules,
+              "stats": {"traces": traces}}
+    stamp(report)  # callers that add to the report (check, simulate) stamp it again
+    return report
 
 
 def timelines(results: list) -> dict:

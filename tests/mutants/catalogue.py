@@ -53,7 +53,8 @@ MUTANTS = [
          file="kvmodel/store/mapping.py",
          old="    if needed > space.entitlement:\n        return Refusal(\"entitlement\", f\"{pool}: {needed} pages "
              "needed, entitlement {space.entitlement}\")\n    new = needed - have",
-         new="    if needed > space.entitlement + 1:\n        return Refusal(\"entitlement\", f\"{pool}: {needed} pages "
+         new="    if needed > space.entitlement + 1:\n        return Refusal(\"entitlement\", "
+             "f\"{pool}: {needed} pages "
              "needed, entitlement {space.entitlement}\")\n    new = needed - have"),
     dict(name="map-while-unit-in-flight", machine="store",
          bug="a row's table is republished while its unit is in flight (frozen state not enforced)",
