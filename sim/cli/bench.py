@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -51,6 +52,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kvsim.sim.workloads import WorkloadInputError
+    result: Any
     try:
         if args.what in ("replay", "lockstep"):
             events = args.events or (1_000_000 if args.what == "replay" else 20_000)

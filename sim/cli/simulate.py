@@ -42,7 +42,7 @@ from kvsim.sim.cli.common import (
     write,
 )
 from kvsim.sim.files import STDIN, atomic_path, label
-from kvsim.sim.replay import Interrupted, TraceResult
+from kvsim.sim.replay import Interrupted
 from kvsim.sim.report.build import build_report
 from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
@@ -256,8 +256,8 @@ def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
     return verdict.exit_code
 
 
-def _rename_trace(trace: TraceResult, temporary: str, final: str) -> None:
-    """The recording was written as `temporary`: name it by `final` in the result."""
+def _rename_trace(trace: Any, temporary: str, final: str) -> None:
+    """The recording was written as `temporary`: name it by `final` in the result (a `TraceResult`)."""
     if trace.path == temporary:
         trace.path = final
     for v in trace.violations:

@@ -34,7 +34,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, BinaryIO, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 import msgspec
 
@@ -232,22 +232,20 @@ def is_cachetrace(path: str | Path) -> bool:
 def read_cachetrace(path: str | Path, stream: BinaryIO | None = None) -> tuple[Header, Iterator[tuple[int, Line]]]:
     """Open a cachetrace/1 file (``-``: standard input; ``stream``: the input already opened, which ``path``
     names): its header, and an iterator of (line number, record)."""
-    if stream is not None:
-        f = stream
-    else:
+    name = label(path)
+    raw: Any = stream
+    if raw is None:
         try:
-            f = open_source(path)
+            raw = open_source(path)
         except OSError as exc:
-            raise CacheTraceInputError(label(path), 0, f"cannot read: {exc.strerror or exc}") from None
-        path = f.name
-    if not isinstance(f, io.BufferedIOBase):
-        f = io.BufferedReader(f)  # type: ignore[arg-type]
+            raise CacheTraceInputError(name, 0, f"cannot read: {exc.strerror or exc}") from None
+    f: Any = raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw)
     first = f.readline()
     try:
         header = _HEADER.decode(first.removeprefix(b"\xef\xbb\xbf"))
     except Exception as exc:  # noqa: BLE001 - every decode failure is an input error
         f.close()
-        raise CacheTraceInputError(path, 1, f"not a {FORMAT} header: {_why(exc)}") from None
+        raise CacheTraceInputError(name, 1, f"not a {FORMAT} header: {_why(exc)}") from None
 
     def lines() -> Iterator[tuple[int, Line]]:
         with f:
@@ -257,7 +255,7 @@ def read_cachetrace(path: str | Path, stream: BinaryIO | None = None) -> tuple[H
                 try:
                     yield n, _LINE.decode(raw)
                 except Exception as exc:  # noqa: BLE001
-                    raise CacheTraceInputError(path, n, _why(exc)) from None
+                    raise CacheTraceInputError(name, n, _why(exc)) from None
 
     return header, lines()
 

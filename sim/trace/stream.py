@@ -167,7 +167,7 @@ class TraceReader:
         self._digest: str | None = None
         self._iterating = False
         try:
-            self._file: BinaryIO = stream if stream is not None else \
+            self._file: Any = stream if stream is not None else \
                 open_source(path) if os.fspath(path) == STDIN else open(self.path, "rb")
         except OSError as exc:
             raise TraceInputError(self.path, 0, f"cannot read: {exc.strerror or exc}") from None

@@ -81,7 +81,7 @@ def iter_azure(path, limit: int | None = None, stream=None) -> Iterator[Request]
             check_tokens(path, line, "GeneratedTokens", output)
             if t0 is None:
                 t0 = last = t
-            if t < last:
+            if last is not None and t < last:
                 raise WorkloadInputError(path, line, "timestamp goes back")
             last = t
             n = blocks_for(prompt)

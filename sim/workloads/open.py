@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 from kvsim.sim.files import STDIN
 from kvsim.sim.workloads.azure import iter_azure
@@ -87,4 +88,4 @@ def open_workload(spec: str, requests: int | None = None, fmt: str | None = None
         return iter_mooncake(arg, requests, stream)
     if kind == "azure":
         return iter_azure(arg, requests, stream)
-    return iter_synthetic(1000 if requests is None else requests, seed=arg)
+    return iter_synthetic(1000 if requests is None else requests, seed=cast(int, arg))
