@@ -76,8 +76,7 @@ def run(args: argparse.Namespace) -> int:
             from kvsim.gpu.bench import run_attention_bench
             result = run_attention_bench(contexts=tuple(args.contexts))
     except WorkloadInputError as exc:
-        raise InputError(str(exc) if exc.line or exc.path != args.workload else
-                         f"kvsim bench: --workload: {exc.reason}") from None
+        raise InputError(str(exc)) from None
     text = json.dumps(result, indent=2) + "\n"
     if args.json:
         write(args.json, text)
