@@ -211,3 +211,17 @@ def test_coverage_never_shows_more_exercised_than_checked(args, tmp_path, monkey
     assert all(c["exercised"] <= c["checked"] for c in peer.values()), peer
     widths = [float(w) for w in re.findall(r'style="width:([0-9.]+)%"', render_html(report, {}))]
     assert widths and max(widths) <= 100.0
+
+
+def test_a_consequence_says_so_in_every_format():
+    from kvsim.sim.report.console import finding_line
+    from kvsim.sim.report.html_page import render_html
+
+    after = dict(V, event=4, line=6, consequence_of=1)
+    report = _report([V, after])
+    stamp(report)
+    assert finding_line(after).endswith("[consequence of finding #1, not counted] (event 4, launch)")
+    assert "consequence of finding #1" in render_markdown(report)
+    assert "consequence of finding #1" in render_html(report, {})
+    junit = render_junit(report).decode()
+    assert junit.count("<failure") == 1 and 'failures="1"' in junit

@@ -77,8 +77,7 @@ def _growth_settled_by(st: KVStore, pool: str, seen: dict, mine: dict
         return None
     space = guessed[0].spaces[pool]
     ent = space.entitlement + delta
-    gg = guessed[0].growth_guess
-    assert gg is not None  # filtered on growth_guess above
+    gg = guessed[0].growth_guess or {}  # filtered on growth_guess above: never empty here
     if not gg[pool] <= ent <= st.L or space.reservation + delta < 0 or mine["available"] - delta < 0:
         return None
     return space, delta

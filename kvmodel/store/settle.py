@@ -46,7 +46,7 @@ def truncate(st: KVStore, seq: str, pool: str, frontier: int) -> None:
     keep = ceil_div(frontier, st.P)
     prov = space.provisional
     cov.check("UNIT-4", exercised=prov > 0 and keep < len(space.pages))
-    if prov > 0 and keep < min(len(space.pages), ceil_div(prov, st.P)):
+    if prov > 0 and keep < min(len(space.pages), ceil_div(prov, st.P)) and "UNIT-4" not in st.waived:
         raise violation("UNIT-4", f"truncate to {frontier} unmaps block {keep} of {seq!r} ({pool}), which the "
                         f"provisional frontier {prov} (mapped for a stage not yet launched) still needs",
                         seq=seq, pool=pool, frontier=frontier, provisional=prov)

@@ -20,7 +20,7 @@ from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
 from kvsim.kvmodel.store.coverage import Coverage
 from kvsim.kvmodel.store.effects import FreeLease
 from kvsim.kvmodel.store.ended import EndedHandles
-from kvsim.kvmodel.store.errors import ContractViolation, violation
+from kvsim.kvmodel.store.errors import ContractViolation, InvariantError, violation
 from kvsim.kvmodel.store.host_arena import HostKVArena
 from kvsim.kvmodel.store.pages import LogicalPageStore
 from kvsim.kvmodel.store.pool import DevicePagePool
@@ -75,6 +75,9 @@ class KVStore:
         self._next_uid = 1
         self.guessed: set[tuple[str, int]] = set()  # (pool, page id): leases whose id the model chose itself (kvmodel.store.adopt)
         self.cov = Coverage()
+        # rules whose check a replay's error recovery waives while it adopts an engine's claim (sim.replay
+        # `_adopt`): only the few claim-shaped checks consult it, never the hot paths
+        self.waived: frozenset = frozenset()
         # Page-payload effects (kvmodel.store.effects) not yet taken, in order; None until a consumer asks
         # for them (record_effects). Writers: the transactions, through `emit`; reader: `take_effects`.
         self.effects: list | None = None
@@ -160,7 +163,8 @@ class KVStore:
 
     def free_host(self, page: LogicalKVPage) -> None:
         h = page.host
-        assert h is not None, "free_host of a page without a Host replica"
+        if h is None:
+            raise InvariantError("free_host frees a Host replica", f"{page.handle} has none (the caller is at fault)")
         host_place.release(self, h.offset, h.size)
         del self.host_slices[h.offset]
         page.host = None

@@ -2,7 +2,9 @@
 
 Prints a summary and writes JSON (`--json`, default reports/fuzz.json): per machine the steps, examples,
 failures with their counterexample traces (reports/found/<machine>-<hash>.jsonl, replayable with
-`kvsim replay`), per-rule coverage and the blind spots (catalogue rules whose premise never held).
+`kvsim replay`), per-rule coverage and the blind spots (catalogue rules whose premise never held), and the
+reachability table (sim.fuzz.reach: refusal reasons, transfers left open per phase while other operations
+run, appends into Host-backed pages; printed with `--coverage`, with the blind spots that remain and why).
 Exit 1 when a failure was found. A progress bar shows on a terminal only.
 """
 
@@ -32,6 +34,9 @@ def add_parser(sub) -> None:
     f.add_argument("--json", type=output_path, metavar="F", help="write the result here (default: "
                    "reports/fuzz.json)")
     f.add_argument("--found", metavar="DIR", help="where counterexamples go (default: reports/found)")
+    f.add_argument("--coverage", action="store_true",
+                   help="print the reachability table: refusal reasons, transfers left open in each phase while "
+                        "other operations run, appends into Host-backed pages; the blind spots and why")
     add_output_options(f, findings=False)
     f.set_defaults(fn=run)
 
@@ -39,6 +44,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from kvsim.sim.fuzz.campaign import MACHINES, run_campaign
     from kvsim.sim.fuzz.database import open_database
+    from kvsim.sim.fuzz.reach import render
     try:
         db = open_database(args.database)
     except ValueError as exc:
@@ -73,6 +79,9 @@ def run(args) -> int:
         state = "FAIL" if r.failed else "ok"
         out.print(f"{r.machine}: {state}  {r.examples:,} examples, {r.steps:,} steps, {r.seconds:.1f} s; "
                   f"blind spots: {', '.join(r.blind_spots) or 'none'}", markup=False, soft_wrap=True)
+        if args.coverage:
+            for line in render(r.machine, r.reachability):
+                out.print(line, markup=False, highlight=False, soft_wrap=True)
         for f in r.failures:
             where = f"{f['trace']}:1: " if f.get("trace") else ""
             out.print(f"{where}{f['rule'] or '?'} ({f['kind']}) {f['message']}", markup=False, soft_wrap=True)

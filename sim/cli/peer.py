@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +150,15 @@ def run(args: argparse.Namespace) -> int:
     if not style.quiet:
         _print(report, console, style)
     print_verdict(verdict, console, style, "kvsim peer")
+    if args.events_log and not style.quiet:
+        sys.stderr.write(f"kvsim peer: check its KV-event log with: {events_command(args.events_log, p, pages)}\n")
     return verdict.exit_code
+
+
+def events_command(log: str, prefix_granularity: int, pages: int) -> str:
+    """The exact `kvsim events` command a TokenSpeed events log of this run needs (its preset, its pool)."""
+    block = "" if prefix_granularity == 64 else f" --block-size {prefix_granularity}"
+    return f"kvsim events {shlex.quote(str(log))} --engine tokenspeed{block} --capacity {pages - 1}"
 
 
 def _ms(value) -> str:

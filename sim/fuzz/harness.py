@@ -43,6 +43,7 @@ class FuzzMachine(RuleBasedStateMachine):
         self.driver: Driver = None  # type: ignore[assignment]
         self.failed = False
         self.ids = 0
+        self.origin: dict = {}  # seq -> "move" | "fork": resumed from a checkpoint, not cut since (sim.fuzz.reach)
 
     # -- plumbing -----------------------------------------------------------------------------------
     def observer_factory(self, cfg):
@@ -56,6 +57,7 @@ class FuzzMachine(RuleBasedStateMachine):
         self.oracle = Oracle(facts_for(cfg, self.view))
         self.pools = self.oracle.f.pools
         RUN.examples += 1
+        RUN.reach.configured(self.oracle.f)
 
     def fresh(self, prefix: str) -> str:
         self.ids += 1
@@ -104,10 +106,12 @@ class FuzzMachine(RuleBasedStateMachine):
         if expect == "ok":
             if viol:
                 self.fail("violation", f"{label}: {viol[0]['rule']}: {viol[0]['message']}")
+            self.reached(ev)
             return True
         if not viol:
             if expect == "reject":
                 self.fail("accepted", f"{label}: the model accepted an illegal {ev.op}")
+            self.reached(ev)
             return True
         if expect == "either" and any(v["rule"] != "REP-3" for v in viol):
             self.fail("violation", f"{label}: {viol[0]['rule']}: {viol[0]['message']}")
@@ -133,7 +137,28 @@ class FuzzMachine(RuleBasedStateMachine):
                       f"{fields(ev)}; the oracle {'grants' if granted else 'refuses'} it")
         if refused and ev.op != "grow" and self.view.snapshot() != before:
             self.fail("changed", f"{label}: refused but the state changed")
+        self.reached(ev, self.driver.replay.result.refusals[-1]["reason"] if refused else None)
         return not refused
+
+    def reached(self, ev, refusal: str | None = None) -> None:
+        """A legal step (accepted, or refused as the oracle refuses it), before the oracle follows it: count
+        the reachability targets it hits (sim.fuzz.reach)."""
+        reach = RUN.reach
+        if refusal is not None:
+            reach.refusal(refusal)
+        reach.other_op(self.oracle, ev)
+        op = ev.op
+        if op == "launch":
+            if self.origin:
+                reach.append(self.oracle, self.origin, [(r.seq, r.pool, r.write) for r in ev.rows])
+        elif op == "truncate":
+            q = self.oracle.seqs.get(ev.seq)
+            if q is not None and ev.frontier < q.spaces[ev.pool].frontier:
+                self.origin.pop(ev.seq, None)  # a destructive cut
+        elif op == "finish":
+            self.origin.pop(ev.seq, None)
+        elif op == "activate" and ev.from_ is not None and refusal is None:
+            self.origin[ev.seq] = "fork" if ev.keep_source else "move"
 
     def observe(self, data) -> None:
         """Sometimes the engine reports what a correct store holds (the oracle's view): pool counters, or a

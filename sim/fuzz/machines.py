@@ -21,13 +21,14 @@ from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.sim.fuzz.configs import configs
 from kvsim.sim.fuzz.harness import CKPTS, SEQS, XFERS, FuzzFailure, FuzzMachine
 from kvsim.sim.fuzz.host_rules import HostTierRules
+from kvsim.sim.fuzz.reach_rules import ReachRules
 from kvsim.sim.fuzz.unit_rules import UnitRules
 from kvsim.sim.trace import records as kt
 
 __all__ = ["StoreMachine", "HostMachine", "FuzzFailure", "configs"]
 
 
-class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
+class StoreMachine(ReachRules, UnitRules, HostTierRules, FuzzMachine):
     name = "store"
     config_strategy = configs()
 
@@ -56,6 +57,8 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
             return multiple()
         wide = data.draw(st.integers(0, 3)) == 3
         extra = data.draw(st.integers(-2, 300) if wide else st.integers(0, 16))
+        if o.ckpts[ck]["main"].frontier and data.draw(st.integers(0, 7)) == 7:  # below the frontier: refused
+            extra = -data.draw(st.integers(1, P))
         budget = data.draw(st.integers(0, 300) if wide else st.integers(0, 64))
         prompt = max(0, o.ckpts[ck]["main"].frontier + extra)
         return self.activate("activate_from:" + ("fork" if keep else "move"), self.fresh("s"), prompt, budget, ck, keep)
@@ -227,6 +230,7 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
             self.fail("crash", f"{label}: {type(exc).__name__}: {exc}")
         if viol:
             self.fail("violation", f"{label}: {viol[0]['rule']}: {viol[0]['message']}")
+        self.reached(ev, None if granted else "capacity")
         if plan is None:
             self.oracle.cow(seq, pool, block)
 

@@ -285,7 +285,8 @@ class Oracle:
         for pool, (members, reservation) in plans.items():
             source = ck[pool] if ck is not None else None
             if move:
-                assert source is not None  # a Move has a source
+                if source is None:
+                    raise ValueError("a Move activation needs its source checkpoint")
                 space = source
                 space.blocks, space.owner, space.active = [], seq, True
             else:

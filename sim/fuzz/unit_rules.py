@@ -55,11 +55,14 @@ class UnitRules(_Machine):
     def decode_round(self, data) -> None:
         """An engine round for one sequence: map ahead, launch over every pool, complete (speculative:
         each pool accepts its own prefix), then settle (trim what was mapped beyond the frontier)."""
-        o = self.oracle
         names = sorted({n for n, _ in self.free_spaces() if not self.busy(n)})
         if not names:
             return
-        name = data.draw(st.sampled_from(names))
+        self.round_for(data.draw(st.sampled_from(names)), data)
+
+    def round_for(self, name, data) -> None:
+        """decode_round's body for one idle sequence (also the append of sim.fuzz.reach_rules)."""
+        o = self.oracle
         q = o.seqs[name]
         k = data.draw(st.integers(1, 2 * P))
         for pool, s in q.spaces.items():

@@ -38,7 +38,7 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
           stats: dict | None = None) -> dict:
     """The report of one judged input (``trace`` names it in violations)."""
     violations = []
-    rules = {}
+    rules: dict[str, dict] = {}
     if contract is not None:
         violations += [f.as_dict(trace) for f in contract.findings]
         st = contract.stats
@@ -49,9 +49,10 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
         events.flush()
         violations += [f.as_dict(trace) for f in events.findings]
         es = events.stats
-        for rid, title in pe.RULES.items():  # checked and exercised both count batches
-            rules[rid] = {"title": title, "clause": "research/kv-events.md", "checked": es["batches"],
-                          "exercised": events.exercised[rid], "violated": events.counts[rid]}
+        for rid, rule in pe.CATALOGUE.items():  # checked and exercised both count batches
+            rules[rid] = {"title": rule.title, "clause": rule.clause, "decisions": rule.decisions,
+                          "checked": es["batches"], "exercised": events.exercised[rid],
+                          "violated": events.counts[rid]}
     violations.sort(key=lambda v: (v["line"], v["rule"]))
     total = sum(r["violated"] for r in rules.values())
     out_stats = dict(stats or {})

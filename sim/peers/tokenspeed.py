@@ -258,7 +258,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         out.observe_s += t1 - t0
         out.sched_s += t2 - t1
         for r in due:
-            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens)
+            # unrecorded, the judge reads the token array as it is (no list copy per request)
+            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens)  # type: ignore[arg-type]
             line += 1
             if writer:
                 writer.write(rec)
@@ -286,7 +287,7 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         # -- observe ------------------------------------------------------------------------------------------
         ids: list[str] = []
         ext, inl, pfx, pre, replay = 0, [], [], [], []
-        tables: dict[str, list] = {}
+        tables: dict[str, dict[str, list[int]]] = {}
         for b in plan.forward:
             bids = list(b.request_ids)
             if not bids:

@@ -27,6 +27,7 @@ from rich.text import Text
 
 from kvsim.sim.report.kvreport import (
     format_context,
+    message_text,
     refusal_summary,
     rule_family,
     rule_order,
@@ -102,7 +103,7 @@ def finding_line(v: dict) -> str:
         extra.append(_one_line(v["op"]))
     context = format_context(v.get("context"))
     tail = f" ({', '.join(extra)}{'; ' + _one_line(context) if context else ''})" if extra or context else ""
-    return f"{where}: {_one_line(v.get('rule', ''))} {_one_line(v.get('message', ''))}{tail}"
+    return f"{where}: {_one_line(v.get('rule', ''))} {_one_line(message_text(v))}{tail}"
 
 
 def _gh_escape(text: str, prop: bool = False) -> str:
@@ -115,7 +116,7 @@ def github_annotation(v: dict, level: str = "error") -> str:
     rule = safe_text(v.get("rule", ""))
     where = _gh_escape(safe_text(v.get("trace", "")), True)
     props = f"file={where},line={v.get('line', 0)},title={_gh_escape(rule, True)}"
-    return f"::{level} {props}::{_gh_escape(rule + ' ' + safe_text(v.get('message', '')))}"
+    return f"::{level} {props}::{_gh_escape(rule + ' ' + safe_text(message_text(v)))}"
 
 
 def print_findings(violations: list[dict], console: Console, style: Style, max_rows: int | None = None,
@@ -168,6 +169,20 @@ def print_table(table: Table, console: Console, plain: bool) -> None:
     console.print(Text(text), soft_wrap=True, highlight=False)
 
 
+def _consequences_table(report: dict, max_rows: int) -> Table:
+    """The first consequence per desynchronized entity (sim.recovery): what followed from which finding."""
+    rows = report.get("consequences", [])
+    total = int(report.get("stats", {}).get("consequences", len(rows)) or 0)
+    table = Table(title=f"Consequences suppressed ({total:,}; the first per entity)", title_justify="left")
+    table.add_column("of", justify="right")
+    for name in ("trace:line", "entity", "rule", "message"):
+        table.add_column(name, overflow="fold")
+    for c in rows[:max_rows]:
+        table.add_row(_t(f"#{c.get('of', '')}"), _t(f"{c.get('trace', '')}:{c.get('line', '')}"),
+                      _t(c.get("entity", "")), _t(c.get("rule", ""), "dim"), _t(c.get("message", ""), "dim"))
+    return table
+
+
 def _refusals_table(report: dict) -> Table:
     table = Table(title="Refusals by reason", title_justify="left")
     table.add_column("reason")
@@ -205,6 +220,19 @@ def _refusal_lines(report: dict) -> list[str]:
             + ", ".join(f"{safe_text(op)} ×{n:,}" for op, n in row["ops"]) + ")" for row in refusal_summary(report)]
 
 
+def _consequence_lines(report: dict, max_rows: int) -> list[str]:
+    """`path:line: consequence of finding #N: RULE message (entity)`, the first per desynchronized entity."""
+    rows = report.get("consequences", [])
+    out = [f"{_one_line(c.get('trace', ''))}:{c.get('line', 0)}: consequence of finding #{c.get('of', '')}: "
+           f"{_one_line(c.get('rule', ''))} {_one_line(c.get('message', ''))} ({_one_line(c.get('entity', ''))})"
+           for c in rows[:max_rows]]
+    total = int(report.get("stats", {}).get("consequences", len(rows)) or 0)
+    if total > len(out):
+        out.append(f"… {total:,} consequences suppressed in all (the first per entity listed; the JSON report "
+                   "lists them)")
+    return out
+
+
 def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_ROWS, style: Style | None = None,
                  title: str = "kvsim replay") -> None:
     """Print the findings (at most max_rows), the refusals by reason, the coverage (on a terminal, or when
@@ -213,6 +241,12 @@ def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_R
     verdict = verdict_of(report)
     if not style.quiet:
         print_findings(report.get("violations", []), console, style, max_rows)
+        if report.get("consequences"):
+            if style.plain:
+                for line in _consequence_lines(report, max_rows):
+                    console.print(Text(line), soft_wrap=True, highlight=False)
+            else:
+                console.print(_consequences_table(report, max_rows))
         if report.get("refusals"):
             if style.plain:
                 for line in _refusal_lines(report):

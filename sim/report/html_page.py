@@ -18,6 +18,7 @@ import io
 import re
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from kvsim.sim.report.kvreport import (
     format_context,
     headline,
     is_check,
+    message_text,
     missing_declared,
     refusal_summary,
     report_title,
@@ -85,7 +87,7 @@ def _label(value: object) -> str:
     return safe_text(value).replace("\n", " ")
 
 
-def downsample_indices(series: Sequence[Sequence[float]], limit: int = PLOT_POINT_LIMIT) -> np.ndarray:
+def downsample_indices(series: Sequence[Sequence[float] | np.ndarray], limit: int = PLOT_POINT_LIMIT) -> np.ndarray:
     """Indices (increasing) of at most `limit` points to plot from equally long series.
 
     Up to `limit` points every index is kept. Above it the range is cut into equal buckets and each bucket
@@ -124,7 +126,7 @@ def plot_trace_svg(trace: str, timeline: dict, violation_events: Sequence[int], 
     pools = [(name, data) for name, data in timeline.get("pools", {}).items() if len(data.get("allocated", []))]
     violations = sorted(set(violation_events))
     refusals = sorted(set(refusal_events))
-    settings = {"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
+    settings: dict[Any, Any] = {"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
                 "axes.spines.top": False, "axes.spines.right": False, "font.family": "sans-serif",
                 "font.sans-serif": PLOT_FONTS}
     with matplotlib.rc_context(settings), warnings.catch_warnings():
@@ -240,8 +242,11 @@ def _trace_section(report: dict, number: int, trace: str, timeline: dict | None,
     """One trace, collapsible: its pools and its plot (open when it failed, or when the page has few traces)."""
     entry: dict = next((e for e in report.get("inputs", []) if e.get("path") == trace), {})
     found = sum(1 for v in report.get("violations", []) if v.get("trace") == trace)
+    status = ""
+    if is_check(report):
+        status = ", did not behave as declared" if trace in _mismatches(report) else ", as declared"
     summary = (f'{_h(trace)} <span class="note">{_h(plural(int(entry.get("events", 0)), "event"))}, '
-               f'{_h(plural(found, "violation"))}</span>')
+               f'{_h(plural(found, "violation"))}{status}</span>')
     parts = [f'<details class="trace" id="trace-{number}"{" open" if open_ else ""}><summary>{summary}</summary>']
     pools = report.get("stats", {}).get("traces", {}).get(trace, {}).get("pools", {})
     if pools:
@@ -287,7 +292,7 @@ def _violation_table(title: str, anchor: str, violations: list[dict], max_rows: 
             _td(None, "nw", f'<a href="#rule-{_h(v.get("rule", ""))}">{_h(v.get("rule", ""))}</a>'),
             _td(v.get("trace", "")), _td(str(v.get("line", "")), "n"), _td(str(v.get("event", "")), "n"),
             _td(v.get("op", "")),
-            _td(v.get("message", ""), "msg"), _td(format_context(v.get("context")), "ctx"),
+            _td(message_text(v), "msg"), _td(format_context(v.get("context")), "ctx"),
         ])
         for v in violations[:max_rows]
     ]

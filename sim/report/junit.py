@@ -30,7 +30,7 @@ from kvsim.sim.report.kvreport import (
     trace_rule_counters,
     violations_by_trace_rule,
 )
-from kvsim.sim.report.verdict import CONSEQUENCE_KEY
+from kvsim.sim.report.verdict import CONSEQUENCE_KEY, plural
 
 __all__ = ["render_junit", "junit_classname"]
 
@@ -100,7 +100,8 @@ def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict, missing:
     failures = skipped = 0
     for rule_id in rule_ids:
         title = rules.get(rule_id, {}).get("title", "")
-        attrs = {"classname": classname, "name": f"{rule_id}: {title}" if title else rule_id, "file": trace}
+        attrs: dict[str, object] = {"classname": classname, "name": f"{rule_id}: {title}" if title else rule_id,
+                                    "file": trace}
         found = groups.get((trace, rule_id), [])
         violations = [v for v in found if not v.get("expected") and v.get(CONSEQUENCE_KEY) is None]
         expected = [v for v in found if v.get("expected")]
@@ -162,7 +163,7 @@ def _check_suite(report: dict) -> ET.Element:
                 kind = "declared-not-reported"
                 headline = "; ".join(f"{d.get('rule')} declared at event {d.get('event')} (line {d.get('line')}) "
                                      f"in {trace} but not reported" for d in found)
-            more = f" (and {len(found) - 1} more differences)" if undeclared and len(found) > 1 else ""
+            more = f" (and {plural(len(found) - 1, 'more difference')})" if undeclared and len(found) > 1 else ""
             text = "\n".join(f"line {d.get('line')}: {d.get('rule')} {d.get('message')}" for d in found)
             case.append(_element("failure", {"message": _one_line(headline + more), "type": kind}, text + "\n"))
         else:
@@ -187,7 +188,8 @@ def render_junit(report: dict) -> bytes:
         for m in missing_declared(report):
             missing.setdefault((m["trace"], m["rule"]), []).append(m)
         suites = [_suite(report, trace, rule_ids, groups, missing) for trace in trace_order(report)]
-    totals = {key: sum(int(suite.get(key)) for suite in suites) for key in ("tests", "failures", "errors", "skipped")}
+    totals = {key: sum(int(suite.get(key) or 0) for suite in suites)
+              for key in ("tests", "failures", "errors", "skipped")}
     root = _element("testsuites", {"name": report_title(report), **totals, "time": 0})
     root.extend(suites)
     ET.indent(root, space="  ")

@@ -18,7 +18,7 @@ from collections import Counter
 from os import PathLike
 from typing import Any
 
-from kvsim.sim.report.verdict import verdict_of
+from kvsim.sim.report.verdict import CONSEQUENCE_KEY, verdict_of
 
 FORMAT = "kvreport/1"
 
@@ -36,6 +36,7 @@ __all__ = [
     "format_value",
     "format_context",
     "headline",
+    "message_text",
     "passed",
     "is_check",
     "report_title",
@@ -155,7 +156,7 @@ def refusal_summary(report: dict) -> list[dict]:
     def ranked(counter: Counter) -> list[tuple[str, int]]:
         return sorted(counter.items(), key=lambda item: (-item[1], item[0]))
 
-    summary = [
+    summary: list[dict[str, Any]] = [
         {
             "reason": reason,
             "count": len(items),
@@ -209,6 +210,13 @@ def missing_declared(report: dict) -> list[dict]:
         out += [{"trace": m.get("trace"), "rule": t[0], "event": t[1], "line": t[2]}
                 for t in m.get("expected", []) if tuple(t) not in reported]
     return out
+
+
+def message_text(violation: dict) -> str:
+    """A violation's message, saying when it is the consequence of an earlier finding (never counted)."""
+    message = str(violation.get("message", ""))
+    after = violation.get(CONSEQUENCE_KEY)
+    return message if after is None else f"{message} [consequence of finding #{after}, not counted]"
 
 
 def headline(report: dict) -> str:

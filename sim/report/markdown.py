@@ -17,6 +17,7 @@ from kvsim.sim.report.kvreport import (
     format_context,
     headline,
     is_check,
+    message_text,
     missing_declared,
     refusal_summary,
     report_title,
@@ -102,7 +103,7 @@ def _violation_table(title: str, violations: list[dict], max_rows: int) -> list[
         return [f"### {title}", "", "None."]
     rows = [
         [v.get("rule", ""), f"{v.get('trace', '')}:{v.get('line', '')}", str(v.get("event", "")), str(v.get("op", "")),
-         str(v.get("message", "")), format_context(v.get("context"))]
+         message_text(v), format_context(v.get("context"))]
         for v in violations[:max_rows]
     ]
     out = [f"### {title}", "", *_table(["rule", "trace:line", "event", "op", "message", "context"], "llrlll", rows)]

@@ -100,49 +100,67 @@ def has_host_traffic(series: dict) -> bool:
     return bool(max(series.get("host_bytes_out", [])[-1:] + series.get("host_bytes_in", [])[-1:] + [0]))
 
 
-def plot_series_svg(series: dict) -> str:
-    """Panels over virtual time: Main pool pages, cumulative prefix hit ratio and, when any moved, cumulative
-    Host bytes (no empty panel: the page says "no Host traffic" instead)."""
+def has_reuse(series: dict) -> bool:
+    return any(series.get("hit_ratio", []))
+
+
+def _occupancy(ax: Any, t: list, series: dict) -> None:
     from matplotlib.ticker import MaxNLocator
 
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.step(t, series["allocated"], where="post", color="#1f77b4", linewidth=1.1, label="allocated")
+    ax.step(t, series["reserved"], where="post", color="#ff7f0e", linewidth=1.1, label="reserved")
+    if series.get("capacity"):
+        ax.axhline(series["capacity"][-1], color="#7f7f7f", linestyle="--", linewidth=0.9, label="capacity")
+    ax.set_ylabel("main pool (pages)")
+    ax.set_title("Device occupancy", loc="left")
+
+
+def _reuse(ax: Any, t: list, series: dict) -> None:
+    ax.plot(t, [100.0 * v for v in series["hit_ratio"]], color="#2ca02c", linewidth=1.2, label="cumulative")
+    ax.set_ylabel("prefix hit (% of prompt tokens)")
+    ax.set_title("Prefix reuse", loc="left")
+
+
+def _host(ax: Any, t: list, series: dict) -> None:
+    top = max(series["host_bytes_out"][-1:] + series["host_bytes_in"][-1:] + [0])
+    unit, name = (GIB, "GiB") if top >= GIB else (float(1 << 20), "MiB")
+    ax.plot(t, [v / unit for v in series["host_bytes_out"]], color="#9467bd", linewidth=1.2,
+            label="Device → Host (offload)")
+    ax.plot(t, [v / unit for v in series["host_bytes_in"]], color="#8c564b", linewidth=1.2,
+            label="Host → Device (restore)")
+    ax.set_ylabel(f"cumulative {name}")
+    ax.set_title("Host traffic", loc="left")
+
+
+def series_panels(series: dict) -> tuple[list, list[str]]:
+    """The panels worth drawing over time (occupancy always; prefix reuse and Host traffic when there is
+    some) and a sentence for each left out: no empty plot."""
+    panels, empty = [_occupancy], []
+    for test, draw, why in ((has_reuse, _reuse, "No prefix reuse: no request hit a cached prefix."),
+                            (has_host_traffic, _host,
+                             "No Host traffic: nothing was offloaded to or restored from the Host arena.")):
+        if test(series):
+            panels.append(draw)
+        else:
+            empty.append(why)
+    return panels, empty
+
+
+def plot_series_svg(series: dict) -> str:
+    """Panels over virtual time: Main pool pages and, when there is any, the cumulative prefix hit ratio and
+    cumulative Host bytes."""
     t = series.get("time", [])
-    host = has_host_traffic(series)
-    fig, ctx = _figure(3 if host else 2, "kvsim-simulation")
+    panels, _ = series_panels(series)
+    fig, ctx = _figure(len(panels), "kvsim-simulation")
     try:
-        axes = list(fig.subplots(3 if host else 2, 1, sharex=True))
-        ax1, ax2 = axes[:2]
-        ax3 = axes[2] if host else None
-        ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax1.step(t, series["allocated"], where="post", color="#1f77b4", linewidth=1.1, label="allocated")
-        ax1.step(t, series["reserved"], where="post", color="#ff7f0e", linewidth=1.1, label="reserved")
-        if series.get("capacity"):
-            ax1.axhline(series["capacity"][-1], color="#7f7f7f", linestyle="--", linewidth=0.9, label="capacity")
-        ax1.set_ylabel("main pool (pages)")
-        ax1.set_ylim(bottom=0)
-        ax1.set_title("Device occupancy", loc="left")
-        ax2.plot(t, [100.0 * v for v in series["hit_ratio"]], color="#2ca02c", linewidth=1.2,
-                 label="cumulative")
-        ax2.set_ylabel("prefix hit (% of prompt tokens)")
-        ax2.set_ylim(bottom=0)
-        ax2.set_title("Prefix reuse", loc="left")
-        axes[-1].set_xlabel("virtual time (s)")
-        for ax in axes:
+        axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        for ax, draw in zip(axes, panels, strict=True):
+            draw(ax, t, series)
+            ax.set_ylim(bottom=0)
             ax.grid(True, axis="y", color="#e5e5e5", linewidth=0.6)
-        if ax3 is None:
-            for ax in axes:
-                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-            return _svg(fig)
-        top = max(series["host_bytes_out"][-1:] + series["host_bytes_in"][-1:] + [0])
-        unit, name = (GIB, "GiB") if top >= GIB else (float(1 << 20), "MiB")
-        ax3.plot(t, [v / unit for v in series["host_bytes_out"]], color="#9467bd", linewidth=1.2,
-                 label="Device → Host (offload)")
-        ax3.plot(t, [v / unit for v in series["host_bytes_in"]], color="#8c564b", linewidth=1.2,
-                 label="Host → Device (restore)")
-        ax3.set_ylabel(f"cumulative {name}")
-        ax3.set_ylim(bottom=0)
-        ax3.set_title("Host traffic", loc="left")
-        for ax in axes:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        axes[-1].set_xlabel("virtual time (s)")
         return _svg(fig)
     finally:
         ctx.__exit__(None, None, None)
@@ -206,8 +224,7 @@ def render_simulation_html(report: dict, series: dict, title: str) -> str:
         "<h2>Over time</h2>",
         f'<div class="plot">{plot_series_svg(series)}</div>' if series.get("time") else
         '<p class="note">No iteration ran.</p>',
-        '' if not series.get("time") or has_host_traffic(series) else
-        '<p class="note">No Host traffic: nothing was offloaded to or restored from the Host arena.</p>',
+        *(f'<p class="note">{_h(why)}</p>' for why in (series_panels(series)[1] if series.get("time") else [])),
         _violations(report), _refusals(report),
     ])
     return _page(f"kvsim simulation: {title}", body)

@@ -9,8 +9,10 @@ JSON's `verdict`, the JUnit counts, the Markdown and HTML headline and the conso
 construction. Sweeps, fuzz campaigns and the self-check have their own small constructors.
 
 Root causes and consequences: a violation carrying `CONSEQUENCE_KEY` (the number of the finding it follows
-from) is a consequence; it is listed, never counted as a violation, and never fails the verdict. The
-verdict fails on root causes.
+from) is a consequence; it is listed, never counted as a violation, and never fails the verdict. Replay's
+error recovery (sim.recovery) keeps its consequences out of `violations` altogether (`consequences`, each
+with `of`) and counts them in `stats.consequences`: "N findings (M consequences suppressed)". The verdict
+fails on root causes.
 
 This module knows the report dict's shape, not how reports are produced nor how any renderer lays it out.
 """
@@ -128,8 +130,11 @@ def _replay(report: Mapping[str, Any], stats: Mapping[str, Any]) -> Verdict:
     scope, counts = _scope(report, stats)
     stalled = int((stats.get("peer") or {}).get("stalled_requests", 0) or 0)
     n = len(roots) + _unlisted(stats)
-    counts.update(violations=n, root_causes=n, consequences=len(after), stalled_requests=stalled)
+    suppressed = int(stats.get("consequences", 0) or 0)  # replay's error recovery counts them apart (sim.recovery)
+    counts.update(violations=n, root_causes=n, consequences=len(after) + suppressed, stalled_requests=stalled)
     tail = f"; {plural(len(after), 'consequence')} of earlier findings, not counted" if after else ""
+    if suppressed:
+        tail += f"; {plural(n, 'finding')} ({plural(suppressed, 'consequence')} suppressed)"
     if n:
         rules = {v.get("rule") for v in roots}
         noun = _noun(stats)
@@ -169,11 +174,13 @@ def _check(report: Mapping[str, Any], check: Mapping[str, Any]) -> Verdict:
     counts = {"scenarios": legal + declared, "legal_scenarios": legal, "violation_scenarios": declared,
               "failed_scenarios": len(mismatches), "expected_violations": expected,
               "unexpected_violations": len(root_causes(v for v in report.get("violations", []) or []
-                                                       if not v.get("expected")))}
+                                                       if not v.get("expected"))),
+              "consequences": int((report.get("stats") or {}).get("consequences", 0) or 0)}
     if not mismatches:
+        suppressed = f"; {plural(counts['consequences'], 'consequence')} suppressed" if counts["consequences"] else ""
         return Verdict("pass", f"PASS — every scenario behaved as declared ({plural(legal, 'legal scenario')} without "
                                f"a violation, {plural(declared, 'violation scenario')} reporting exactly their "
-                               f"{plural(expected, 'declared violation')})", counts)
+                               f"{plural(expected, 'declared violation')}{suppressed})", counts)
     names = ", ".join(str(m.get("trace")) for m in mismatches)
     return Verdict("fail", f"FAIL — {len(mismatches):,} of {plural(legal + declared, 'scenario')} did not behave as "
                            f"declared: {names}", counts)

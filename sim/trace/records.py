@@ -389,7 +389,7 @@ class Observe(EventBase, tag="observe"):
 
 Event = (Activate | Map | Grow | Launch | Complete | Fail | Truncate | Finish | Release | Offload | DropDevice
          | DropHost | Xfer | Observe | Cow)
-EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__  # type: ignore[attr-defined]
+EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__
 OPS: dict[str, type[EventBase]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}  # type: ignore[misc]
 REQUEST_OPS = frozenset({"activate", "map", "grow", "cow"})
 """Requests may be refused by a correct store; every other op is a fact."""
