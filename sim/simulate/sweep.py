@@ -11,6 +11,7 @@ resolution (automatic kv_capacity). Results come back in the axes' order whateve
 from __future__ import annotations
 
 import itertools
+import signal
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, replace
 
@@ -123,11 +124,18 @@ class _Serial(Executor):
         return f
 
 
+def quiet_worker() -> None:
+    """A worker process leaves interruptions to its parent: Ctrl-C (which reaches the whole process group)
+    and SIGTERM end it at once, without a traceback; the parent says what was interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def make_executor(spec: str, workers: int) -> tuple[Executor, object]:
     """(executor, close): ``process`` | ``thread`` | ``serial`` | ``dask://HOST:PORT`` (a client of a
     running cluster; closing it leaves the cluster running)."""
     if spec == "process":
-        ex = ProcessPoolExecutor(max_workers=workers)
+        ex = ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker)
         return ex, ex.shutdown
     if spec == "thread":
         ex = ThreadPoolExecutor(max_workers=workers)

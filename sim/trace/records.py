@@ -175,7 +175,8 @@ class GrowResult(msgspec.Struct, **_STRUCT):
 
 
 class FactResult(msgspec.Struct, **_STRUCT):
-    """On a fact, ``ok: false`` means the engine says the fact did not take effect.  Extensions: an h2d
+    """On a fact, ``ok: false`` means the engine says the fact did not take effect; an ``xfer`` ``verify`` that
+    failed ends its transfer unpublished (the copy is abandoned, its destination freed).  Extensions: an h2d
     ``xfer`` (phase ``reserve``) may carry the destination Device ``pages`` the engine chose; an ``offload`` or
     a d2h ``xfer`` (phase ``reserve``) may carry the Host ``offsets`` of the copied pages (one per block, in
     the order of ``blocks``)."""
