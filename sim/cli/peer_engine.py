@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, output_style, write
+from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, open_input, output_style, write
 from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import stamp
@@ -36,19 +36,19 @@ ENGINE_NAMES = ("vllm", "sglang")
 TS_PAGE = 64  # TokenSpeed's prefix_granularity and `kvsim simulate`'s page (tokens)
 
 
-def _requests(args: Any) -> list[Request]:
+def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str]:
+    """The workload's first ``--requests`` rows (token ids expanded as for TokenSpeed), its name and SHA-256."""
     from kvsim.sim.peers.workload import WorkloadError, read_mooncake
-    for name in ("requests", "max_output"):
-        v = getattr(args, name, None)
-        if v is not None and v < 1:
-            raise InputError(f"--{name.replace('_', '-')}:0: must be at least 1")
+    if not stdin_ok and str(args.workload) == "-":
+        raise InputError("kvsim peer compare: WORKLOAD: standard input cannot feed several engines; give a file")
+    src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
     try:
-        reqs = read_mooncake(args.workload, args.requests, getattr(args, "max_output", None))
+        reqs = read_mooncake(src.name, args.requests, getattr(args, "max_output", None), src)
     except WorkloadError as exc:
         raise InputError(str(exc)) from None
     if not reqs:
-        raise InputError(f"{args.workload}:1: no requests")
-    return reqs
+        raise InputError(f"{src.name}:1: no requests: nothing to drive the engine with")
+    return reqs, src.name, src.sha256()
 
 
 def _blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
@@ -65,7 +65,7 @@ def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int)
     if blocks is None:
         blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
     elif blocks < need:
-        raise InputError(f"--blocks:0: {blocks} blocks of {bs} tokens cannot hold request {who} ({need} blocks)")
+        raise InputError(f"--blocks: {blocks} blocks of {bs} tokens cannot hold request {who} ({need} blocks)")
     longest = max(len(r.tokens) + r.max_new_tokens for r in reqs)
     return EngineConfig(block_size=bs, num_blocks=blocks + spec.reserved_blocks,
                         max_model_len=-(-(longest + bs) // bs) * bs)
@@ -86,22 +86,18 @@ def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
 
 def run_engine_peer(args: Any) -> int:
     from kvsim.sim.peers.engines import ENGINES, EngineError, event_checker, probe, run_engine
-    from kvsim.sim.peers.report import add_engine_judge, build, file_sha256, percentiles
+    from kvsim.sim.peers.report import add_engine_judge, build, percentiles
 
     engine = args.peer
     if not args.engine_python:
-        raise InputError(f"--engine-python:0: required for {engine} (build a venv with scripts/install-engine "
+        raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
                          f"{engine} VENV, then pass VENV/bin/python)")
     bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
-    if bs < 1:
-        raise InputError("--block-size:0: must be at least 1")
-    if args.blocks is not None and args.blocks < 1:
-        raise InputError("--blocks:0: must be at least 1")
-    reqs = _requests(args)
+    reqs, name, sha = _requests(args)
     cfg = engine_config(engine, reqs, args.blocks, bs)
     why = probe(args.engine_python, engine)
     if why:
-        raise InputError(f"--engine-python:0: {why}")
+        raise InputError(f"--engine-python: {why}")
     usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
     events = event_checker(engine, bs, usable)
     for target in (args.record, args.json, args.html):
@@ -119,7 +115,7 @@ def run_engine_peer(args: Any) -> int:
         else:
             out = run_engine(engine, args.engine_python, reqs, cfg, events, record=args.record)
     except EngineError as exc:
-        raise InputError(f"--engine-python:0: {exc}") from None
+        raise InputError(f"--engine-python: {exc}") from None
     except OSError as exc:
         raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
     ev = events.summary()
@@ -140,7 +136,7 @@ def run_engine_peer(args: Any) -> int:
             "events_per_s_engine": round(n_events / out.engine_s) if out.engine_s else None,
             "events_per_s_judge": round(n_events / out.judge_s) if out.judge_s else None}
     trace = args.record or f"({engine} event stream)"  # findings name lines of the recorded event log
-    inputs = [{"path": str(args.workload), "sha256": file_sha256(args.workload), "events": out.steps}]
+    inputs = [{"path": name, "sha256": sha, "events": out.steps}]
     report = add_engine_judge(build(inputs, trace, None, events, stats), out.judge, trace)
     verdict = stamp(report)  # stalled requests make an incomplete run, never a pass
     if args.json:
@@ -186,12 +182,10 @@ def run_compare(args: Any) -> int:
     from kvsim.sim.peers import tokenspeed as ts
     from kvsim.sim.peers.engines import EngineError, event_checker, probe, run_engine
 
-    if args.blocks is None or args.blocks < 1:
-        raise InputError("--blocks:0: compare needs the capacity in blocks (at least 1)")
+    if args.blocks is None:
+        raise InputError("--blocks: compare needs the capacity in blocks")
     bs = args.block_size if args.block_size is not None else 16
-    if bs < 1:
-        raise InputError("--block-size:0: must be at least 1")
-    reqs = _requests(args)
+    reqs, _name, _sha = _requests(args, stdin_ok=False)
     tokens = args.blocks * bs
     rows: list[dict] = []
     notes: list[str] = []
@@ -201,13 +195,13 @@ def run_compare(args: Any) -> int:
             continue
         why = probe(python, engine)
         if why:
-            raise InputError(f"--{engine}-python:0: {why}")
+            raise InputError(f"--{engine}-python: {why}")
         cfg = engine_config(engine, reqs, args.blocks, bs)
         events = event_checker(engine, bs, args.blocks)
         try:
             out = run_engine(engine, python, reqs, cfg, events)
         except EngineError as exc:
-            raise InputError(f"--{engine}-python:0: {exc}") from None
+            raise InputError(f"--{engine}-python: {exc}") from None
         sm = out.judge.summary()
         bad = sum(out.judge.counts.values()) + sum(events.counts.values())
         rows.append({"engine": out.hello.get("engine", engine), "block_size": bs, "blocks": args.blocks,

@@ -127,4 +127,4 @@ def test_install_engine_refuses_an_unknown_engine():
 def test_bad_input_is_one_line_exit_2(argv, flag, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"{flag}:0: "), err
+    assert len(err) == 1 and err[0].startswith(f"{flag}: "), err
