@@ -263,6 +263,10 @@ class Simulation:
         """Evict one checkpoint from Device: offload and drop its droppable pages, or release it."""
         c = self.ckpts[cid]
         if not self.config.host_bytes:
+            if c.keys and _in_use(self._space(cid).pages[len(c.keys) - 1]):
+                # every full page is in use (a lane holding a page holds the prefix before it): the release
+                # would free the copied partial tail only and take the prefix out of the index
+                return
             self._release(c)
             self.s["evictions"] += 1
             return
