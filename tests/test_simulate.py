@@ -63,7 +63,7 @@ def test_reuse_definition_on_a_hand_made_trace():
     # r4: nothing
     assert got.reusable_pages == 15 + 8 + 4 and got.prompt_pages == 16 + 16 + 11 + 5 + 1
     sim = simulate(rs, UNBOUNDED)
-    assert sim.stats["reused_blocks"] == got.reusable_pages and sim.stats["violations"] == 0
+    assert sim.stats["reused_pages"] == got.reusable_pages and sim.stats["violations"] == 0
 
 
 @pytest.mark.parametrize("workload", ["excerpt:conversation", "excerpt:synthetic"])
@@ -72,7 +72,7 @@ def test_unbounded_reuse_equals_the_trace_bound_on_the_excerpts(workload):
     bound = reusable_pages(open_workload(workload, n), UNBOUNDED.max_context)
     res = simulate(open_workload(workload, n), UNBOUNDED)
     assert res.stats["violations"] == 0 and res.stats["refusals"] == 0
-    assert res.stats["reused_blocks"] == bound.reusable_pages > 0
+    assert res.stats["reused_pages"] == bound.reusable_pages > 0
     assert res.stats["reused_tokens"] == bound.reusable_tokens and res.stats["prompt_tokens"] == bound.prompt_tokens
     assert res.stats["evictions"] == 0
 
@@ -96,7 +96,7 @@ def test_unbounded_reuse_equals_the_trace_bound_on_the_whole_files(name, concurr
     # prompts beyond max_context are rejected by the simulation and skipped by the bound alike (10 of the
     # synthetic file's prompts exceed 131,072 tokens)
     assert s["requests"] == bound.requests and s["prompt_tokens"] == bound.prompt_tokens
-    assert s["reused_blocks"] == bound.reusable_pages > 0
+    assert s["reused_pages"] == bound.reusable_pages > 0
     assert s["reused_tokens"] == bound.reusable_tokens
 
 
@@ -151,12 +151,12 @@ def test_cli_simulate_writes_report_page_and_trace(tmp_path, capsys):
     assert rc == 0
     rep = json.loads(out["json"].read_text())
     assert rep["format"] == "kvreport/1" and rep["verdict"] == "pass"
-    for key in ("requests", "prompt_blocks", "reused_blocks", "hit_ratio", "evictions", "host_bytes_out",
+    for key in ("requests", "prompt_pages", "reused_pages", "hit_ratio", "evictions", "host_bytes_out",
                 "host_bytes_in", "peak_pages", "seconds"):
         assert key in rep["stats"]
     assert rep["stats"]["requests"] == 40
     page = out["html"].read_text()
-    assert page.count("<svg") == 1 and "Host traffic" in page and "prefix hit" in page
+    assert page.count("<svg") == 2 and "Host traffic" in page and "prefix hit" in page and "TTFT" in page
     assert main(["replay", str(out["record"]), "--quiet"]) == 0
 
 

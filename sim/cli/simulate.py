@@ -2,8 +2,10 @@
 capacities and KV profiles (what-if).
 
 One run prints its statistics and writes a kvreport/1 (`--json`, its `stats` carry the simulation's
-figures), an HTML page with occupancy, hit-ratio and Host-traffic plots (`--html`) and optionally the
-kvtrace/1 events (`--record`), which `kvsim replay` accepts unchanged. `--sweep KEY=V1,V2` (repeatable: the
+figures: reuse, evictions, Host traffic, per-request latency percentiles in virtual time and throughput), an
+HTML page with occupancy, hit-ratio, Host-traffic and latency plots (`--html`) and optionally the kvtrace/1
+events (`--record`), which `kvsim replay` accepts unchanged. Latency follows the timing model
+(`sim.simulate.timing`, replaced by `--timing FILE`). `--sweep KEY=V1,V2` (repeatable: the
 product of the axes) runs one simulation per point through an executor instead and reports a table and
 plots. Exit code 1 when any simulated event broke a rule.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 
 from rich.console import Console
 from rich.table import Table
@@ -27,21 +30,29 @@ from kvsim.kvmodel.store import PROFILES
 from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
 from kvsim.sim.report.build import build_report
 from kvsim.sim.report.kvreport import dumps_report, headline
-from kvsim.sim.simulate.engine import ADMISSION, SimConfig, Simulation
+from kvsim.sim.simulate.engine import ADMISSION, HOST_EXTENTS, SimConfig, Simulation, unbounded_config
 from kvsim.sim.simulate.inject import DEFAULT_EVERY, plan_faults
-from kvsim.sim.simulate.sweep import parse_axis, parse_bytes, run_sweep
+from kvsim.sim.simulate.latency import METRICS
+from kvsim.sim.simulate.sweep import UNBOUNDED, parse_axis, parse_bytes, run_sweep
+from kvsim.sim.simulate.timing import Timing, TimingFileError, load_timing
 from kvsim.sim.workloads import WorkloadInputError, open_workload
-from kvsim.sim.workloads.open import resolve
+from kvsim.sim.workloads.open import resolve, workload_notes
 
-SHOWN = ("requests", "rejected", "prompt_blocks", "reused_blocks", "hit_ratio", "evictions", "host_evictions",
-         "host_bytes_out", "host_bytes_in", "peak_pages", "capacity_pages", "seconds", "events")
+SHOWN = ("requests", "rejected", "prompt_pages", "reused_pages", "workload_blocks", "reused_workload_blocks",
+         "hit_ratio", "evictions", "checkpoints_evicted", "pages_freed", "host_evictions", "host_bytes_out",
+         "host_bytes_in", "restored_pages", "restored_pages_past_match", "peak_pages", "capacity_pages", "seconds",
+         "throughput_rps", "output_tokens_per_s", "tokens_per_s", "events")
+SHOWN_HOST = ("offload_extents", "host_bytes_in_past_match", "host_fill_mean", "host_full_events",
+              "host_fill_when_full", "host_fragmented_bytes")
 SHOWN_MTP = ("output_tokens", "spec_rounds", "draft_tokens", "accepted_draft_tokens", "acceptance",
              "tokens_per_round", "peak_mtp_pages", "capacity_mtp_pages")
 SHOWN_FAULTS = ("faults_injected", "faults_flagged", "fault_events", "violations_unexpected")
 SWEEP_COLUMNS = ("capacity_pages", "hit_ratio", "evictions", "host_evictions", "host_bytes_out", "host_bytes_in",
-                 "peak_pages", "violations")
+                 "peak_pages", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99", "throughput_rps", "violations")
 SHORT = {"capacity_pages": "pages", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
-         "host_bytes_out": "to Host GiB", "host_bytes_in": "from Host GiB", "peak_pages": "peak", "violations": "viol"}
+         "host_bytes_out": "to Host GiB", "host_bytes_in": "from Host GiB", "peak_pages": "peak",
+         "ttft_p50": "TTFT p50 s", "ttft_p99": "TTFT p99 s", "tpot_p50": "TPOT p50 ms", "e2e_p99": "e2e p99 s",
+         "throughput_rps": "req/s", "violations": "viol"}
 
 
 def _bytes(text: str) -> int:
@@ -56,11 +67,22 @@ def add_parser(sub) -> None:
     s.add_argument("workload", help="a Mooncake .jsonl or Azure .csv file, excerpt:NAME, or synthetic[:SEED]")
     s.add_argument("--requests", type=int, help="only the first N requests")
     cap = s.add_mutually_exclusive_group()
-    cap.add_argument("--pages", help="Main pool pages (explicit kv_capacity = pages·64 tokens), or 'max' for "
-                     "M_max = concurrency·ceil(max_context/64) (default 65536)")
+    cap.add_argument("--pages", help="Main pool pages (explicit kv_capacity = pages·64 tokens; default 65536); "
+                     "'max': M_max = C·L, the most the store allows at this concurrency C (L = "
+                     "ceil(max_context/64); 524,288 pages at the defaults), not unbounded: a long trace's cached "
+                     "prefixes can need more; 'unbounded': sized to the workload so that nothing is ever evicted "
+                     "(the report gives the size and the peak)")
     cap.add_argument("--hbm-bytes", help="free Device bytes: the store model resolves the capacity (e.g. 40G)")
     s.add_argument("--profile", default="bf16", choices=PROFILES)
-    s.add_argument("--host-bytes", default="0", help="Host arena bytes for offload (0: evictions release)")
+    s.add_argument("--host-bytes", default="0", help="Host arena bytes for offload (default 0: evictions release)")
+    s.add_argument("--host-extents", default="run", choices=HOST_EXTENTS,
+                   help="how an offload is cut into Host extents: run = runs of consecutive pages, each fitting a "
+                   "free extent (default); checkpoint = one extent per checkpoint and pool")
+    s.add_argument("--timing", metavar="FILE",
+                   help="the timing model: a JSON (or, with PyYAML, YAML) mapping of base_s (default "
+                   f"{Timing.base_s}), prefill_token_s ({Timing.prefill_token_s}), decode_lane_s "
+                   f"({Timing.decode_lane_s}) and host_link_bytes_per_s ({Timing.host_link_bytes_per_s:.0f}), "
+                   "each >= 0 (bandwidth > 0); keys left out keep their defaults")
     s.add_argument("--max-context", type=int, default=131072)
     s.add_argument("--concurrency", type=int, default=256, help="execution rows (max_concurrency)")
     s.add_argument("--layers", type=int, default=16, help="full-attention layers of the target model")
@@ -101,12 +123,18 @@ def base_config(args) -> SimConfig:
     if args.hbm_bytes is not None:
         pages, hbm = None, _bytes(args.hbm_bytes)
     elif args.pages is not None:
-        if args.pages == "max":
+        if args.pages in ("max", UNBOUNDED):
             pages = None
         elif args.pages.isdigit():
             pages = int(args.pages)
         else:
-            raise InputError(f"--pages:0: expected a page count or 'max', got {args.pages!r}")
+            raise InputError(f"--pages:0: expected a page count, 'max' or 'unbounded', got {args.pages!r}")
+    timing = Timing()
+    if args.timing is not None:
+        try:
+            timing = load_timing(args.timing)
+        except TimingFileError as exc:
+            raise InputError(str(exc)) from None
     if args.draft_window < 1:
         raise InputError("--draft-window:0: the MTP draft window must be at least 1")
     if not 0.0 <= args.accept_rate <= 1.0:
@@ -116,7 +144,8 @@ def base_config(args) -> SimConfig:
     return SimConfig(max_context=args.max_context, concurrency=args.concurrency, profile=args.profile, pages=pages,
                      hbm_bytes=hbm, host_bytes=_bytes(args.host_bytes), layers=args.layers, kv_heads=args.kv_heads,
                      prefill_chunk=args.prefill_chunk, admission=args.admission, backend=args.backend,
-                     draft_window=args.draft_window, accept_rate=args.accept_rate, seed=args.seed)
+                     draft_window=args.draft_window, accept_rate=args.accept_rate, seed=args.seed, timing=timing,
+                     host_extents=args.host_extents)
 
 
 def run(args) -> int:
@@ -126,7 +155,11 @@ def run(args) -> int:
         if args.sweep:
             if args.fault:
                 raise InputError("--fault:0: fault injection runs in one simulation, not in a sweep")
+            if args.pages == UNBOUNDED:
+                raise InputError("--pages:0: in a sweep, give unbounded as a point: --sweep pages=...,unbounded")
             return _sweep(args, cfg)
+        if args.pages == UNBOUNDED:
+            cfg = unbounded_config(cfg, open_workload(args.workload, args.requests))
         return _one(args, cfg)
     except WorkloadInputError as exc:
         raise InputError(str(exc)) from None
@@ -163,6 +196,12 @@ def _one(args, cfg: SimConfig) -> int:
     report = build_report([result.trace])
     report["stats"].update(result.stats)
     report["stats"]["workload"] = args.workload
+    notes = workload_notes(args.workload)
+    if cfg.unbounded:
+        notes.append(f"unbounded capacity: the store was sized to {result.stats['capacity_pages']:,} pages (an "
+                     f"upper bound of what this workload can hold); it needed {result.stats['peak_pages']:,} at "
+                     "its peak")
+    report["stats"]["notes"] = notes
     if args.json:
         write(args.json, dumps_report(report))
     if args.html:
@@ -174,15 +213,44 @@ def _one(args, cfg: SimConfig) -> int:
         t = Table(title=f"simulation of {args.workload}")
         t.add_column("statistic")
         t.add_column("value", justify="right")
-        for k in SHOWN + (SHOWN_MTP if cfg.backend == "mtp" else ()) + (SHOWN_FAULTS if plan else ()):
+        for k in SHOWN + (SHOWN_HOST if cfg.host_bytes else ()) + (SHOWN_MTP if cfg.backend == "mtp" else ()) \
+                + (SHOWN_FAULTS if plan else ()):
             v = result.stats[k]
             t.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
         out.print(t)
+        _print_latency(out, result.stats)
+        _print_rejections(out, result.stats)
+        for note in notes:
+            out.print(f"note: {note}", markup=False, highlight=False)
         if plan:
             _print_faults(out, result.stats)
     if plan:
         return EXIT_OK if faults_accounted(result.stats) else EXIT_VIOLATION
     return EXIT_VIOLATION if report["violations"] else EXIT_OK
+
+
+def _print_latency(out: Console, stats: dict) -> None:
+    """Per-request latency in virtual seconds: mean and percentiles of each metric (the timing model's)."""
+    t = Table(title="per-request latency (virtual seconds, from the timing model)")
+    t.add_column("metric")
+    for c in ("mean", "p50", "p90", "p99"):
+        t.add_column(c, justify="right")
+    names = {"queue": "queueing delay", "ttft": "time to first token", "tpot": "time per output token",
+             "e2e": "end-to-end"}
+    for m in METRICS:
+        t.add_row(names[m], *(f"{stats[f'{m}_{c}']:.4f}" for c in ("mean", "p50", "p90", "p99")))
+    out.print(t)
+
+
+def _print_rejections(out: Console, stats: dict) -> None:
+    """Why requests were rejected: a count per reason, and the first ones with their sizes."""
+    if not stats["rejected"]:
+        return
+    reasons = "; ".join(f"{n:,} {why}" for why, n in stats["rejections"].items())
+    out.print(f"rejected {stats['rejected']:,} request(s): {reasons}", markup=False, highlight=False)
+    for r in stats["rejected_requests"]:
+        out.print(f"  request {r['request']} (prompt {r['prompt']:,}, output {r['output']:,} tokens): {r['reason']}",
+                  markup=False, highlight=False)
 
 
 def faults_accounted(stats: dict) -> bool:
@@ -237,13 +305,14 @@ def _sweep(args, cfg: SimConfig) -> int:
                              lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
     except ValueError as exc:
         raise InputError(f"simulate:0: {exc}") from None
+    notes = workload_notes(args.workload)
     doc = {"format": "kvsim-sweep/1", "workload": args.workload, "requests": args.requests,
-           "axes": {k: v for k, v in axes}, "points": rows}
+           "axes": {k: v for k, v in axes}, "timing": asdict(cfg.timing), "notes": notes, "points": rows}
     if args.json:
         write(args.json, json.dumps(doc, indent=2) + "\n")
     if args.html:
         from kvsim.sim.report.simulation_page import render_sweep_html
-        write(args.html, render_sweep_html(rows, args.workload, SWEEP_COLUMNS))
+        write(args.html, render_sweep_html(rows, args.workload, SWEEP_COLUMNS, notes))
     if not args.quiet:
         t = Table(title=f"what-if sweep of {args.workload}")
         keys = [k for k, _ in axes]
@@ -252,12 +321,15 @@ def _sweep(args, cfg: SimConfig) -> int:
         for r in rows:
             t.add_row(*[_axis_value(k, r["point"][k]) for k in keys], *[_cell(c, r[c]) for c in SWEEP_COLUMNS])
         out = Console()
-        (out if out.is_terminal else Console(width=160)).print(t)  # a log or pipe: one line per point
+        out = out if out.is_terminal else Console(width=220)  # a log or pipe: one line per point
+        out.print(t)
+        for note in notes:
+            out.print(f"note: {note}", markup=False, highlight=False)
     return EXIT_VIOLATION if any(r["violations"] for r in rows) else EXIT_OK
 
 
 def _axis_value(key: str, v) -> str:
-    if key not in ("hbm", "host"):
+    if key not in ("hbm", "host") or not isinstance(v, int):
         return str(v)
     for unit, name in ((1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
         if v >= unit and v % unit == 0:
@@ -270,4 +342,8 @@ def _cell(column: str, v) -> str:
         return f"{v / (1 << 30):.2f}"
     if column == "hit_ratio":
         return f"{100 * v:.2f}%"
+    if column.startswith("tpot"):
+        return f"{1000 * v:.2f}"
+    if column.startswith(("ttft", "e2e", "queue")):
+        return f"{v:.3f}"
     return f"{v:,}" if isinstance(v, int) else f"{v:.4f}"

@@ -61,6 +61,17 @@ def resolve(spec: str) -> tuple[str, object]:
                              "or synthetic[:SEED]")
 
 
+AZURE_NOTE = ("Azure LLM inference traces carry no prefix data (arrival times and token counts only): every prompt "
+              "block gets a fresh id, so the prefix hit ratio is 0 by construction; such a trace measures arrival "
+              "and length mixes and capacity pressure, not reuse")
+
+
+def workload_notes(spec: str) -> list[str]:
+    """What a report must say about the workload itself (a trace without prefix data)."""
+    kind, _ = resolve(spec)
+    return [AZURE_NOTE] if kind == "azure" else []
+
+
 def open_workload(spec: str, requests: int | None = None) -> Iterator[Request]:
     """The requests of a workload in arrival order, streamed (at most `requests`)."""
     kind, arg = resolve(spec)
