@@ -43,7 +43,7 @@ SHOWN = ("requests", "rejected", "prompt_pages", "reused_pages", "workload_block
          "host_bytes_in", "restored_pages", "restored_pages_past_match", "peak_pages", "capacity_pages", "seconds",
          "throughput_rps", "output_tokens_per_s", "tokens_per_s", "events")
 SHOWN_HOST = ("offload_extents", "host_bytes_in_past_match", "host_fill_mean", "host_full_events",
-              "host_fill_when_full", "host_fragmented_bytes")
+              "host_fill_when_full", "host_fragmented_events", "host_fragmented_bytes")
 SHOWN_MTP = ("output_tokens", "spec_rounds", "draft_tokens", "accepted_draft_tokens", "acceptance",
              "tokens_per_round", "peak_mtp_pages", "capacity_mtp_pages")
 SHOWN_FAULTS = ("faults_injected", "faults_flagged", "fault_events", "violations_unexpected")

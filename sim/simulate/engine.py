@@ -197,7 +197,7 @@ class Simulation:
         self.rejected_requests: list[dict] = []  # the first REJECTION_EXAMPLES, explained
         self.host_moved = 0  # Host link bytes not yet charged to an iteration (timing)
         self.host_fill_sum = 0.0  # Σ arena fill over iterations
-        self.host_full_free: list[int] = []  # free arena bytes at each moment a copy did not fit
+        self.host_full: list[tuple[int, int]] = []  # (free arena bytes, bytes to copy) when a copy did not fit
         self.s = dict(requests=0, rejected=0, prompt_tokens=0, prompt_pages=0, reused_pages=0, reused_tokens=0,
                       workload_blocks=0, reused_workload_blocks=0, output_tokens=0, evictions=0,
                       checkpoints_evicted=0, pages_freed=0, offloads=0, offload_extents=0, host_evictions=0,
@@ -287,7 +287,7 @@ class Simulation:
         bytes), releasing least-recently-used checkpoints that hold Host replicas."""
         arena = self.st.arena
         if arena.plan([], sizes) is None:
-            self.host_full_free.append(arena.free_bytes)  # bytes free but not placeable: fragmentation
+            self.host_full.append((arena.free_bytes, sum(sizes)))
             while arena.plan([], sizes) is None:
                 if not self._host_release_lru(protect):
                     return False
@@ -328,7 +328,8 @@ class Simulation:
             return todo if self._host_room(sizes, protect) else None
         runs = self._plan_runs(todo)
         if runs is None:
-            self.host_full_free.append(self.st.arena.free_bytes)  # bytes free but not placeable
+            need = sum(len(b) * self.st.pools[pool].page_bytes for pool, b in todo)
+            self.host_full.append((self.st.arena.free_bytes, need))
             while runs is None:
                 if not self._host_release_lru(protect):
                     return None
@@ -662,11 +663,16 @@ class Simulation:
         s.update(self.latency.summary(s["requests"], s["output_tokens"]))
         arena = self.st.arena
         if arena.capacity:
-            full = self.host_full_free
+            # fill: time-averaged over iterations, and at the moments a copy needed Host releases; fragmented:
+            # those moments when the arena held at least the bytes to copy but no placement for them
+            full = self.host_full
+            frag = [free for free, need in full if free >= need]
             s["host_fill_mean"] = round(self.host_fill_sum / s["iterations"], 6) if s["iterations"] else 0.0
             s["host_full_events"] = len(full)
-            s["host_fill_when_full"] = round(1.0 - sum(full) / len(full) / arena.capacity, 6) if full else 0.0
-            s["host_fragmented_bytes"] = sum(full) // len(full) if full else 0
+            s["host_fill_when_full"] = (round(1.0 - sum(f for f, _ in full) / len(full) / arena.capacity, 6)
+                                        if full else 0.0)
+            s["host_fragmented_events"] = len(frag)
+            s["host_fragmented_bytes"] = sum(frag) // len(frag) if frag else 0
         s["rejections"] = dict(sorted(self.rejections.items()))
         s["rejected_requests"] = list(self.rejected_requests)
         if self.spec is not None:
