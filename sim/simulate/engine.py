@@ -22,7 +22,9 @@ The loop, one engine iteration (one GPU unit) at a time:
   kept); the head waits for running requests only when evicting every evictable checkpoint is not
   enough. Under `admission="wait"` checkpoints are evicted only for what the decoding lanes will not
   return when they finish (the cache is kept, batches shrink). A waiting head is retried when pages were
-  freed. A request that cannot fit in an empty store is rejected.
+  freed. A request alone in the store may do without the tail copy's page (its decode continuation then
+  Moves the prompt's checkpoint); one that cannot fit even so is rejected, as is a prompt beyond
+  max_context: the store is asked and refuses, and the stats explain why.
 * **Chunked prefill**: at most `prefill_chunk` prompt tokens per iteration, pages mapped just ahead.
 * **Decode rounds**: every decoding lane writes one token per iteration in the same unit, mapping a page
   when it crosses a page boundary.
@@ -433,6 +435,8 @@ class Simulation:
                 break
             if self.prefill is not None or self.lanes:
                 return False  # wait for running requests to free pages
+            if c is None and need - 1 <= self.pool.available:
+                break  # alone in the store: its decode continuation takes the prompt's checkpoint (Move), no tail copy
             if c is None:  # cannot fit in an empty store
                 self._reject(r, o, f"needs {need:,} pages (prompt + output and the decode tail copy), "
                              f"{self.pool.available:,} available with nothing running or cached "

@@ -58,6 +58,15 @@ class Timing:
 TIMING_KEYS = tuple(f.name for f in fields(Timing))
 
 
+def _number(v: object) -> object:
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
 class TimingFileError(ValueError):
     """A timing file that cannot be used: ``str()`` is one line ``"<path>:<line>: <reason>"``."""
 
@@ -82,6 +91,8 @@ def load_timing(path: str) -> Timing:
             mark = getattr(exc, "problem_mark", None)
             line = mark.line + 1 if mark is not None else 0
             raise TimingFileError(f"{path}:{line}: not YAML: {getattr(exc, 'problem', None) or exc}") from None
+        if isinstance(doc, dict):  # YAML 1.1 reads 4.5e11 (no dot, no exponent sign) as a string
+            doc = {k: _number(v) for k, v in doc.items()}
     else:
         try:
             doc = json.loads(text)
