@@ -118,7 +118,7 @@ def base_config(args) -> SimConfig:
         raise InputError("--concurrency:0: the scheduler needs at least 2 execution rows (a prefill and a decode)")
     if args.requests is not None and args.requests < 0:
         raise InputError("--requests:0: expected a non-negative count")
-    pages = 65536
+    pages: int | None = 65536
     hbm = None
     if args.hbm_bytes is not None:
         pages, hbm = None, _bytes(args.hbm_bytes)

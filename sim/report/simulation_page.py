@@ -136,7 +136,7 @@ _METRIC_NAMES = {"queue": "queueing delay", "ttft": "time to first token (TTFT)"
                  "tpot": "time per output token (TPOT)", "e2e": "end-to-end"}
 
 
-def _notes(notes) -> str:
+def _notes(notes: list[str] | None) -> str:
     return "".join(f'<p class="note"><strong>Note:</strong> {_h(n)}</p>' for n in notes or ())
 
 
@@ -278,7 +278,7 @@ def plot_sweep_svg(rows: list[dict]) -> str:
         ctx.__exit__(None, None, None)
 
 
-def render_sweep_html(rows: list[dict], title: str, columns: tuple, notes=None) -> str:
+def render_sweep_html(rows: list[dict], title: str, columns: tuple, notes: list[str] | None = None) -> str:
     """A sweep: the table of every point and the plots against capacity."""
     keys = list(rows[0]["point"]) if rows else []
     head = "".join(f"<th>{_h(c)}</th>" for c in keys + list(columns))

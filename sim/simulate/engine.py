@@ -51,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 from kvsim.sim.replay import InternalError, TraceReplay
@@ -62,6 +63,7 @@ from kvsim.sim.simulate.series import Series
 from kvsim.sim.simulate.timing import Timing
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.stream import TraceInputError, TraceWriter
+from kvsim.sim.workloads.request import Request
 
 MAIN = "main"
 MTP = "mtp"
@@ -232,7 +234,7 @@ class Simulation:
         spaces = self.st.checkpoints[cid].spaces
         return frozenset(p for pool in self.pools for p in spaces[pool].pages)
 
-    def _restores(self, cid, m: int) -> tuple[int, int, int, int]:
+    def _restores(self, cid: str, m: int) -> tuple[int, int, int, int]:
         """What an activation from the checkpoint restores from Host: (Main pages among the m matched ones,
         their bytes over every pool, Main pages past the match, their bytes over every pool)."""
         spaces = self.st.checkpoints[cid].spaces
@@ -275,7 +277,7 @@ class Simulation:
         self._emit(kt.Release(ckpt=c.cid))
         self._forget(c)
 
-    def _host_release_lru(self, protect) -> bool:
+    def _host_release_lru(self, protect: frozenset | set) -> bool:
         """Release the least-recently-used checkpoint holding Host replicas (not in `protect`); False if none."""
         victim = next((cid for cid in self.host if cid not in protect), None)
         if victim is None:
@@ -323,7 +325,7 @@ class Simulation:
                 return None
         return runs
 
-    def _copy_plan(self, todo: list, protect) -> list | None:
+    def _copy_plan(self, todo: list, protect: frozenset | set) -> list | None:
         """The Offload events of one eviction, [(pool, blocks)], after making Host room; None: no room."""
         if self.config.host_extents == "checkpoint":
             sizes = [len(b) * self.st.pools[pool].page_bytes for pool, b in todo]
@@ -490,7 +492,7 @@ class Simulation:
         lane.arrival, lane.admitted = r.arrival, self.now
         return True
 
-    def _reject(self, r, output: int, why: str, kind: str) -> None:
+    def _reject(self, r: Request, output: int, why: str, kind: str) -> None:
         """Refuse a request and say why. Unless its prompt is empty, the store is asked to activate it from
         root first and refuses ("context" for a prompt beyond max_context, "capacity" for more pages than it
         has), so the report counts it among its refusals and a recorded trace shows it; the stats count
@@ -650,7 +652,7 @@ class Simulation:
                     h.update(chunk)
             sha = h.hexdigest()
         result = self.rep.finish(self.events, sha)
-        s = dict(self.s)
+        s: dict = dict(self.s)
         s["hit_ratio"] = round(s["reused_tokens"] / s["prompt_tokens"], 6) if s["prompt_tokens"] else 0.0
         s["peak_pages"] = result.pools[MAIN]["peak_allocated"]
         s["capacity_pages"] = self.pool.capacity
@@ -695,7 +697,7 @@ def simulate(requests, config: SimConfig, source: str = "simulate", record=None,
     return Simulation(config, source, record, progress).run(requests)
 
 
-def unbounded_config(config: SimConfig, requests) -> SimConfig:
+def unbounded_config(config: SimConfig, requests: Iterable[Request]) -> SimConfig:
     """`config` with a capacity no run of `requests` can exhaust, so that nothing is ever evicted: every page
     the scheduler allocates belongs to one request (its prompt and output, its decode tail copy, a split's
     tail copy), so Σ ceil((prompt + output)/64) + 2 over the requests it admits bounds the peak. The store's

@@ -81,7 +81,7 @@ def load_timing(path: str) -> Timing:
         raise TimingFileError(f"{path}:0: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     if p.suffix.lower() in (".yaml", ".yml"):
         try:
-            import yaml
+            import yaml  # type: ignore[import-untyped]
         except ImportError:
             raise TimingFileError(f"{path}:0: a YAML timing file needs PyYAML (pip install pyyaml); "
                                   "or give the same keys as JSON") from None
