@@ -164,11 +164,15 @@ def plot_latency_svg(curves: dict) -> str:
         ax1, ax2 = fig.subplots(2, 1)
         pct = curves["percentiles"]
         colors = {"queue": "#7f7f7f", "ttft": "#1f77b4", "tpot": "#2ca02c", "e2e": "#d62728"}
-        for m, name in _METRIC_NAMES.items():
+        short = {"queue": "queueing delay", "ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
+        for m in _METRIC_NAMES:
             ys = curves.get(m) or []
-            if ys and max(ys) > 0:
-                ax1.plot(pct, [max(y, 1e-6) for y in ys], color=colors[m], linewidth=1.2, label=name)
+            if ys and max(ys) > 0:  # zero delays have no place on a log axis: left out
+                ax1.plot(pct, [y if y > 0 else float("nan") for y in ys], color=colors[m], linewidth=1.2,
+                         label=short[m])
+        from matplotlib.ticker import FuncFormatter
         ax1.set_yscale("log")
+        ax1.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
         ax1.set_xlabel("percentile of served requests")
         ax1.set_ylabel("seconds (virtual, log)")
         ax1.set_title("Latency distributions", loc="left")
