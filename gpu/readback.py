@@ -1,7 +1,8 @@
 """Read stored planes back through a table row, page by page, for checks (lockstep, oracle).
 
 ``read_view`` (or ``read_stored`` on a pool) returns, for every position < frontier of one table row,
-the code and scale plane contents in logical order ``(frontier, H, X)`` with the logical plane dtypes; ``read_decoded`` turns them into the
+the code and scale plane contents in logical order ``(frontier, H, X)`` with the logical plane dtypes; ``read_decoded``
+turns them into the
 stored-domain FP32 K/V. Each page is translated with ``page = table[row, pos >> 6]`` and read as one
 slice, so the result does not depend on which physical ids the row uses. This is a checking tool, not a
 consumer: it materialises a contiguous copy on purpose (the FP64 oracle is dense by definition).

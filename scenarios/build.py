@@ -6,8 +6,9 @@ traces in which one engine bug breaks the store contract; their header's ``meta.
 (rule, event, line) triples the replay must report. Every `observe` states what the store contract
 requires at that point (tables, frontiers, pool counters); the comments derive each value.
 
-Output is deterministic (same bytes on every run). The scenario definitions live in `legal_scenarios.py` and
-`violation_scenarios.py`; this module only writes them. It knows nothing of the model: replaying is `kvsim check`.
+Output is deterministic (same bytes on every run). The scenario definitions live in `legal_scenarios.py`,
+`violation_scenarios.py`, `conformance_scenarios.py` and `recovery_scenarios.py`; this module only writes
+them. It knows nothing of the model: replaying is `kvsim check`.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # run as a script: find tracebook 
 
 import conformance_scenarios as conformance  # noqa: E402
 import legal_scenarios as legal  # noqa: E402
+import recovery_scenarios as recovery  # noqa: E402
 import violation_scenarios as violations  # noqa: E402
 
 
 def scenarios():
     """(subfolder, Trace) for every scenario, in a fixed order."""
     out = ([("", t) for t in legal.build() + conformance.legal()]
-           + [("violations", t) for t in violations.build() + conformance.violations()])
+           + [("violations", t) for t in violations.build() + conformance.violations() + recovery.build()])
     names = [(sub, t.name) for sub, t in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

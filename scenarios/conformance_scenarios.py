@@ -220,8 +220,10 @@ def activation_beyond_max_context() -> Trace:
               'The engine admits a request whose prompt + budget (4200) exceeds max_context S = 4096 (store '
               'contract "不会扩大单 sequence 的 logical ceiling (S)")', config(kv_capacity=M128))
     t.activate("s1", 4000, 200, result={"ok": True, "rows": {"main": 0}, "pages": {"main": []}}, expect="AS-6")
-    t.pool(allocated=0, reserved=0, available=128)  # nothing was admitted
-    t.activate("s1", 4000, 96)
+    # error recovery adopts the engine's claim (s1 is active) at the model's ceiling S: 64 pages reserved; the
+    # rest of s1's life is judged as usual (one cause, one finding)
+    t.pool(allocated=0, reserved=64, available=64)
+    t.prefill("s1", 4000)
     t.finish("s1")
     return t
 
@@ -519,8 +521,10 @@ def draft_full_write_after_bounded_completion() -> Trace:
     t.advance("s0", 1280, 1408, pool="draft_full")
     t.advance("s0", 1408, 1472, pool="draft_full")  # the step about to launch at F
     t.advance("s0", 1472, 1480, pool="draft_full")  # the one forced control span
-    t.launch(t.unit(), [("s0", "draft_full", 1480, 1481)], expect="ENT-3")
+    u = t.unit()
+    t.launch(u, [("s0", "draft_full", 1480, 1481)], expect="ENT-3")
     t.row("s0", "draft_full", frontier=1480)
+    t.fail(u)  # recovery adopted the launch (the unit ran, as the engine says); the engine drops its result
     t.finish("s0")
     t.release("c1")
     return t
@@ -552,8 +556,10 @@ def write_beyond_s() -> Trace:
     t.activate("s0", 3900, 100)
     t.prefill("s0", 3900)
     t.advance("s0", 3900, 4000)
-    t.launch(t.unit(), [("s0", "main", 4000, 4001)], expect="AS-6")
+    u = t.unit()
+    t.launch(u, [("s0", "main", 4000, 4001)], expect="AS-6")
     t.row("s0", frontier=4000)
+    t.fail(u)  # recovery adopted the launch (the unit ran, as the engine says); the engine drops its result
     t.finish("s0")
     return t
 
@@ -597,7 +603,8 @@ def write_into_pinned_page() -> Trace:
     return t
 
 
-# -- 11. the provisional frontier -----------------------------------------------------------------------------------------
+# -- 11. the provisional frontier
+# -----------------------------------------------------------------------------------------
 
 def verify_mapping_kept() -> Trace:
     t = Trace("verify_mapping_kept",
@@ -625,13 +632,15 @@ def trim_mapping_verify_needs() -> Trace:
     t.prefill("s0", 100)
     t.map("s0", 190)
     t.truncate("s0", 100, expect="UNIT-4")
-    t.row("s0", table=[0, 1, 2], frontier=100)
+    t.row("s0", table=[0, 1], frontier=100)  # recovery adopted the trim: block 2 is unmapped, as the engine says
+    t.map("s0", 190)
     t.step("s0", 100, 190, commit=104)
     t.finish("s0")
     return t
 
 
-# -- 17. readers share a space ---------------------------------------------------------------------------------------------
+# -- 17. readers share a space
+# ---------------------------------------------------------------------------------------------
 
 def concurrent_readers() -> Trace:
     t = Trace("concurrent_readers",

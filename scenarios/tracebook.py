@@ -3,8 +3,9 @@
 `Trace` collects events (each validated by `sim.trace.stream.event_from_builtins` as it is added) and writes
 the file with `TraceWriter`, so every scenario is a valid kvtrace/1 file. An event built with
 ``expect=RULE`` (or a tuple of rules) is one the replay must report: its (rule, event index, file line)
-triples go into the header's ``meta.expect``. With one header line and no blank lines, the file line of
-event i is i + 2.
+triples go into the header's ``meta.expect``; ``consequences`` (optional) declares how many findings error
+recovery must report as consequences of those, not as violations (``meta.consequences``). With one header
+line and no blank lines, the file line of event i is i + 2.
 
 This module knows the kvtrace/1 line shapes and nothing of the store rules: what each scenario shows, and
 why the values it observes are the ones the store contract requires, is written in `build.py`.
@@ -50,6 +51,7 @@ class Trace:
         self.cfg = cfg
         self.events: list = []
         self.expect: list[dict] = []
+        self.consequences: int | None = None  # declared: the consequences error recovery must suppress
         self._units = 0
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -74,6 +76,8 @@ class Trace:
         meta = {"source": self.source}
         if self.expect:
             meta["expect"] = self.expect
+        if self.consequences is not None:
+            meta["consequences"] = self.consequences
         return header_from_builtins({"format": "kvtrace/1", "config": self.cfg, "meta": meta})
 
     def write(self, path: Path) -> None:

@@ -325,7 +325,7 @@ def unit_2() -> Trace:
     u = t.unit()
     t.launch(u, [("s0", "main", 100, 104)])
     t.complete(u, [("s0", "main", 106)], expect="UNIT-2")
-    t.row("s0", frontier=100)  # the rejected fact changed nothing
+    t.row("s0", frontier=106)  # recovery adopted the frontier the engine published
     t.map("s1", 65)
     t.step("s1", 64, 65)
     t.finish("s1")
@@ -338,9 +338,11 @@ def unit_3() -> Trace:
               '(store contract "Private tail 的唯一 writer 可以继续在未保护 suffix append")', config(kv_capacity=M128))
     t.activate("s0", 100, 28)
     t.prefill("s0", 100)
-    t.launch(t.unit(), [("s0", "main", 99, 101)], expect="UNIT-3")
-    t.row("s0", frontier=100)  # the rejected fact changed nothing
-    t.step("s0", 100, 101)
+    u = t.unit()
+    t.launch(u, [("s0", "main", 99, 101)], expect="UNIT-3")
+    t.row("s0", frontier=100)  # not committed yet
+    t.complete(u, [("s0", "main", 101)])  # recovery adopted the launch: the unit ran and commits, as the engine says
+    t.step("s0", 101, 102)
     t.finish("s0")
     return t
 
@@ -464,9 +466,10 @@ def ckpt_1() -> Trace:
     t.activate("s0", 300, 20)
     t.prefill("s0", 300)
     t.finish("s0", retain="c0", state_image=False, expect="CKPT-1")
-    t.row("s0", frontier=300)  # the rejected fact changed nothing
+    t.ckpt("c0", frontier=300)  # recovery adopted the claim: c0 is retained, as the engine says
     t.prefill("s1", 64)
     t.finish("s1")
+    t.release("c0")
     return t
 
 
@@ -520,8 +523,10 @@ def cons_1() -> Trace:
               'frontier")', config(kv_capacity=M128))
     t.activate("s0", 1000, 24)
     t.prefill("s0", 1000)
-    t.launch(t.unit(), [("s0", "main", 1001, 1002)], expect="CONS-1")
-    t.row("s0", frontier=1000)  # the rejected fact changed nothing
+    u = t.unit()
+    t.launch(u, [("s0", "main", 1001, 1002)], expect="CONS-1")
+    t.row("s0", frontier=1000)  # not committed yet
+    t.fail(u)  # recovery adopted the launch (the unit ran, as the engine says); the engine drops its result
     t.step("s0", 1000, 1001)
     t.finish("s0")
     return t

@@ -17,7 +17,8 @@ views"), at a cost proportional to what the units touched, not to the contexts:
   or contiguity, and nothing is gathered to a contiguous context: attention stages one tile at a time);
 - CONS-3: every dirty column inside an active sequence's committed domain is bit-exact against the codec
   applied to the content of its key. An untouched column cannot change, so this covers the read domain.
-After the first completed unit, every `audit_units` units after it and at the end of the trace the *audit* re-reads every active
+After the first completed unit, every `audit_units` units after it and at the end of the trace the *audit* re-reads
+every active
 sequence's whole committed content page by page through its table (CONS-1..3, the check the incremental one
 must agree with) and runs paged attention over every active row against the FP64 oracle within the kernel
 tolerance (CONS-3). `incremental=False` leaves only the audits (tests compare the two).
@@ -88,7 +89,8 @@ class Lockstep:
     codec. Host slices are kept per offset, so their size need not match the model's stride then.
     """
 
-    def __init__(self, store, profile: str | None = None, audit_units: int = AUDIT_UNITS, incremental: bool = True):
+    def __init__(self, store, profile: str | None = None, audit_units: int = AUDIT_UNITS,
+                 incremental: bool = True) -> None:
         self.st = store
         store.record_effects()
         cfg = store.config
@@ -103,7 +105,7 @@ class Lockstep:
                                      f"{name}: physical {pool.page_bytes} != model {g.page_bytes}")
             self.pools[name] = pool
         self.host: dict[int, np.ndarray] = {}  # Host arena slices by offset (packed HostKVPageLayout)
-        self.completed = None  # rows of the unit completed by the last event
+        self.completed: list | None = None  # rows of the unit completed by the last event
         self.rng = np.random.default_rng(0)
         self._poisons: dict[int, np.ndarray] = {}
         self.audit_units, self.incremental = audit_units, incremental
@@ -375,9 +377,9 @@ class Lockstep:
         if not n:
             return []
         self.st.cov.check("CONS-3", exercised=True)
-        bad = stored_mismatches(self.pools[pool_name], space.row, n, committed_keys(space), limit=3)
-        if bad:
-            return [Finding("CONS-3", f"committed content is not bit-exact: {'; '.join(bad)}",
+        mismatches = stored_mismatches(self.pools[pool_name], space.row, n, committed_keys(space), limit=3)
+        if mismatches:
+            return [Finding("CONS-3", f"committed content is not bit-exact: {'; '.join(mismatches)}",
                             {"seq": seq, "pool": pool_name, "row": space.row})]
         return []
 

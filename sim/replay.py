@@ -22,6 +22,7 @@ from kvsim.kvmodel.store.activation import note_refused, plan_activation
 from kvsim.kvmodel.store.coverage import Coverage
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.mapping import active_space, would_cow, would_map
+from kvsim.sim.recovery import Recovery, event_keys
 from kvsim.sim.timeline import Timeline
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.config import store_for
@@ -37,7 +38,7 @@ class InternalError(Exception):
     Carries the trace, event index, line and op where it happened; the original exception is chained.
     """
 
-    def __init__(self, path: str, index: int, line: int, op: str, exc: BaseException):
+    def __init__(self, path: str, index: int, line: int, op: str, exc: BaseException) -> None:
         self.path, self.index, self.line, self.op = path, index, line, op
         super().__init__(f"{path}:{line}: internal error while applying event {index} ({op}): "
                          f"{type(exc).__name__}: {exc}")
@@ -50,7 +51,9 @@ class TraceResult:
     path: str
     sha256: str = ""
     events: int = 0
-    violations: list = field(default_factory=list)
+    violations: list = field(default_factory=list)  # root causes, each with its number `id`
+    consequences: list = field(default_factory=list)  # the first consequence per desynchronized entity
+    suppressed: int = 0  # consequence findings in all (listed or not)
     refusals: list = field(default_factory=list)
     coverage: Coverage = field(default_factory=Coverage)
     pools: dict = field(default_factory=dict)
@@ -62,7 +65,7 @@ class TraceReplay:
     """One trace's replay state: the model, its checker, and what was seen so far."""
 
     def __init__(self, path: str, header: kt.Header, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY,
-                 observer_factory=None):
+                 observer_factory=None, recover: bool = False) -> None:
         self.path = path
         self.st = store_for(header, path)
         self.checker = Checker(self.st)
@@ -71,6 +74,9 @@ class TraceReplay:
         # lockstep driver: told about every applied event, asked for its findings after each one
         self.observer = None if observer_factory is None else observer_factory(self.st)
         self.result = TraceResult(path, coverage=self.st.cov)
+        # error recovery: None when every finding is reported as it comes (the fuzzer judges each step alone)
+        self.recovery = Recovery() if recover else None
+        self.adopting = recover and self.observer is None  # the physical follower learns only applied events
         self.timeline = Timeline(self.st.pools)
         self.peaks = {n: [p.capacity, 0, 0, p.capacity] for n, p in self.st.pools.items()}
         handlers = {kt.Activate: self._activate, kt.Map: self._map, kt.Grow: self._grow, kt.Cow: self._cow,
@@ -87,9 +93,12 @@ class TraceReplay:
             self._violation(f, -1, 1, "header")
 
     # -- bookkeeping --------------------------------------------------------------------------------
-    def _violation(self, f: Finding, index: int, line: int, op: str) -> None:
-        self.result.violations.append({"rule": f.rule, "trace": self.path, "event": index, "line": line, "op": op,
-                                       "message": f.message, "context": dict(f.context)})
+    def _violation(self, f: Finding, index: int, line: int, op: str) -> dict:
+        out = self.result.violations
+        v = {"id": len(out) + 1, "rule": f.rule, "trace": self.path, "event": index, "line": line, "op": op,
+             "message": f.message, "context": dict(f.context)}
+        out.append(v)
+        return v
 
     def _refusal(self, index: int, op: str, reason: str) -> None:
         self.result.refusals.append({"trace": self.path, "event": index, "op": op, "reason": reason})
@@ -119,14 +128,95 @@ class TraceReplay:
         if index and index % self.audit_every == 0:
             found = list(found) + self.checker.audit()
         if bad or found:
-            for f in bad or ():
-                self._violation(f, index, line, op)
-            for f in found:
-                self._violation(f, index, line, op)
+            if self.recovery is not None:
+                self._recover(self.recovery, index, line, ev, op, bad or [], list(found))
+            else:
+                for f in bad or ():
+                    self._violation(f, index, line, op)
+                for f in found:
+                    self._violation(f, index, line, op)
+        elif self.recovery is not None and self.recovery.marks and op in _RENEWS:
+            self.recovery.renew(_RENEWS[op](ev))
         if pools_moved or bad or found:
             self._sample(index, force=bool(bad or found))
         if (bad or found) and self.stop_at_first:
             self.result.stopped = True
+            return False
+        return True
+
+    # -- error recovery (sim.recovery) -------------------------------------------------------------------
+    def _recover(self, rec: Recovery, index: int, line: int, ev, op: str, bad: list, found: list) -> None:
+        """Report root causes once: findings on a desynchronized entity are consequences of the finding
+        that desynchronized it; a new root-cause fact is adopted where the engine's claim determines the
+        state, else its entities are desynchronized."""
+        lookup, marked = event_keys(ev, op, self.st.pools) if ev is not None else ([], [])
+        of, key = rec.cause(lookup, bad + found)
+        where = {"trace": self.path, "event": index, "line": line, "op": op}
+        if of is not None and key is not None:
+            rec.consequence(of, key, bad + found, where)
+            self._uncount(bad + found)
+            if bad:  # not applied either: what it names is now out of step too
+                rec.mark(marked, of)
+            return
+        numbered = [self._violation(f, index, line, op) for f in bad + found]
+        for f, v in zip(found, numbered[len(bad):], strict=True):
+            rec.remember_state(f, v["id"])
+        if not bad:
+            return
+        first: dict = numbered[0]
+        res = getattr(ev, "result", None)
+        if res is not None and not res.ok:  # the engine says it did not happen either: still in step
+            first["recovery"] = "in step"
+            return
+        if self.adopting and self._adopt(ev, op, bad):
+            first["recovery"] = "adopted"
+            after = self.checker.incremental(op)  # what the adopted claim breaks follows from this finding
+            if after:
+                rec.consequence(first["id"], ("event", index), list(after), where)
+                self._uncount(after)
+            return
+        first["recovery"] = "desynchronized"
+        rec.mark(marked, first["id"])
+        for f in bad:  # entities the findings name beyond the event's own (e.g. a unit's other sequence)
+            rec.mark((("seq", f.context["seq"]),) if isinstance(f.context.get("seq"), str) else (), first["id"])
+
+    def _uncount(self, findings) -> None:
+        """A consequence is no violation of its rule: the coverage's violated count keeps root causes only."""
+        cov = self.st.cov
+        for f in findings:
+            cell = cov.cell(f.rule)
+            if cell.violated:
+                cell.violated -= 1
+
+    def _adopt(self, ev, op: str, bad: list) -> bool:
+        """Apply the engine's claimed outcome of a rejected fact when that claim alone fixes the new state:
+        a finish that retains (the checkpoint exists, as the engine says), an activation the engine says
+        succeeded beyond S (active, at the model's ceiling), a launch whose write lies in the sequence's own
+        mapped, unpinned, private pages (the unit runs), a commit within the mapped pages (the frontier the
+        engine published), a trim of a provisional mapping (the shorter table). Anything else (pages or
+        counters the contract cannot give, stale handles) is not determined by the claim: False, and the
+        state is exactly as before (every transaction checks before it applies)."""
+        st = self.st
+        rules = frozenset(f.rule for f in bad)
+        try:
+            if op == "finish" and rules == {"CKPT-1"} and ev.retain is not None:
+                st.finish(ev.seq, ev.retain, True)
+            elif op == "activate" and rules == {"AS-6"} and ev.prompt <= st.S and ev.result is not None:
+                res = ev.result
+                out = st.activate(ev.seq, ev.prompt, st.S - ev.prompt, ev.from_, ev.keep_source,
+                                  None if res.rows is None else dict(res.rows),
+                                  None if res.pages is None else {k: list(v) for k, v in res.pages.items()})
+                if isinstance(out, Refusal):  # capacity or rows the contract cannot give
+                    return False
+            elif op in ("launch", "complete", "truncate") and not rules & {"TRACE-2", "UNIT-1", "AS-5"}:
+                st.waived = rules
+                try:
+                    self._dispatch[type(ev)][0](ev)
+                finally:
+                    st.waived = frozenset()
+            else:
+                return False
+        except ContractViolation:
             return False
         return True
 
@@ -145,13 +235,18 @@ class TraceReplay:
     def finish(self, events: int, sha256: str) -> TraceResult:
         st = self.st
         st.reset_touched()
-        for f in self.checker.audit():
-            self._violation(f, events, 0, "audit")
+        found = list(self.checker.audit())
         final_audit = getattr(self.observer, "audit", None)  # the lockstep's whole-content audit
         if final_audit is not None and not self.result.stopped:
-            for f in final_audit():
+            found += final_audit()
+        if found and self.recovery is not None:
+            self._recover(self.recovery, events, 0, None, "audit", [], found)
+        else:
+            for f in found:
                 self._violation(f, events, 0, "audit")
         r = self.result
+        if self.recovery is not None:
+            r.consequences, r.suppressed = self.recovery.first, self.recovery.suppressed
         r.events, r.sha256 = events, sha256
         r.pools = {n: {"capacity": pk[0], "peak_allocated": pk[1], "peak_reserved": pk[2], "min_available": pk[3]}
                    for n, pk in self.peaks.items()}
@@ -303,12 +398,18 @@ class TraceReplay:
                                    ev.content)
 
 
+# an applied event that starts a new incarnation of an id: the key it synchronizes again
+_RENEWS = {"activate": lambda ev: ("seq", ev.seq), "launch": lambda ev: ("unit", ev.unit),
+           "xfer": lambda ev: ("xfer", ev.xfer) if ev.phase == "reserve" else ("xfer", None)}
+
+
 def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY, observer_factory=None,
-                 progress=None) -> TraceResult:
-    """Replay one trace file; raises TraceInputError for malformed input (exit code 2)."""
+                 progress=None, recover: bool = True) -> TraceResult:
+    """Replay one trace file; raises TraceInputError for malformed input (exit code 2). With `recover`, a
+    finding's consequences are reported apart (sim.recovery), not as violations."""
     path = os.fspath(path)
     with open_trace(path) as reader:
-        rep = TraceReplay(path, reader.header, stop_at_first, audit_every, observer_factory)
+        rep = TraceReplay(path, reader.header, stop_at_first, audit_every, observer_factory, recover)
         step = rep.step
         n = 0
         for index, line, ev in reader:

@@ -78,6 +78,8 @@ def load_mutants(path: Path | None = None) -> list[Mutant]:
     if not path.exists():
         raise MutantError(f"{path}: no mutant catalogue (the self-check runs from a source checkout)")
     spec = importlib.util.spec_from_file_location("kvsim_mutant_catalogue", path)
+    if spec is None or spec.loader is None:
+        raise MutantError(f"{path}: cannot be loaded as a Python module")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return [Mutant(**m) for m in mod.MUTANTS]
@@ -152,8 +154,8 @@ def selfcheck(budget_s: float = 60.0, workers: int = 2, seed: int = 0, only=None
     if only:
         mutants = [m for m in mutants if m.name in set(only)]
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kvsim-selfcheck-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="kvsim-selfcheck-") as tmp_name:
+        tmp = Path(tmp_name)
         fault_rows = check_faults(tmp) if faults else []
         for m in mutants:
             patched_text(root, m)  # every patch applies before anything runs

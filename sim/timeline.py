@@ -13,11 +13,12 @@ MAX_POINTS = 4096
 class Timeline:
     __slots__ = ("pools", "event", "series", "stride", "capacity")
 
-    def __init__(self, pools: dict):
+    def __init__(self, pools: dict) -> None:
         self.pools = list(pools)
         self.capacity = {name: p.capacity for name, p in pools.items()}
         self.event: list[int] = []
-        self.series = {name: ([], [], []) for name in self.pools}  # allocated, reserved, available
+        # per pool: allocated, reserved, available
+        self.series: dict[str, tuple[list[int], ...]] = {name: ([], [], []) for name in self.pools}
         self.stride = 1
 
     def record(self, index: int, pools: dict, force: bool = False) -> None:

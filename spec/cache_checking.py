@@ -18,16 +18,26 @@ checked / exercised / violated per rule. Reads the state only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store.errors import Finding
 from kvsim.spec.catalogue import all_rules
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from kvsim.kvmodel.cache.state import CacheState
+    from kvsim.kvmodel.store.coverage import Coverage
+
 
 def cache_rules() -> list:
-    """The TS-* rules, in catalogue order."""
-    return [r for r in all_rules() if r.scope == "cache"]
+    """The TS-* state rules (predicates over a CacheState), in catalogue order; the TS-L2 transition rules are
+    judged on cachetrace/1 by sim.peers.host_tier."""
+    return [r for r in all_rules() if r.scope == "cache" and r.kind == "state"]
 
 
-def check_cache(state, coverage=None, rules=None) -> list[Finding]:
+def check_cache(state: CacheState, coverage: Coverage | None = None, rules: Iterable[str] | None = None
+                ) -> list[Finding]:
     out: list[Finding] = []
     for rule in cache_rules():
         if rules is not None and rule.id not in rules:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 KINDS = ("state", "transition", "clause")
@@ -24,7 +24,7 @@ KINDS = ("state", "transition", "clause")
 # traces; `not_checkable` says why).
 EVIDENCE = ("engine", "model", "none")
 SCOPES = ("config", "pool", "page", "space", "row", "store", "cache", "none")  # cache: a kvmodel.cache CacheState
-_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL))-[1-9][0-9]*$")
+_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL|L2|NC))-[1-9][0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Rule:
     title: str
     clause: str
     kind: str
-    checker: Callable
+    checker: Callable | str | None  # a function; a dotted path (checked by `sim`); None for a clause
     scope: str = "none"  # what a state checker is applied to
     decisions: str = ""  # how the model fills what the seed leaves open
     full_checker: Callable | None = None  # audit-only global form (recounts, reachability)
@@ -113,7 +113,7 @@ def resolves(dotted: str) -> bool:
     return False
 
 
-def require(ids, where: str) -> None:
+def require(ids: Iterable[str], where: str) -> None:
     """Every id in `ids` is a registered rule, or InvalidRule naming `where` (a model tuple, a focus entry)."""
     missing = [i for i in ids if i not in _REGISTRY]
     if missing:
@@ -121,13 +121,14 @@ def require(ids, where: str) -> None:
 
 
 def state_rule(rule_id: str, title: str, clause: str, scope: str, decisions: str = "",
-               full: Callable | None = None, evidence: str = "engine", subsumed_by: tuple = ()):
+               full: Callable | None = None, evidence: str = "engine", subsumed_by: tuple = ()
+               ) -> Callable[[Callable], Callable]:
     """Decorator: register the decorated predicate as the checker of a state rule.
 
     The predicate is called as fn(store, entity, full) and returns None (premise vacuous, pass), True
     (premise held, pass) or a one-line message (violated).
     """
-    def deco(fn):
+    def deco(fn: Callable) -> Callable:
         _register(Rule(rule_id, title, clause, "state", fn, scope, decisions, full, evidence,
                        subsumed_by=tuple(subsumed_by)))
         return fn
@@ -135,10 +136,11 @@ def state_rule(rule_id: str, title: str, clause: str, scope: str, decisions: str
 
 
 def transition_rule(rule_id: str, title: str, clause: str, checker: Callable | str, decisions: str = "",
-                    evidence: str = "engine") -> Rule:
+                    evidence: str = "engine", scope: str = "none") -> Rule:
     """Register a transition rule whose checker is the model function enforcing it; a rule checked by the
-    simulator (lockstep) names its checker by dotted path, so the catalogue never imports `sim`."""
-    return _register(Rule(rule_id, title, clause, "transition", checker, "none", decisions, evidence=evidence))
+    simulator (lockstep) or a peer judge names its checker by dotted path, so the catalogue never imports
+    `sim`. Scope "cache" marks a rule of the cache concepts (tested with the cache and peer tests)."""
+    return _register(Rule(rule_id, title, clause, "transition", checker, scope, decisions, evidence=evidence))
 
 
 def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decisions: str = "") -> Rule:
@@ -149,10 +151,10 @@ def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decis
 
 
 FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE",
-                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL")
+                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL", "TS-L2", "TS-NC")
 
 
-def _order(r: Rule):
+def _order(r: Rule) -> tuple[int, int]:
     fam, n = r.id.rsplit("-", 1)
     return FAMILY_ORDER.index(fam), int(n)
 

@@ -17,16 +17,24 @@ This module knows nothing of traces or reports.
 from __future__ import annotations
 
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.errors import Finding
 from kvsim.spec.catalogue import InvalidRule, all_rules, require
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def _ctx_page(page):
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
+
+
+def _ctx_page(page: LogicalKVPage) -> dict[str, object]:
     return {"pool": page.pool, "page": page.device, "block": getattr(page, "block", None)}
 
 
-def _ctx_space(space):
+def _ctx_space(space: KVAddressSpace) -> dict[str, object]:
     return {("seq" if space.active else "ckpt"): space.owner, "pool": space.pool}
 
 
@@ -61,16 +69,16 @@ def _validate_focus() -> None:
 _validate_focus()
 
 
-def _live_touched_spaces(st) -> list:
+def _live_touched_spaces(st: KVStore) -> list:
     """finish/release may leave ended spaces touched: only live ones are checked."""
     return [s for s in st.t_spaces if s.active or s.owner in st.checkpoints]
 
 
-def _one(st) -> tuple:
+def _one(st: KVStore) -> tuple:
     return (None,)
 
 
-def _host_touched(st) -> tuple:
+def _host_touched(st: KVStore) -> tuple:
     """The store-scope (Host tier) rules' one entity incrementally: the Host extents touched, offset -> size."""
     return (st.t_host,)
 
@@ -84,7 +92,7 @@ EVERY = {"config": _one, "pool": lambda st: list(st.pools),
          "row": lambda st: [(name, r) for name, t in st.tables.items() for r in range(t.rows)], "store": _one}
 
 
-def _check(st, plan: tuple, full: bool, out: list) -> None:
+def _check(st: KVStore, plan: tuple, full: bool, out: list) -> None:
     """The one checking loop, for incremental checks and the audit alike.
 
     `plan` is ((entities_of, bound), ...): `entities_of(st)` gives the entities of one scope (what the last
@@ -111,7 +119,7 @@ def _check(st, plan: tuple, full: bool, out: list) -> None:
 class Checker:
     """Evaluates state rules against one KVStore and counts into its Coverage."""
 
-    def __init__(self, store):
+    def __init__(self, store: KVStore) -> None:
         self.st = store
         self.by_scope: dict[str, list] = {s: [] for s in SCOPES}
         for rule in all_rules():
@@ -127,7 +135,7 @@ class Checker:
         self._audit = tuple((EVERY[sc], self._bound[sc]) for sc in SCOPES if self._bound[sc])
         self._config = ((_one, self._bound["config"]),)
 
-    def _plan(self, entities_of: dict, ids=None) -> tuple:
+    def _plan(self, entities_of: dict, ids: Iterable[str] | None = None) -> tuple:
         """(entities_of, bound rules) per scope of `entities_of` with rules to run (only `ids`, if given)."""
         plan = []
         for sc, get in entities_of.items():
@@ -141,7 +149,7 @@ class Checker:
         the touched sets."""
         st = self.st
         out: list[Finding] = []
-        plan = self._focused.get(op)
+        plan = None if op is None else self._focused.get(op)
         if plan is None:
             if st.t_host:  # Host-tier rules run on the touched extents (the audit: on the whole arena)
                 _check(st, self._host, False, out)

@@ -14,10 +14,16 @@ that `unreachable` equals the nodes networkx finds unreachable from "roots".
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import networkx as nx
 
+if TYPE_CHECKING:
 
-def ownership_graph(st) -> nx.DiGraph:
+    from kvsim.kvmodel.store.store import KVStore
+
+
+def ownership_graph(st: KVStore) -> nx.DiGraph:
     g = nx.DiGraph()
     g.add_node("roots")
     for space in st.all_spaces():
@@ -46,7 +52,7 @@ def ownership_graph(st) -> nx.DiGraph:
     return g
 
 
-def unreachable(st) -> list[tuple]:
+def unreachable(st: KVStore) -> list[tuple]:
     """The ownership graph's nodes not reachable from a root (live descriptors, leased ids, Host slices),
     named as in `ownership_graph`, sorted by repr."""
     pages: set = set()  # descriptors reachable from a space or a transfer (level 2)
@@ -60,7 +66,7 @@ def unreachable(st) -> list[tuple]:
             leases.update((x.pool, d) for d in x.dest)
         else:
             host.update(x.dest)
-    lost = []
+    lost: list[tuple] = []
     for store in st.page_stores.values():
         for page in store.live_pages():
             if page not in pages:
@@ -76,7 +82,7 @@ def unreachable(st) -> list[tuple]:
     return sorted(lost, key=repr)
 
 
-def leaked(st) -> str | None:
+def leaked(st: KVStore) -> str | None:
     """A message naming the first unreachable lease, Host slice or descriptor, or None."""
     for node in unreachable(st):
         return f"{node[0]} {node[1:]} is not reachable from any live address space or transfer (leak)"

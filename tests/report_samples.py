@@ -19,10 +19,13 @@ LONG = "scenarios/long_decode.jsonl"
 RULES = [
     ("CAP-1", "capacity resolution (M range, explicit, automatic formulas)", "M_{min}=\\max(L,C)"),
     ("CAP-2", "backend pool sizes", "模型配置和 selected speculative backend 在启动时确定 pool set"),
-    ("CAP-3", "allocated + reserved + available = capacity per pool, all >= 0", "allocated+reserved+available=capacity"),
+    ("CAP-3", "allocated + reserved + available = capacity per pool, all >= 0",
+     "allocated+reserved+available=capacity"),
     ("CAP-4", "pools fixed and separate", "Growing KV 使用一组启动时固定的 homogeneous pools"),
-    ("CAP-5", "byte accounting from the typed plane inventory", "Common pool implementation 仍只接收已展开的 KVPageGeometry"),
-    ("PAGE-1", "a device lease carries at most one logical page replica", "Device page ID 只是当前 Device replica 的物理位置"),
+    ("CAP-5", "byte accounting from the typed plane inventory",
+     "Common pool implementation 仍只接收已展开的 KVPageGeometry"),
+    ("PAGE-1", "a device lease carries at most one logical page replica",
+     "Device page ID 只是当前 Device replica 的物理位置"),
     ("PAGE-2", "stale lease/handle generation refused", "generation 防止 release/reuse 后的 stale handle"),
     ("PAGE-3", "replica validity = same epoch and enough coverage", "Device/Host replica"),
     ("PAGE-4", "descriptor reclaimed only at zero references/replicas/pins", "只有当 references、replicas"),
@@ -30,12 +33,15 @@ RULES = [
     ("AS-2", "committed frontier <= mapped extent <= L*P, token-exact", "Membership 可以大于 committed frontier"),
     ("AS-3", "an active row's block table mirrors its membership", "block table只是 active Device mapping 的执行镜像"),
     ("WR-1", "at most one writer per page", "partial-tail COW destinations"),
-    ("WR-2", "shared pages immutable; a shared tail needs a private COW page", "Shared source或仍需保留的 private source使用 Fork"),
+    ("WR-2", "shared pages immutable; a shared tail needs a private COW page",
+     "Shared source或仍需保留的 private source使用 Fork"),
     ("WR-4", "fork is token-exact (15 shared + 40-column private tail)", "Checkpoint frontier 不向下取整到 960"),
-    ("ENT-1", "active entitlement not returned before terminal release", "entitlement 不预留 active request 的全部剩余 output 预算"),
+    ("ENT-1", "active entitlement not returned before terminal release",
+     "entitlement 不预留 active request 的全部剩余 output 预算"),
     ("ENT-3", "every launch covered by entitlement at the round boundary", "bounded completion"),
     ("ENT-4", "truncated leases return to the same reservation", "解除的 Device leases 回到 同一 active reservation"),
-    ("UNIT-1", "frozen tables/memberships/frontiers during a unit", "logical memberships 和 readable frontiers 对该 unit 冻结"),
+    ("UNIT-1", "frozen tables/memberships/frontiers during a unit",
+     "logical memberships 和 readable frontiers 对该 unit 冻结"),
     ("UNIT-2", "frontiers advance only on success", "Unit 成功后，Program 才推进 corresponding committed frontiers"),
     ("REP-1", "publication order reserve -> copy -> verify -> publish -> release", "-> publish replica"),
     ("REP-2", "pins during copy; no eviction of pinned pages", "Copy 进行时 source 与 destination 都被 pin"),
@@ -134,7 +140,8 @@ def sample_report(passing: bool = False) -> dict:
         rule_id: {
             "title": title,
             "clause": clause,
-            **{key: sum(traces[t]["rules"][rule_id][key] for t in traces) for key in ("checked", "exercised", "violated")},
+            **{key: sum(traces[t]["rules"][rule_id][key] for t in traces)
+               for key in ("checked", "exercised", "violated")},
         }
         for rule_id, title, clause in RULES
     }

@@ -18,7 +18,7 @@ HEADER = encode_line(default_header(max_context=1024, concurrency=4)).decode().r
 
 def write(tmp_path, name, lines):
     p = tmp_path / name
-    p.write_text("".join(l if l.endswith("\n") else l + "\n" for l in lines), encoding="utf-8")
+    p.write_text("".join(ln if ln.endswith("\n") else ln + "\n" for ln in lines), encoding="utf-8")
     return p
 
 
@@ -80,7 +80,8 @@ garbage = st.one_of(
     st.sampled_from(['{"op":"nope"}', '{"op":"map","seq":"s","pool":"main","tokens":"10"}',
                      '{"op":"map","seq":"s","pool":"main","tokens":1e3}', '{"op":"map","seq":"s","pool":"main"}',
                      '{"op":"map","seq":"s","pool":"main","tokens":99999999999999999999999}',
-                     '{"op":"map","seq":"s","pool":"main","tokens":-1}', '{"op":"map","seq":1,"pool":"main","tokens":1}',
+                     '{"op":"map","seq":"s","pool":"main","tokens":-1}',
+                     '{"op":"map","seq":1,"pool":"main","tokens":1}',
                      '{"op":"launch","unit":"u","rows":[{"seq":"s","pool":"main","write":[5,1]}]}',
                      '[' * 5000, '{"op":"release","ckpt":"a","extra":1}', '"just a string"', 'null']),
     st.sampled_from(GOOD).map(lambda s: s[: len(s) // 2]),

@@ -45,7 +45,7 @@ def test_one_seed_fixes_the_trace_and_the_fault_position(tmp_path):
     a, b, c = (tmp_path / f"{n}.jsonl" for n in "abc")
     ga = generate_with(a, options_for(1200, seed=11, fault="double-release"))
     gb = generate_with(b, options_for(1200, seed=11, fault="double-release"))
-    gc = generate_with(c, options_for(1200, seed=12, fault="double-release"))
+    generate_with(c, options_for(1200, seed=12, fault="double-release"))
     assert a.read_bytes() == b.read_bytes() and ga == gb
     assert a.read_bytes() != c.read_bytes()
     header = json.loads(a.read_text().splitlines()[0])
@@ -67,6 +67,7 @@ def test_cli_generate_then_replay(tmp_path, capsys, monkeypatch):
     summary = json.loads(capsys.readouterr().out)
     assert summary["rule"] == "PAGE-2" and summary["line"] == summary["event"] + 2
     assert main(["replay", str(out), "--quiet", "--json", str(tmp_path / "r.json")]) == 1
+    assert capsys.readouterr().out.startswith("FAIL: 1 violation")  # --quiet keeps the verdict line
     rep = json.loads((tmp_path / "r.json").read_text())
     assert [(v["rule"], v["line"]) for v in rep["violations"]] == [("PAGE-2", summary["line"])]
     assert main(["generate", "--list-faults"]) == 0

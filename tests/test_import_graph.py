@@ -1,5 +1,6 @@
 """The package's import graph (read from the source with ast, imports inside functions included) has no
-cycle, and no module imports a private name (`from x import _name`) from another module."""
+cycle, and no module imports a private name (`from x import _name`) from another module. Imports under
+`if TYPE_CHECKING:` are annotations for the type checker, never executed: they are no edge of the graph."""
 
 from __future__ import annotations
 
@@ -23,17 +24,28 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def _imports(name: str, path: Path, modules: dict) -> list[tuple[str, str, int, list[str]]]:
     """(imported module, how, line, names) for every import statement of one module."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    out: list[tuple[str, str, int, list[str]]] = []
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                   for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             out += [(a.name, "import", node.lineno, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             for a in node.names:  # `from pkg import submodule` depends on the submodule, not on pkg's __init__
                 sub = f"{base}.{a.name}"
                 out.append((sub, "from", node.lineno, []) if sub in modules else (base, "from", node.lineno, [a.name]))
@@ -46,7 +58,7 @@ def _graph():
     private = []
     for name, path in modules.items():
         g.add_node(name)
-        for target, how, line, names in _imports(name, path, modules):
+        for target, _how, line, names in _imports(name, path, modules):
             if target in modules and target != name:
                 g.add_edge(name, target, line=line)
                 private += [f"{path.relative_to(ROOT)}:{line}: from {target} import {n}" for n in names

@@ -59,7 +59,8 @@ def draw_op(data, store: KVStore):
                               "finish", "release", "grow", "cow") + host_ops + nudges))
     any_seq = st.sampled_from(SEQS)
     seq = d(st.sampled_from(active) if active and d(st.integers(0, 9)) else any_seq)
-    pool = d(st.sampled_from(store.pool_names) if d(st.integers(0, 9)) else st.sampled_from(("main", "mtp", "draft_full")))
+    pool = d(st.sampled_from(store.pool_names) if d(st.integers(0, 9))
+             else st.sampled_from(("main", "mtp", "draft_full")))
     ckpt = d(st.sampled_from(ckpts) if ckpts and d(st.integers(0, 9)) else st.sampled_from(CKPTS))
     space = store.space_of(seq, pool)
     if kind == "activate":
@@ -75,7 +76,8 @@ def draw_op(data, store: KVStore):
     if kind == "launch":
         rows = []
         ready = [(sp.owner, sp.pool) for sp in spaces if sp.mapped_tokens > sp.committed and sp.unit is None]
-        picks = d(st.lists(st.sampled_from(ready), min_size=1, max_size=2, unique=True)) if ready and d(st.integers(0, 5)) \
+        picks = d(st.lists(st.sampled_from(ready), min_size=1, max_size=2, unique=True)) \
+            if ready and d(st.integers(0, 5)) \
             else [(x, d(st.sampled_from(store.pool_names))) for x in
                   d(st.lists(st.sampled_from(active or list(SEQS)), min_size=1, max_size=2, unique=True))]
         for s2, p2 in picks:

@@ -80,7 +80,8 @@ def test_trace_and_rule_order():
 def test_refusal_summary_does_not_depend_on_input_order():
     report = sample_report()
     summary = refusal_summary(report)
-    assert [(row["reason"], row["count"]) for row in summary] == [("entitlement", 3), ("capacity", 1), ("no free row", 1)]
+    assert [(row["reason"], row["count"]) for row in summary] == \
+        [("entitlement", 3), ("capacity", 1), ("no free row", 1)]
     report["refusals"].reverse()
     assert refusal_summary(report) == summary
 

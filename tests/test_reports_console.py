@@ -8,7 +8,7 @@ import pytest
 from report_samples import RULES, sample_report
 from rich.console import Console
 
-from kvsim.sim.report.console import print_report, print_rules
+from kvsim.sim.report.console import Style, github_annotation, print_report, print_rules
 
 
 @pytest.fixture(autouse=True)
@@ -33,18 +33,55 @@ def _catalogue(with_counters: bool) -> list[dict]:
     return entries
 
 
-def test_report_on_a_non_terminal_is_plain_and_complete():
+def test_report_on_a_non_terminal_is_one_finding_per_line_then_the_verdict():
     console = _plain_console()
     assert not console.is_terminal
-    print_report(sample_report(), console)
+    report = sample_report()
+    print_report(report, console)
+    lines = console.file.getvalue().splitlines()
+    assert "\x1b" not in "".join(lines) and not any(c in "".join(lines) for c in "│─┃━┏╭")
+    assert lines[-1].startswith("FAIL: 7 violations of 5 rules in 2 traces")
+    for v in report["violations"]:
+        assert any(line.startswith(f"{v['trace']}:{v['line']}: {v['rule']} ") for line in lines)
+    assert "stale generation 7" in "\n".join(lines)
+    assert any("entitlement" in line for line in lines) and any("no free row" in line for line in lines)
+    assert "CAP-3✗" not in "\n".join(lines)  # no coverage table unless asked
+
+
+def test_plain_report_with_coverage_lists_every_rule():
+    console = _plain_console()
+    print_report(sample_report(), console, style=Style(plain=True, coverage=True))
     out = console.file.getvalue()
-    assert "\x1b" not in out
-    assert "FAIL: 7 violations of 5 rules in 2 traces" in out
     for rule_id, _, _ in RULES:
         assert rule_id in out
     assert "CAP-3✗" in out and "UNIT-1○" in out and "TS-POOL-1∅" in out
-    assert "entitlement" in out and "no free row" in out
-    assert "stale generation 7" in out
+    assert not any(c in out for c in "│─┃━┏╭")
+
+
+def test_a_finding_line_is_never_wrapped_however_long_the_path():
+    report = sample_report()
+    deep = "/".join(["a_rather_long_folder_name"] * 12) + "/trace.jsonl"
+    report["violations"] = [dict(report["violations"][0], trace=deep)]
+    for terminal in (False, True):  # on a terminal too: coloured, never split by rich
+        console = Console(file=io.StringIO(), width=80, force_terminal=terminal, color_system=None)
+        print_report(report, console)
+        lines = console.file.getvalue().splitlines()
+        assert lines[0].startswith(f"{deep}:{report['violations'][0]['line']}: WR-2 ")
+
+
+def test_quiet_keeps_the_verdict_line_and_github_annotates():
+    console = _plain_console()
+    print_report(sample_report(), console, style=Style(quiet=True))
+    assert console.file.getvalue().splitlines() == ["FAIL: 7 violations of 5 rules in 2 traces (2 traces, 9,048 "
+                                                    "events, 5 refusals)"]
+    console = _plain_console()
+    print_report(sample_report(), console, style=Style(github=True))
+    lines = console.file.getvalue().splitlines()
+    v = sample_report()["violations"][0]
+    assert lines[0] == github_annotation(v)
+    assert lines[0].startswith(f"::error file={v['trace']},line={v['line']},title={v['rule']}::{v['rule']} ")
+    assert github_annotation({"trace": "a,b:c.jsonl", "line": 3, "rule": "X-1", "message": "50%\nok"}) == \
+        "::error file=a%2Cb%3Ac.jsonl,line=3,title=X-1::X-1 50%25%0Aok"
 
 
 def test_report_colours_on_a_terminal():
@@ -76,7 +113,7 @@ def test_passing_report():
     console = _plain_console()
     print_report(sample_report(passing=True), console)
     out = console.file.getvalue()
-    assert "PASS: no violation" in out and "Violations" not in out
+    assert out.splitlines()[-1].startswith("PASS: no violation") and ".jsonl:" not in out
 
 
 def test_rules_table_with_and_without_counters():

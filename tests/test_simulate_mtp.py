@@ -57,7 +57,7 @@ def test_mtp_rounds_write_both_pools_lead_in_mtp_and_commit_the_accepted_tokens(
             rows = {}
             for r in ev["rows"]:
                 rows.setdefault(r["seq"], {})[r["pool"]] = r["write"]
-            for seq, w in rows.items():
+            for w in rows.values():
                 assert set(w) == {"main", "mtp"} and w["main"][0] == w["mtp"][0] and w["mtp"][1] >= w["main"][1]
                 leads += w["mtp"][1] > w["main"][1]
         elif ev["op"] == "complete":

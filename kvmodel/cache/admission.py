@@ -13,7 +13,7 @@ It speaks blocks and parents only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -56,7 +56,7 @@ class AdmissionPlan:
     victims: tuple[EvictionCandidate, ...]  # in selection order; empty on the zero-eviction path
 
 
-def fits(shadow: PoolShadow, need, victims: Iterable[EvictionCandidate] = ()) -> bool:
+def fits(shadow: PoolShadow, need: Sequence[int], victims: Iterable[EvictionCandidate] = ()) -> bool:
     """Whether need (blocks per group) fits after evicting victims from the shadow counts."""
     free = list(shadow.free_slots)
     empty = shadow.empty_parents
@@ -81,7 +81,7 @@ class AdmissionPlanner:
     """Plans one admission; holds nothing between calls."""
 
     @staticmethod
-    def plan(shadow: PoolShadow, need, candidates: Iterable[EvictionCandidate]) -> AdmissionPlan:
+    def plan(shadow: PoolShadow, need: Sequence[int], candidates: Iterable[EvictionCandidate]) -> AdmissionPlan:
         if fits(shadow, need):
             return AdmissionPlan(True, ())
         chosen: list[EvictionCandidate] = []

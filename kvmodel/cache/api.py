@@ -46,7 +46,7 @@ def admission_fits(empty_parents: int, free_slots: Sequence[int], slots_per_pare
 class MatchSession:
     """A cache model fed request by request; each request's hit is probed against what earlier ones left."""
 
-    def __init__(self, config: CacheConfig):
+    def __init__(self, config: CacheConfig) -> None:
         self.coordinator = CacheCoordinator(config)
         self._n = 0
 

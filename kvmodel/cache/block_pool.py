@@ -17,6 +17,7 @@ The pool knows which child slots are occupied, never who holds them, and knows n
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from kvsim.kvmodel.cache.group_spec import CacheConfigError
 
@@ -24,7 +25,7 @@ NULL_BLOCK = 0
 
 
 class BlockPool:
-    def __init__(self, num_parents: int, packing):
+    def __init__(self, num_parents: int, packing: Iterable[int]) -> None:
         self.num_parents = num_parents
         self.packing = tuple(packing)  # cache_blocks_per_lcm_block per group
         n, g = num_parents + 1, len(self.packing)
@@ -49,6 +50,20 @@ class BlockPool:
         elif have != shard_count:
             raise CacheConfigError(f"group {group}: geometry is fixed (shard_count {have}), cannot become "
                                    f"{shard_count}")
+
+    def _bound_occ(self, parent: int) -> list[bool]:
+        """The occupancy bitmap of a bound parent (an unbound one has none)."""
+        occ = self._occ[parent]
+        if occ is None:
+            raise RuntimeError(f"parent {parent} is not bound to a group")
+        return occ
+
+    def _group_parts(self, group: int) -> list[set[int]]:
+        """Per bucket, the partial parents of a registered group."""
+        parts = self._partial[group]
+        if parts is None:
+            raise RuntimeError(f"group {group} is not registered")
+        return parts
 
     def shard_count(self, group: int) -> int:
         """The registered shard count (1 until registration: a read never fixes the geometry)."""
@@ -113,7 +128,7 @@ class BlockPool:
         if block <= NULL_BLOCK or block >= self.virtual_block_count(group):
             return False
         parent, child = self.locate(group, block)
-        return self._bound[parent] == group and self._occ[parent][child]
+        return self._bound[parent] == group and self._bound_occ(parent)[child]
 
     def capacity_for(self, group: int) -> int:
         """Blocks an acquire for this group could take now: holes + empty parents × slots per parent."""
@@ -122,13 +137,14 @@ class BlockPool:
     def snapshot(self) -> tuple:
         """Every placement fact and index, frozen: (packing, shard counts, parent bindings, occupancy
         bitmaps, occupied counts, FIFO, free-slot counts, per-bucket partial-parent sets)."""
-        return (self.packing, tuple(self._shards), tuple(self._bound), tuple(tuple(o) if o else None for o in self._occ),
+        return (self.packing, tuple(self._shards), tuple(self._bound),
+                tuple(tuple(o) if o else None for o in self._occ),
                 tuple(self._count), tuple(self._fifo), tuple(self._free),
                 tuple(tuple(frozenset(s) for s in p) if p else None for p in self._partial))
 
     # -- execution ---------------------------------------------------------------------------------
 
-    def acquire(self, group: int, num: int, table_ids=()) -> tuple[int, ...] | None:
+    def acquire(self, group: int, num: int, table_ids: Iterable[int] = ()) -> tuple[int, ...] | None:
         """num blocks for group, or None with nothing changed when capacity is short.
 
         table_ids: the request's current table in this group; bucket loads count every nonnull ref in it
@@ -138,15 +154,15 @@ class BlockPool:
             raise ValueError("acquire count must be >= 0")
         if self._shards[group] is None:
             self.register(group, 1)  # "an ordinary standalone pool fixes a single bucket on first use"
-        d = self._shards[group]
+        d = self.shard_count(group)
         if self.capacity_for(group) < num:
             return None
         loads = [0] * d
         for b in table_ids:
             if b != NULL_BLOCK:
                 loads[self.bucket_of(group, b)] += 1
-        out = []
-        parts = self._partial[group]
+        out: list[int] = []
+        parts = self._group_parts(group)
         while len(out) < num:
             buckets = [b for b in range(d) if parts[b]]
             if not buckets:
@@ -154,7 +170,7 @@ class BlockPool:
                 continue
             b = min(buckets, key=lambda x: (loads[x], x))
             parent = min(parts[b], key=lambda p: (-self._count[p], p))
-            occ = self._occ[parent]
+            occ = self._bound_occ(parent)
             child = next(c for c in range(b, len(occ), d) if not occ[c])
             self._occupy(group, parent, child, b)
             loads[b] += 1
@@ -165,16 +181,17 @@ class BlockPool:
         """Free one occupied child; the parent returns to the FIFO's back when its last child goes."""
         parent, child = self.locate(group, block)
         occ = self._occ[parent]
-        if self._bound[parent] != group or not occ[child]:
+        if self._bound[parent] != group or occ is None or not occ[child]:
             raise RuntimeError(f"release of block {block} of group {group}, which is not occupied")
         occ[child] = False
         self._count[parent] -= 1
         self._free[group] += 1
-        d = self._shards[group]
-        self._partial[group][child % d].add(parent)
+        d = self.shard_count(group)
+        parts = self._group_parts(group)
+        parts[child % d].add(parent)
         if self._count[parent] == 0:
             self._free[group] -= len(occ)
-            for s in self._partial[group]:
+            for s in parts:
                 s.discard(parent)
             self._bound[parent] = None
             self._occ[parent] = None
@@ -185,14 +202,14 @@ class BlockPool:
         self._bound[parent] = group
         self._occ[parent] = [False] * spp
         self._free[group] += spp
-        for s in self._partial[group]:
+        for s in self._group_parts(group):
             s.add(parent)
 
     def _occupy(self, group: int, parent: int, child: int, bucket: int) -> None:
-        occ = self._occ[parent]
+        occ = self._bound_occ(parent)
         occ[child] = True
         self._count[parent] += 1
         self._free[group] -= 1
-        d = self._shards[group]
+        d = self.shard_count(group)
         if all(occ[c] for c in range(bucket, len(occ), d)):
-            self._partial[group][bucket].discard(parent)
+            self._group_parts(group)[bucket].discard(parent)

@@ -8,20 +8,22 @@ reference goes. It knows counts only, not which holder holds what.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kvsim.kvmodel.cache.block_pool import BlockPool
 
 
 class BlockRefs:
     __slots__ = ("pool", "_n")
 
-    def __init__(self, pool: BlockPool):
+    def __init__(self, pool: BlockPool) -> None:
         self.pool = pool
         self._n: dict[tuple[int, int], int] = {}
 
     def count(self, group: int, block: int) -> int:
         return self._n.get((group, block), 0)
 
-    def adopt(self, group: int, blocks) -> None:
+    def adopt(self, group: int, blocks: Iterable[int]) -> None:
         """The first reference to freshly acquired blocks."""
         for b in blocks:
             if (group, b) in self._n:

@@ -8,6 +8,8 @@ AcquirePlan, never derived here. It knows nothing of who else holds its blocks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kvsim.kvmodel.cache.acquire_plan import AcquirePlan
 
 NULL_BLOCK = 0
@@ -16,7 +18,7 @@ NULL_BLOCK = 0
 class BlockTable:
     __slots__ = ("ids", "available_tokens")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.ids: list[int] = []
         self.available_tokens = 0  # tokens, stored verbatim from the last plan
 
@@ -26,10 +28,18 @@ class BlockTable:
     def nonnull(self) -> list[int]:
         return [b for b in self.ids if b != NULL_BLOCK]
 
-    def execute(self, plan: AcquirePlan, new_ids) -> None:
+    def execute(self, plan: AcquirePlan, new_ids: Sequence[int]) -> None:
         """Append holes up to plan.first_slot, then the acquired blocks; store the bookkeeping verbatim."""
         if len(new_ids) != plan.num_blocks:
             raise ValueError(f"plan wants {plan.num_blocks} blocks, got {len(new_ids)}")
+        if plan.slots:  # sparse checkpoints: absolute slot positions, holes between them
+            self.ids.extend([NULL_BLOCK] * (plan.num_slots_after - len(self.ids)))
+            for s, b in zip(plan.slots, new_ids, strict=True):
+                if self.ids[s] != NULL_BLOCK:
+                    raise ValueError(f"slot {s} already holds block {self.ids[s]}")
+                self.ids[s] = b
+            self.available_tokens = plan.available_tokens_after
+            return
         self.ids.extend([NULL_BLOCK] * (plan.first_slot - len(self.ids)))
         self.ids.extend(new_ids)
         self.ids.extend([NULL_BLOCK] * (plan.num_slots_after - len(self.ids)))

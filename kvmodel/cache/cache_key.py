@@ -8,6 +8,7 @@ Promoted").
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -24,6 +25,6 @@ class BoundaryKind(IntEnum):
     PROMOTED = 2
 
 
-def keys_for_group(group: int, page_hashes, slots_per_page: int) -> list[CacheKey]:
+def keys_for_group(group: int, page_hashes: Iterable[str], slots_per_page: int) -> list[CacheKey]:
     """The group's keys in slot order: slot i is page i // m at offset i % m (m = P / bg)."""
     return [CacheKey(group, h, o) for h in page_hashes for o in range(slots_per_page)]

@@ -19,8 +19,9 @@ class CacheConfig:
     groups: tuple[CacheGroupSpec, ...]
     packing: tuple[int, ...]  # blocks: cache_blocks_per_lcm_block per group, by group index
     num_parents: int  # blocks: usable LCM parents (ids 1..num_parents)
+    num_host_pages: int = 0  # Host (L2) pages, the null page 0 included; below 2: no Host tier
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         p = self.prefix_granularity
         if not isinstance(p, int) or p <= 0:
             raise CacheConfigError(f"prefix_granularity must be a positive integer, not {p!r}")
@@ -39,3 +40,5 @@ class CacheConfig:
                 raise CacheConfigError(f"group {g.group_id!r}: cache_blocks_per_lcm_block must be positive")
         if not isinstance(self.num_parents, int) or self.num_parents < 0:
             raise CacheConfigError("num_parents must be a non-negative integer")
+        if not isinstance(self.num_host_pages, int) or self.num_host_pages < 0:
+            raise CacheConfigError("num_host_pages must be a non-negative integer")

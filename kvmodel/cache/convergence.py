@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvsim.kvmodel.cache.matchers import GroupProbe
+from kvsim.kvmodel.cache.matchers import FullAttnMatcher, GroupProbe, SwaMatcher
 
 
 @dataclass(frozen=True)
 class GroupMatch:
     """One group's matching inputs: its matcher, block_granularity (tokens), cached(slot) predicate."""
 
-    matcher: object
+    matcher: FullAttnMatcher | SwaMatcher
     block_granularity: int
     cached: Callable[[int], bool]
     replayable: bool = False
@@ -31,6 +31,7 @@ class GroupMatch:
 class ConvergedProbe:
     hit_tokens: int  # the common boundary, a multiple of prefix_granularity
     probes: tuple[GroupProbe, ...]  # per group, trimmed to the boundary (replayable: empty)
+    closed_tokens: int = 0  # the boundary the prefix-closed groups settled before the window groups shrank it
 
 
 def match_order(groups: Sequence[GroupMatch]) -> list[int]:
@@ -56,8 +57,11 @@ def converge(groups: Sequence[GroupMatch], bound_tokens: int, prefix_granularity
 
     order = match_order(groups)
     bound = align(max(bound_tokens, 0))
+    closed = bound
     for i in order:
         bound = min(bound, align(match(i, bound)))
+        if g_closed(groups[i]):
+            closed = bound
     changed = True
     while changed:
         changed = False
@@ -69,4 +73,4 @@ def converge(groups: Sequence[GroupMatch], bound_tokens: int, prefix_granularity
             changed = True
     trimmed = tuple(GroupProbe(p.begin, p.hits[:max(bound // g.block_granularity - p.begin, 0)])
                     for p, g in zip(probes, groups))
-    return ConvergedProbe(bound, trimmed)
+    return ConvergedProbe(bound, trimmed, closed)

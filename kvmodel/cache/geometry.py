@@ -9,7 +9,7 @@ arguments; it mutates nothing and knows no pool.
 
 from __future__ import annotations
 
-from kvsim.kvmodel.cache.acquire_plan import AcquirePlan, DenseGrowth, SparseSuffix
+from kvsim.kvmodel.cache.acquire_plan import AcquirePlan, Checkpoints, DenseGrowth, SparseSuffix
 from kvsim.kvmodel.cache.group_spec import CacheGroupSpec
 
 
@@ -22,7 +22,7 @@ class GroupGeometry:
 
     __slots__ = ("spec", "block_granularity")
 
-    def __init__(self, spec: CacheGroupSpec):
+    def __init__(self, spec: CacheGroupSpec) -> None:
         self.spec = spec
         self.block_granularity = spec.block_granularity
 
@@ -41,7 +41,7 @@ class GroupGeometry:
         """Blocks to append so num_tokens more tokens fit after a tail with available_tokens free."""
         return self.slots_for_tokens(num_tokens - available_tokens) if num_tokens > available_tokens else 0
 
-    def plan_acquire(self, num_slots: int, available_tokens: int, demand) -> AcquirePlan:
+    def plan_acquire(self, num_slots: int, available_tokens: int, demand: DenseGrowth | SparseSuffix) -> AcquirePlan:
         """The AcquirePlan for a table of num_slots slots with available_tokens free at its tail."""
         bg = self.block_granularity
         if isinstance(demand, DenseGrowth):
@@ -59,6 +59,34 @@ class GroupGeometry:
             return AcquirePlan(nb, first, slots_after, slots_after * bg - demand.extent_tokens)
         raise TypeError(f"unknown demand {demand!r}")
 
+    def checkpoint_slots(self, demand: Checkpoints) -> list[int]:
+        """The slots a state group's forward over [before, extent) materializes (cache concepts L74, L82): the
+        last internal reusable checkpoint floor(extent / P) * P when strictly between before and extent, at slot
+        (checkpoint - 1) / bg; the final continuation checkpoint, slot (extent - 1) / bg; and the slot the
+        reserve ends in. The input checkpoint (slot (before - 1) / bg) is already held."""
+        bg, p = self.block_granularity, demand.prefix_granularity
+        before, after = demand.before_tokens, demand.extent_tokens
+        want = {(after - 1) // bg} if after > 0 else set()
+        aligned = after // p * p
+        if before < aligned < after:
+            want.add((aligned - 1) // bg)
+        if demand.reserve_tokens > 0:
+            want.add((after + demand.reserve_tokens - 1) // bg)
+        if before < demand.promotion_tokens < after:  # "cuts chunks ... at the promotion boundary"
+            want.add((demand.promotion_tokens - 1) // bg)
+        return sorted(want)
+
+    def plan_checkpoints(self, num_slots: int, holes: frozenset[int], demand: Checkpoints) -> AcquirePlan:
+        """The sparse AcquirePlan of a state group: acquire only the checkpoint slots not yet materialized
+        (beyond the table or null holes in it); the table keeps absolute slot positions."""
+        if demand.extent_tokens < demand.before_tokens or demand.before_tokens < 0 or demand.reserve_tokens < 0:
+            raise ValueError("a checkpoint demand covers a non-negative, non-shrinking extent")
+        bg = self.block_granularity
+        slots = tuple(s for s in self.checkpoint_slots(demand) if s >= num_slots or s in holes)
+        after = max(num_slots, self.slots_for_tokens(demand.extent_tokens + demand.reserve_tokens))
+        return AcquirePlan(len(slots), slots[0] if slots else num_slots, after,
+                           after * bg - demand.extent_tokens, slots)
+
     def expired_blocks_at(self, num_computed_tokens: int) -> int:
         """Leading slots whose tokens no later query reads: whole pages only; full history never expires."""
         w = self.spec.window_tokens
@@ -73,7 +101,8 @@ class GroupGeometry:
     def replay_first_slot(self, hit_tokens: int) -> int:
         """A replayable group's first materialized slot: the replay window's first token,
         hit − sliding_window_tokens (clamped at 0), as a slot."""
-        return max(hit_tokens - self.spec.sliding_window_tokens, 0) // self.block_granularity
+        window = self.spec.sliding_window_tokens or 0  # replayable groups are sliding: the window is set
+        return max(hit_tokens - window, 0) // self.block_granularity
 
     def lookback_slots(self) -> int:
         """Cached slots a resumable boundary needs behind it: ceil((W − 1) / bg); 0 for full history."""

@@ -13,6 +13,7 @@ packing").
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 HISTORY, STATE = "history", "state"
 FULL_HISTORY, SLIDING_WINDOW = "full_history", "sliding_window"
@@ -42,7 +43,7 @@ class CacheGroupSpec:
     replayable: bool = False
     shard_count: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         rows = self.rows_per_page is not None or self.entry_stride_tokens is not None
         ckpt = self.checkpoint_granularity is not None
         if rows == ckpt:
@@ -78,6 +79,7 @@ class CacheGroupSpec:
         """Tokens one block-table slot covers: the single folding point of both declaration shapes."""
         if self.checkpoint_granularity is not None:
             return self.checkpoint_granularity
+        assert self.rows_per_page is not None and self.entry_stride_tokens is not None  # checked at construction
         return self.rows_per_page * self.entry_stride_tokens
 
     @property
@@ -103,19 +105,19 @@ class CacheGroupSpec:
         return self.sliding_window_tokens
 
 
-def _positive(x) -> bool:
+def _positive(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x > 0
 
 
-def full(group_id: str, block_granularity: int, **kw) -> CacheGroupSpec:
+def full(group_id: str, block_granularity: int, **kw: Any) -> CacheGroupSpec:
     """A full-history group with one-token rows."""
     return CacheGroupSpec(group_id, rows_per_page=block_granularity, entry_stride_tokens=1, **kw)
 
 
-def sliding(group_id: str, block_granularity: int, window_tokens: int, **kw) -> CacheGroupSpec:
+def sliding(group_id: str, block_granularity: int, window_tokens: int, **kw: Any) -> CacheGroupSpec:
     return CacheGroupSpec(group_id, rows_per_page=block_granularity, entry_stride_tokens=1,
                           retention=SLIDING_WINDOW, sliding_window_tokens=window_tokens, **kw)
 
 
-def state(group_id: str, checkpoint_granularity: int, **kw) -> CacheGroupSpec:
+def state(group_id: str, checkpoint_granularity: int, **kw: Any) -> CacheGroupSpec:
     return CacheGroupSpec(group_id, checkpoint_granularity=checkpoint_granularity, **kw)

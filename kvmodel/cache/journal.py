@@ -7,9 +7,11 @@ frozen; the model appends them to a plain list the checker drains. Nothing here 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kvsim.kvmodel.cache.admission import AdmissionPlan, EvictionCandidate, PoolShadow
+from kvsim.kvmodel.cache.block_pool import BlockPool
 from kvsim.kvmodel.cache.convergence import ConvergedProbe
 
 
@@ -66,7 +68,8 @@ class ReclaimRecord:
     expired_slots: int  # what the model punched up to
 
 
-def acquire_recorded(pool, journal: list | None, group: int, num: int, table_ids=()):
+def acquire_recorded(pool: BlockPool, journal: list | None, group: int, num: int,
+                     table_ids: Iterable[int] = ()) -> tuple[int, ...] | None:
     """BlockPool.acquire, with an AcquireRecord appended when a journal is kept."""
     if journal is None:
         return pool.acquire(group, num, table_ids)

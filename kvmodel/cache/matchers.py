@@ -41,7 +41,7 @@ class FullAttnMatcher:
 class SwaMatcher:
     prefix_closed = False
 
-    def __init__(self, lookback_slots: int):
+    def __init__(self, lookback_slots: int) -> None:
         self.lookback_slots = lookback_slots  # ceil((W - 1) / bg)
 
     def probe(self, cached: Callable[[int], bool], begin: int, end: int) -> GroupProbe:
@@ -66,7 +66,7 @@ class SwaMatcher:
         return GroupProbe(begin, (False,) * (run - begin) + (True,) * (boundary - run))
 
 
-def matcher_for(geometry: GroupGeometry):
+def matcher_for(geometry: GroupGeometry) -> FullAttnMatcher | SwaMatcher:
     """Full history → FullAttnMatcher; sliding and state → SwaMatcher(ceil((W − 1) / bg)), W = 2 for state."""
     if geometry.spec.window_tokens is None:
         return FullAttnMatcher()

@@ -22,8 +22,10 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-__all__ = ["DIGEST_BYTES", "page_digest", "token_bytes", "chain_digests", "prefix_digests", "prefix_hashes", "hashable_pages", "hashed_pages"]
+__all__ = ["DIGEST_BYTES", "page_digest", "token_bytes", "chain_digests", "prefix_digests", "prefix_hashes",
+           "hashable_pages", "hashed_pages"]
 
 DIGEST_BYTES = 32
 _U32 = struct.Struct("<I")
@@ -39,9 +41,10 @@ def _u32(value: int) -> bytes:
 def _token_bytes(tokens: Sequence[int]) -> bytes:
     """Token ids as consecutive u32 little-endian (lists, or NumPy integer arrays without a copy loop)."""
     if hasattr(tokens, "dtype"):
-        if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) > _U32_MAX):
+        arr: Any = tokens  # a NumPy integer array (duck-typed: this module does not import NumPy)
+        if len(arr) and (int(arr.min()) < 0 or int(arr.max()) > _U32_MAX):
             raise ValueError("token ids must be u32")
-        return tokens.astype("<u4", copy=False).tobytes()
+        return arr.astype("<u4", copy=False).tobytes()
     try:
         return struct.pack(f"<{len(tokens)}I", *tokens)
     except struct.error as exc:

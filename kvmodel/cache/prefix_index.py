@@ -5,11 +5,14 @@ for reuse; registration neither allocates nor copies physical storage." Register
 keeps the canonical block (the caller swaps its slot to it) and bumps the entry's epoch; a boundary kind
 is only ever raised. "Anything that needs 'held only by the cache' asks PrefixCacheIndex
 (ParentIsFullyEvictable), which is a scan". The index never sees a BlockTable and never allocates; it
-holds its references through BlockRefs. Only the Device tier is modelled.
+holds its references through BlockRefs. "Indices are pool-scoped: one index serves both the Device and Host
+tiers of its group": Host entries (key -> Host page) sit beside the Device ones; the Host pages themselves
+belong to kvmodel.cache.host_tier.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kvsim.kvmodel.cache.block_refs import BlockRefs
@@ -25,12 +28,40 @@ class CacheEntry:
     was_acquired: bool = False
 
 
+@dataclass
+class HostEntry:
+    page: int  # the Host page holding the key's copy
+    last_access_epoch: int
+
+
 class PrefixCacheIndex:
-    def __init__(self, group: int, refs: BlockRefs):
+    def __init__(self, group: int, refs: BlockRefs) -> None:
         self.group = group
         self.refs = refs
         self._by_key: dict[CacheKey, CacheEntry] = {}
         self._by_block: dict[int, CacheKey] = {}
+        self._host: dict[CacheKey, HostEntry] = {}
+
+    # -- the Host tier of the same index --------------------------------------------------------------
+    def host_contains(self, key: CacheKey) -> bool:
+        return key in self._host
+
+    def host_find(self, key: CacheKey) -> HostEntry | None:
+        return self._host.get(key)
+
+    def host_register(self, key: CacheKey, page: int, epoch: int) -> None:
+        if key.group != self.group:
+            raise ValueError(f"key of group {key.group} registered in group {self.group}'s index")
+        if key in self._host:
+            raise RuntimeError(f"{key} is already on Host (a store must skip it)")
+        self._host[key] = HostEntry(page, epoch)
+
+    def host_evict(self, key: CacheKey) -> HostEntry:
+        return self._host.pop(key)
+
+    def host_entries(self) -> list[tuple[CacheKey, HostEntry]]:
+        """Host entries in insertion order (deterministic)."""
+        return list(self._host.items())
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -65,7 +96,7 @@ class PrefixCacheIndex:
         self._by_block[block] = key
         return block
 
-    def acquire_matched(self, keys, epoch: int) -> None:
+    def acquire_matched(self, keys: Iterable[CacheKey], epoch: int) -> None:
         """Mark hits as accessed at epoch (the caller's tables take their pins)."""
         for k in keys:
             e = self._by_key[k]

@@ -2,7 +2,8 @@
 
 `KVStore` holds the state and offers the transactions as methods; each checks first (a typed `Refusal`
 for what a correct store may refuse, a `ContractViolation` carrying rule ids for what the contract
-forbids; either leaves the state exactly as it was) and then applies. This package knows nothing of traces, reports or GPUs.
+forbids; either leaves the state exactly as it was) and then applies. This package knows nothing of traces, reports or
+GPUs.
 """
 
 from __future__ import annotations

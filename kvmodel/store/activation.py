@@ -10,7 +10,8 @@ frontier (F=1000)": 15 shared full pages and a private tail with 40 copied colum
 
 Plan, then execute: `plan_activation` is pure (it reads the state and counts nothing; the rules it
 evaluated go into the caller's `checks` list) and returns a refusal or an `ActivationPlan`; `activate`
-counts those checks and applies a plan completely. A follower passes the engine's rows and page ids, which are adopted after
+counts those checks and applies a plan completely. A follower passes the engine's rows and page ids, which are adopted
+after
 checking they were free (AS-1, PAGE-1) and that shared/moved pages kept their identity (CKPT-3, WR-4).
 Semantic decisions the seed leaves open (recorded in CKPT-3 / ENT-1 entries): `keep_source=False`
 consumes the checkpoint (Move); pages another checkpoint still references stay shared and immutable,
@@ -21,7 +22,7 @@ lead by ceil((K-1)/P) pages, Draft Full equals Main; COW tails and restores come
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from kvsim.kvmodel.store import adopt
 from kvsim.kvmodel.store.address_space import SequenceKVBundle
@@ -29,11 +30,18 @@ from kvsim.kvmodel.store.config import ceil_div
 from kvsim.kvmodel.store.effects import CopyColumns, HostToDevice
 from kvsim.kvmodel.store.errors import Refusal, violation
 
+if TYPE_CHECKING:
+    from typing import Any
+
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
+
 
 class CopyTail(NamedTuple):
     """A partial tail copied into a private page: its first `columns` committed columns (COW)."""
 
-    page: object
+    page: LogicalKVPage
     columns: int
 
 
@@ -41,16 +49,16 @@ class PoolPlan(NamedTuple):
     """One pool's part of an activation; page counts are in pages, `row` is the execution row to lease."""
 
     pool: str
-    source: object  # source KVAddressSpace or None
+    source: KVAddressSpace | None
     move: bool
     members: tuple  # per block: the LogicalKVPage kept as is (moved or shared; restored first when it has no
     # Device replica), or a CopyTail (a plain page, not a wrapper: a fork of a long prompt keeps hundreds)
     restores: int  # kept pages without a Device replica
     cows: int  # CopyTail members
     reservation: int  # pages reserved beyond the members
-    row: int = -1
-    adopt: list = ()  # (page, engine id) for members on a guessed Device id (a list from plan_pool)
-    fresh: list = ()  # engine ids of new pages: COW tails, restores (a list from plan_pool)
+    row: int  # -1 until rows are planned
+    adopt: list[tuple[LogicalKVPage, int]]  # (page, engine id) for members on a guessed Device id
+    fresh: list[int]  # engine ids of new pages: COW tails, restores
 
     @property
     def need(self) -> int:
@@ -63,18 +71,18 @@ class ActivationPlan(NamedTuple):
     pools: list  # PoolPlan, in the config's pool order
 
 
-def entitlements(st, prompt: int, ceiling: int) -> dict[str, int]:
+def entitlements(st: KVStore, prompt: int, ceiling: int) -> dict[str, int]:
     """Pages guaranteed per pool at activation (ENT-1 / ENT-3 entries record these choices)."""
     P, cfg = st.P, st.config
     ceiling_pages = ceil_div(ceiling, P)
     if cfg.growth is None:
         main = ceiling_pages
     else:
-        main = min(ceiling_pages, ceil_div(min(ceiling, prompt + cfg.growth_window), P) + cfg.growth.cushion_pages)
+        main = min(ceiling_pages, ceil_div(min(ceiling, prompt + cfg.growth_window), P) + cfg.growth_cushion)
     return backend_entitlements(st, main)
 
 
-def backend_entitlements(st, main: int) -> dict[str, int]:
+def backend_entitlements(st: KVStore, main: int) -> dict[str, int]:
     out = {"main": main}
     backend = st.config.backend.pool
     if backend == "mtp":
@@ -84,9 +92,10 @@ def backend_entitlements(st, main: int) -> dict[str, int]:
     return out
 
 
-def plan_pool(st, pool: str, source, move: bool, entitlement: int, engine_pages) -> PoolPlan:
+def plan_pool(st: KVStore, pool: str, source: KVAddressSpace | None, move: bool, entitlement: int,
+              engine_pages: list | None) -> PoolPlan:
     """Decide per block: keep (Move/share), copy the partial tail (COW), restore missing Device replicas."""
-    members = []
+    members: list[LogicalKVPage | CopyTail] = []
     restores = cows = 0
     if source is not None:
         F, P = source.committed, st.P
@@ -106,7 +115,9 @@ def plan_pool(st, pool: str, source, move: bool, entitlement: int, engine_pages)
                     -1, [], [])
 
 
-def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages, checks: list | None = None):
+def plan_activation(st: KVStore, seq: str, prompt: int, budget: int, source: str | None,
+                    keep_source: bool, rows: dict | None, pages: dict | None,
+                    checks: list | None = None) -> ActivationPlan | Refusal:
     """Pure: a Refusal or an ActivationPlan; raises ContractViolation for stale handles / bad engine picks.
 
     Every rule evaluated is appended to `checks` as (rule, exercised), for the caller to count.
@@ -154,7 +165,8 @@ def plan_activation(st, seq, prompt, budget, source, keep_source, rows, pages, c
     return _plan_rows_and_pages(st, seq, ceiling, plans, rows, pages, keep_source, cov)
 
 
-def _plan_rows_and_pages(st, seq, ceiling, plans, rows, pages, keep_source, cov):
+def _plan_rows_and_pages(st: KVStore, seq: str, ceiling: int, plans: list[PoolPlan], rows: dict | None,
+                         pages: dict | None, keep_source: bool, cov: _Checks) -> ActivationPlan | Refusal:
     """Capacity, then one execution row per pool, then the engine's page ids (when it chose them)."""
     for plan in plans:
         pool = st.pools[plan.pool]
@@ -185,14 +197,14 @@ class _Checks:
 
     __slots__ = ("out",)
 
-    def __init__(self, out: list):
+    def __init__(self, out: list) -> None:
         self.out = out
 
     def check(self, rule: str, exercised: bool = False) -> None:
         self.out.append((rule, exercised))
 
 
-def note_refused(st, source) -> None:
+def note_refused(st: KVStore, source: str | None) -> None:
     """A refused activation from `source` leaves it the complete inactive end state ("任一失败都回到完整
     inactive 终态"); later reports of it are judged under AS-4."""
     ck = None if source is None else st.checkpoints.get(source)
@@ -200,7 +212,7 @@ def note_refused(st, source) -> None:
         ck.refused_from = True
 
 
-def _check_engine_pools(st, seq, rows, pages, cov: _Checks) -> None:
+def _check_engine_pools(st: KVStore, seq: str, rows: dict | None, pages: dict | None, cov: _Checks) -> None:
     """AS-4: the engine's activation result must cover every enabled pool (no partial bundle)."""
     for what, d in (("rows", rows), ("pages", pages)):
         if d is None:
@@ -213,7 +225,7 @@ def _check_engine_pools(st, seq, rows, pages, cov: _Checks) -> None:
                             f"{list(st.pool_names)}", seq=seq, missing=missing, extra=extra)
 
 
-def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool, cov: _Checks) -> None:
+def _check_engine_pages(st: KVStore, seq: str, plan: PoolPlan, engine: list, keep_source: bool, cov: _Checks) -> None:
     """Adopt the engine's page ids only where the plan creates a page; elsewhere identity must hold."""
     P = st.P
     n = len(plan.members)
@@ -268,8 +280,8 @@ def _check_engine_pages(st, seq, plan: PoolPlan, engine: list, keep_source: bool
                             page=min(taken))
 
 
-def activate(st, seq: str, prompt: int, budget: int, source: str | None = None, keep_source: bool = True,
-             rows: dict | None = None, pages: dict | None = None):
+def activate(st: KVStore, seq: str, prompt: int, budget: int, source: str | None = None, keep_source: bool = True,
+             rows: dict | None = None, pages: dict | None = None) -> dict[str, Any] | Refusal:
     """Activate `seq`; returns {"rows": {pool: row}, "pages": {pool: [ids]}, "mode": {...}} or a Refusal."""
     checks: list = []
     try:
@@ -296,7 +308,7 @@ def activate(st, seq: str, prompt: int, budget: int, source: str | None = None, 
             "pages": {p: [pg.device for pg in s.pages] for p, s in spaces.items()}, "mode": modes}
 
 
-def _apply_pool(st, seq, plan: PoolPlan, engine):
+def _apply_pool(st: KVStore, seq: str, plan: PoolPlan, engine: list | None) -> KVAddressSpace:
     adopt.adopt(st, plan.pool, plan.adopt)
     adopt.make_room(st, plan.pool, plan.fresh)
     pool = st.pools[plan.pool]
@@ -320,7 +332,7 @@ def _apply_pool(st, seq, plan: PoolPlan, engine):
             page.segments = [list(s) for s in old.segments if s[0] < cols]
             pid = st.lease_device(page, chosen)
             st.emit(CopyColumns(plan.pool, old.device, pid, cols) if old.device >= 0
-                    else HostToDevice(plan.pool, old.host.offset, pid))
+                    else HostToDevice(plan.pool, old.host.offset, pid))  # type: ignore[union-attr]  # no Device copy: Host
             page.dev_epoch, page.dev_cov = page.epoch, cols
             page.holders.append(space)
             if plan.move:

@@ -17,8 +17,13 @@ This module knows nothing of physical ids, rows' tables or traces.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.config import PAGE_SIZE
+
+if TYPE_CHECKING:
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.units import UnitRow
 
 MASK64 = (1 << 64) - 1
 KEY_STRIDE = 0x9E3779B97F4A7C15
@@ -34,7 +39,7 @@ def content_key(token: int, position: int) -> int:
     return (token ^ (position * KEY_STRIDE)) & MASK64
 
 
-def writer_token(*parts) -> int:
+def writer_token(*parts: object) -> int:
     """A stable 64-bit token from printable parts (seq id, pool, incarnation): content-key lineage."""
     data = "\x1f".join(str(p) for p in parts).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
@@ -44,11 +49,11 @@ class KVAddressSpace:
     __slots__ = ("uid", "pool", "owner", "pages", "committed", "protected", "active", "reservation",
                  "row", "in_flight", "token", "rewrites", "provisional", "readers", "forced_used")
 
-    def __init__(self, uid: int, pool: str, owner: str):
+    def __init__(self, uid: int, pool: str, owner: str) -> None:
         self.uid = uid
         self.pool = pool
         self.owner = owner  # sequence id while active, checkpoint id while retained
-        self.pages: list = []  # membership: logical block b -> LogicalKVPage
+        self.pages: list[LogicalKVPage] = []  # membership: logical block b -> LogicalKVPage
         self.committed = 0  # committed frontier in tokens (token-exact)
         self.protected = 0  # checkpoint-protected frontier in tokens
         self.active = False
@@ -56,7 +61,7 @@ class KVAddressSpace:
         self.row = -1  # execution row, -1 when none (inactive spaces hold none, AS-1)
         # A cache of KVStore.units: the UnitRow of the in-flight unit holding this space (its write range and
         # what launch froze), or None. Only kvmodel.store.units writes it; UNIT-1 checks it against the truth.
-        self.in_flight = None
+        self.in_flight: UnitRow | None = None
         self.token = writer_token(owner, pool, 0)  # content-key lineage of what this space writes
         self.rewrites = 0  # destructive truncations so far (a rewrite gets a new token)
         # the provisional frontier ("max(CommittedFrontier_s,ProvisionalFrontier_s)"): tokens a coming stage
@@ -98,16 +103,16 @@ class SequenceKVBundle:
 
     __slots__ = ("seq", "spaces", "prompt", "budget", "ceiling", "bounded_at", "growth_guess")
 
-    def __init__(self, seq: str, spaces: dict, prompt: int, budget: int, ceiling: int):
+    def __init__(self, seq: str, spaces: dict[str, KVAddressSpace], prompt: int, budget: int, ceiling: int) -> None:
         self.seq = seq
         self.spaces = spaces  # pool name -> KVAddressSpace, in the config's pool order
         self.prompt = prompt
         self.budget = budget
         self.ceiling = ceiling  # min(S, prompt + budget): the request's own token ceiling
-        self.bounded_at = None  # kv_lease_growth: frontier of bounded completion once growth failed
+        self.bounded_at: int | None = None  # kv_lease_growth: frontier of bounded completion once growth failed
         # {pool: entitlement before} while an accepted growth of unstated size is the model's guess
         # (kvmodel.store.mapping.grow); the engine's pool counters at `observe` settle it
-        self.growth_guess = None
+        self.growth_guess: dict[str, int] | None = None
 
     def snapshot(self) -> tuple:
         return (self.seq, tuple((k, s.uid) for k, s in self.spaces.items()), self.prompt, self.budget,
@@ -119,7 +124,7 @@ class Checkpoint:
 
     __slots__ = ("ckpt", "spaces", "state_image", "refused_from")
 
-    def __init__(self, ckpt: str, spaces: dict, state_image: bool):
+    def __init__(self, ckpt: str, spaces: dict[str, KVAddressSpace], state_image: bool) -> None:
         self.ckpt = ckpt
         self.spaces = spaces
         self.state_image = state_image

@@ -14,19 +14,27 @@ This module knows pools, pages and tables; it knows nothing of traces.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store.effects import Relabel
 from kvsim.kvmodel.store.errors import violation
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-def confirm(st, pool: str, pid: int) -> None:
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
+
+
+def confirm(st: KVStore, pool: str, pid: int) -> None:
     st.guessed.discard((pool, pid))
 
 
-def is_guess(st, pool: str, pid: int) -> bool:
+def is_guess(st: KVStore, pool: str, pid: int) -> bool:
     return (pool, pid) in st.guessed
 
 
-def check_adoption(st, pool: str, moves: list, **ctx) -> None:
+def check_adoption(st: KVStore, pool: str, moves: list, **ctx: object) -> None:
     """Raise PAGE-1 unless every (page, engine id) can be adopted: in the pool, chosen once, and free or
     standing on a guessed lease (never on a lease the engine itself named). Reads only; the caller counts."""
     pp = st.pools[pool]
@@ -47,7 +55,7 @@ def check_adoption(st, pool: str, moves: list, **ctx) -> None:
                         f"{holder.handle}", pool=pool, page=pid, block=page.block, **ctx)
 
 
-def adopt(st, pool: str, moves: list) -> None:
+def adopt(st: KVStore, pool: str, moves: list) -> None:
     """Apply checked adoptions: each page moves to the engine's id (confirmed); displaced guesses re-guess."""
     if not moves:
         return
@@ -81,11 +89,11 @@ def adopt(st, pool: str, moves: list) -> None:
     st.t_pools[pool] = None
 
 
-def _current_id(st, page) -> int:
+def _current_id(st: KVStore, page: LogicalKVPage) -> int:
     return page.device
 
 
-def _set_id(st, page, old: int, pid: int) -> None:
+def _set_id(st: KVStore, page: LogicalKVPage, old: int, pid: int) -> None:
     """Point everything that named `old` for this page at `pid`: the page, rows mapping it, transfers."""
     if page.device == old:
         page.device = pid
@@ -99,13 +107,13 @@ def _set_id(st, page, old: int, pid: int) -> None:
     st.t_pages[page] = None
 
 
-def free_for_engine(st, pool: str, pid: int) -> bool:
+def free_for_engine(st: KVStore, pool: str, pid: int) -> bool:
     """An id the engine may lease to a new page: free, or standing on a guessed lease (which then moves)."""
     pp = st.pools[pool]
     return pp.is_free(pid) or (0 <= pid < pp.capacity and (pool, pid) in st.guessed)
 
 
-def make_room(st, pool: str, pids) -> None:
+def make_room(st: KVStore, pool: str, pids: Sequence[int]) -> None:
     """Move the guessed leases standing on `pids` to the lowest free ids outside `pids` (still guesses), so
     the engine's new pages can take them."""
     pp = st.pools[pool]

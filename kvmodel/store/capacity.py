@@ -126,8 +126,10 @@ def resolve_capacity(config: StoreConfig) -> CapacityResolution:
     curve = capacity_curve(config)
     policy = config.capacity.kind
     if policy == "explicit":
+        assert config.capacity.tokens is not None  # the explicit policy's defining field
         m = resolve_explicit(config.capacity.tokens, config.max_context, curve.m_min, curve.m_max)
     elif policy == "automatic":
+        assert config.capacity.free_bytes is not None and config.capacity.headroom_bytes is not None
         m = resolve_automatic(curve, config.capacity.free_bytes, config.capacity.headroom_bytes)
     else:
         m = curve.m_max

@@ -109,6 +109,13 @@ class StoreConfig:
             raise InvariantError("growth_window needs kv_lease_growth", "asked with growth off")
         return max(self.prefill_chunk, self.growth.window)
 
+    @property
+    def growth_cushion(self) -> int:
+        """The per-lane cushion in pages (kv_lease_growth only)."""
+        if self.growth is None:
+            raise InvariantError("growth_cushion needs kv_lease_growth", "asked with growth off")
+        return self.growth.cushion_pages
+
     def validate(self) -> StoreConfig:
         """Raise ConfigError (with the rule id) for anything the contract does not support."""
         if self.page_size != PAGE_SIZE:

@@ -15,7 +15,7 @@ class Cell:
 
     __slots__ = ("checked", "exercised", "violated")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.checked = 0  # evaluations of the rule
         self.exercised = 0  # evaluations whose premise held (a non-vacuous pass or a violation)
         self.violated = 0  # evaluations that found the rule broken
@@ -27,9 +27,9 @@ class Cell:
 class Coverage:
     __slots__ = ("_cells", "_groups")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._cells: dict[str, Cell] = {}
-        self._groups: dict[tuple, tuple] = {}
+        self._groups: dict[int, tuple[Cell, ...]] = {}
 
     def cell(self, rule: str) -> Cell:
         c = self._cells.get(rule)
@@ -37,7 +37,7 @@ class Coverage:
             c = self._cells[rule] = Cell()
         return c
 
-    def cells(self, rules: tuple) -> tuple[Cell, ...]:
+    def cells(self, rules: tuple[str, ...]) -> tuple[Cell, ...]:
         """The cells of a fixed (module-level, never collected) tuple of rules, cached by its identity."""
         g = self._groups.get(id(rules))
         if g is None:
@@ -56,7 +56,7 @@ class Coverage:
         c.checked += checked
         c.exercised += exercised
 
-    def count(self, checks) -> None:
+    def count(self, checks: list[tuple[str, bool]]) -> None:
         """Count the (rule, exercised) evaluations a planner reported (planners never count themselves)."""
         for rule, exercised in checks:
             self.check(rule, exercised)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 class EndedHandles(OrderedDict):
     __slots__ = ("limit",)
 
-    def __init__(self, limit: int = 65536):
+    def __init__(self, limit: int = 65536) -> None:
         super().__init__()
         self.limit = limit
 

@@ -24,7 +24,7 @@ class Finding:
 class ContractViolation(Exception):
     """A fact or result that the store contract forbids; carries one or more findings."""
 
-    def __init__(self, findings: list[Finding]):
+    def __init__(self, findings: list[Finding]) -> None:
         self.findings = findings
         super().__init__("; ".join(f"{f.rule}: {f.message}" for f in findings))
 
@@ -33,7 +33,7 @@ class ContractViolation(Exception):
         return [f.rule for f in self.findings]
 
 
-def violation(rule: str, message: str, **context) -> ContractViolation:
+def violation(rule: str, message: str, **context: object) -> ContractViolation:
     """Build a single-finding violation (the common case)."""
     return ContractViolation([Finding(rule, message, context)])
 
@@ -59,7 +59,7 @@ class InvariantError(RuntimeError):
     error (exit 3). Raised instead of `assert`, so that it also holds under `python -O`.
     """
 
-    def __init__(self, invariant: str, detail: str):
+    def __init__(self, invariant: str, detail: str) -> None:
         self.invariant = invariant
         super().__init__(f"invariant {invariant!r} broken: {detail}")
 
@@ -67,6 +67,6 @@ class InvariantError(RuntimeError):
 class ConfigError(ValueError):
     """An unsupported or inconsistent store configuration (the rule it breaks, and why)."""
 
-    def __init__(self, rule: str, message: str):
+    def __init__(self, rule: str, message: str) -> None:
         self.rule = rule
         super().__init__(f"{rule}: {message}")

@@ -25,7 +25,7 @@ _start = itemgetter(0)
 class HostKVArena:
     __slots__ = ("capacity", "_free", "free_bytes")
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._free: list[list[int]] = [[0, capacity]] if capacity > 0 else []  # sorted [offset, size]
         self.free_bytes = max(capacity, 0)  # the occupancy summary, kept with every change of `_free`
@@ -46,14 +46,14 @@ class HostKVArena:
         """A free extent meeting [offset, offset + size), if any (the one with the highest start)."""
         i = bisect.bisect_left(self._free, offset + size, key=_start) - 1
         if i >= 0 and self._free[i][0] + self._free[i][1] > offset:
-            return tuple(self._free[i])
+            return (self._free[i][0], self._free[i][1])
         return None
 
     def free_extent_at(self, offset: int) -> tuple[int, int] | None:
         """The free extent containing byte `offset`, if any."""
         i = self._covering(offset)
         if i >= 0 and offset < self._free[i][0] + self._free[i][1]:
-            return tuple(self._free[i])
+            return (self._free[i][0], self._free[i][1])
         return None
 
     @staticmethod
@@ -71,12 +71,12 @@ class HostKVArena:
         view = _Overlay(self._free)
         for off, size in releases:
             view.release(off, size)
-        offsets = []
+        offsets: list[int] = []
         for size in sizes:
-            off = view.take_first_fit(size)
-            if off is None:
+            got = view.take_first_fit(size)
+            if got is None:
                 return None
-            offsets.append(off)
+            offsets.append(got)
         return offsets
 
     def allocate(self, size: int) -> int:
@@ -126,8 +126,10 @@ class _Overlay:
 
     __slots__ = ("base", "hidden", "extra")
 
-    def __init__(self, base: list[list[int]]):
-        self.base, self.hidden, self.extra = base, set(), []
+    def __init__(self, base: list[list[int]]) -> None:
+        self.base = base
+        self.hidden: set[int] = set()
+        self.extra: list[list[int]] = []
 
     def _base_from(self, i: int) -> int:
         while i < len(self.base) and i in self.hidden:

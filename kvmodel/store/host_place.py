@@ -20,17 +20,26 @@ audit). This module knows the arena, Host replicas and open transfers; it knows 
 from __future__ import annotations
 
 import bisect
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.effects import HostMove
 from kvsim.kvmodel.store.errors import violation
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from typing import Any
 
-def free_total(st) -> int:
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
+    from kvsim.kvmodel.store.transfers import Transfer
+
+
+def free_total(st: KVStore) -> int:
     """Bytes no live or pending extent occupies, independent of placement."""
     return st.arena.free_bytes - st.host_virtual
 
 
-def _occupants(st, lo: int, hi: int):
+def _occupants(st: KVStore, lo: int, hi: int) -> Iterator[tuple[int, int, str, Any]]:
     """(offset, size, kind, owner) of every live Host slice and pending d2h destination meeting [lo, hi),
     found in the model's sorted index of live extents (only in-arena extents can meet an in-arena range)."""
     order = st.host_order
@@ -39,8 +48,9 @@ def _occupants(st, lo: int, hi: int):
         i -= 1  # the extent starting below lo may reach into the range
     for off in order[i:bisect.bisect_left(order, hi)]:
         page = st.host_slices.get(off)
+        owner: LogicalKVPage | Transfer
         if page is not None:
-            sz, kind, owner = page.host.size, "slice", page
+            sz, kind, owner = page.host.size, "slice", page  # type: ignore[union-attr]  # a slice has its replica
         else:
             owner = st.host_dests[off]
             sz, kind = st.pools[owner.pool].page_bytes, "dest"
@@ -48,7 +58,7 @@ def _occupants(st, lo: int, hi: int):
             yield off, sz, kind, owner
 
 
-def place(st, pool: str, n: int, offsets=None, **ctx) -> list[int]:
+def place(st: KVStore, pool: str, n: int, offsets: Sequence[int] | None = None, **ctx: object) -> list[int]:
     """Offsets for n pages of `pool`: the engine's (checked, adopted) or the model's guess. Checks first and
     raises REP-3 without changing anything; then allocates."""
     stride = st.pools[pool].page_bytes
@@ -92,7 +102,7 @@ def place(st, pool: str, n: int, offsets=None, **ctx) -> list[int]:
     return offsets
 
 
-def _guess(st, n: int, stride: int) -> list[int]:
+def _guess(st: KVStore, n: int, stride: int) -> list[int]:
     arena = st.arena
     plan = arena.plan([], [n * stride])
     if plan is not None:
@@ -116,7 +126,7 @@ def _guess(st, n: int, stride: int) -> list[int]:
     return out
 
 
-def _occupy(st, offset: int, size: int) -> None:
+def _occupy(st: KVStore, offset: int, size: int) -> None:
     """A live extent now starts at `offset` (its bytes already taken from the arena, or a placeholder)."""
     if offset < st.arena.capacity:
         bisect.insort(st.host_order, offset)
@@ -124,7 +134,7 @@ def _occupy(st, offset: int, size: int) -> None:
     st.t_host[offset] = size
 
 
-def release(st, offset: int, size: int) -> None:
+def release(st: KVStore, offset: int, size: int) -> None:
     """Free one page slice (in the arena, or a placeholder beyond it)."""
     if offset >= st.arena.capacity:
         st.host_virtual -= size
@@ -139,10 +149,10 @@ def release(st, offset: int, size: int) -> None:
     st.t_host[offset] = size
 
 
-def _move(st, old: int, new: int, kind: str, owner) -> None:
+def _move(st: KVStore, old: int, new: int, kind: str, owner: Any) -> None:
     if kind == "slice":
         page = st.host_slices.pop(old)
-        page.host.offset = new
+        page.host.offset = new  # type: ignore[union-attr]  # a slice has its replica
         st.host_slices[new] = page
         st.t_pages[page] = None
     else:

@@ -10,7 +10,8 @@ cushion, extended only at decode-round boundaries; when the window cannot grow t
 Decisions left open by the seed (ENT-3 / WR-2 entries): the contract fixes no growth step ("按需扩充"), so
 an engine's accepted growth is judged only by whether it fits capacity (and adopted when the trace says the
 new entitlement), a refusal only by its bounded completion; without the engine's word the model's own step
-tries rungs of extra tokens (window, 128, 64) like NInfer and grows every pool of the bundle atomically; the covered frontier of bounded
+tries rungs of extra tokens (window, 128, 64) like NInfer and grows every pool of the bundle atomically; the covered
+frontier of bounded
 completion is min(ceiling, Main entitlement · P) and stays fixed once reached; `cow` replaces a shared
 member with a private copy of the columns this space has committed in that block, taking one page from
 global available (the shared member was billed once, to its owner, never to this reservation).
@@ -18,14 +19,22 @@ global available (the shared member was billed once, to its owner, never to this
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import adopt
 from kvsim.kvmodel.store.activation import backend_entitlements
 from kvsim.kvmodel.store.config import ceil_div
 from kvsim.kvmodel.store.effects import CopyColumns
 from kvsim.kvmodel.store.errors import ContractViolation, Refusal, violation
 
+if TYPE_CHECKING:
+    from typing import Any
 
-def lookup_active(st, seq: str, pool: str, op: str):
+    from kvsim.kvmodel.store.address_space import KVAddressSpace, SequenceKVBundle
+    from kvsim.kvmodel.store.store import KVStore
+
+
+def lookup_active(st: KVStore, seq: str, pool: str, op: str) -> tuple[SequenceKVBundle, KVAddressSpace]:
     """The active (bundle, space) of (seq, pool), or the TRACE-2 / AS-5 violation; reads only, counts nothing."""
     bundle = st.bundles.get(seq)
     if bundle is None:
@@ -39,14 +48,14 @@ def lookup_active(st, seq: str, pool: str, op: str):
     return bundle, space
 
 
-def active_space(st, seq: str, pool: str, op: str):
+def active_space(st: KVStore, seq: str, pool: str, op: str) -> tuple[SequenceKVBundle, KVAddressSpace]:
     """`lookup_active` for a transaction: counts TRACE-2 and AS-5 as checked."""
     st.cov.check("TRACE-2")
     st.cov.check("AS-5", exercised=pool != "main")
     return lookup_active(st, seq, pool, op)
 
 
-def frozen_check(st, space, op: str, rule: str = "UNIT-1") -> None:
+def frozen_check(st: KVStore, space: KVAddressSpace, op: str, rule: str = "UNIT-1") -> None:
     """`op` may not change a space that is a row of an in-flight unit (its tables, membership, frontier)."""
     st.cov.check(rule, exercised=space.in_flight is not None)
     if space.in_flight is not None:
@@ -55,7 +64,7 @@ def frozen_check(st, space, op: str, rule: str = "UNIT-1") -> None:
                         seq=space.owner, pool=space.pool, unit=space.unit)
 
 
-def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | None = None):
+def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: list | None = None) -> list[int] | Refusal:
     """ensure_mapped_to_tokens(tokens): list of newly mapped page ids, or Refusal("entitlement")."""
     _, space = active_space(st, seq, pool, "map")
     frozen_check(st, space, "map")
@@ -106,7 +115,7 @@ def ensure_mapped(st, seq: str, pool: str, tokens: int, engine_pages: list | Non
     return out
 
 
-def plan_grow(st, seq: str):
+def plan_grow(st: KVStore, seq: str) -> dict[str, int] | Refusal:
     """Pure: {pool: new entitlement} for the model's own growth step (the first rung that fits every pool), or
     a Refusal(bounded_at). The contract fixes no step ("按需扩充"): an engine's own step is judged by
     `check_engine_growth`, never against these rungs. Reads only and counts nothing: `grow` counts
@@ -118,7 +127,7 @@ def plan_grow(st, seq: str):
     main = bundle.spaces["main"]
     ceiling_pages = ceil_div(bundle.ceiling, P)
     for extra in (cfg.growth_window, 128, 64):
-        want = ceil_div(min(bundle.ceiling, main.committed + extra), P) + cfg.growth.cushion_pages
+        want = ceil_div(min(bundle.ceiling, main.committed + extra), P) + cfg.growth_cushion
         target = backend_entitlements(st, min(ceiling_pages, max(main.entitlement, want)))
         target = {p: max(target[p], s.entitlement) for p, s in bundle.spaces.items()}
         if _fits(st, bundle, target):
@@ -127,7 +136,7 @@ def plan_grow(st, seq: str):
                    bounded_at=covered(st, bundle))
 
 
-def _growth_frame(st, seq: str):
+def _growth_frame(st: KVStore, seq: str) -> tuple[SequenceKVBundle, dict[str, int] | Refusal]:
     """(bundle, the full-window target {pool: pages}) or (bundle, Refusal) when growth cannot apply.
     Reads only and counts nothing: `grow` counts TRACE-2 and ENT-3."""
     bundle = st.bundles.get(seq)
@@ -145,26 +154,27 @@ def _growth_frame(st, seq: str):
         return bundle, Refusal("capacity", f"{seq!r} already completes at frontier {bundle.bounded_at}",
                                bounded_at=bundle.bounded_at)
     P, main = st.P, bundle.spaces["main"]
-    want = ceil_div(min(bundle.ceiling, main.committed + cfg.growth_window), P) + cfg.growth.cushion_pages
+    want = ceil_div(min(bundle.ceiling, main.committed + cfg.growth_window), P) + cfg.growth_cushion
     full = backend_entitlements(st, min(ceil_div(bundle.ceiling, P), max(main.entitlement, want)))
     return bundle, {p: max(full[p], s.entitlement) for p, s in bundle.spaces.items()}
 
 
-def _fits(st, bundle, target) -> bool:
+def _fits(st: KVStore, bundle: SequenceKVBundle, target: dict[str, int]) -> bool:
     return all(target[p] - s.entitlement <= st.pools[p].available for p, s in bundle.spaces.items())
 
 
-def covered(st, bundle) -> int:
+def covered(st: KVStore, bundle: SequenceKVBundle) -> int:
     """The frontier of bounded completion: the window's ("request 在 window 覆盖的 frontier 上以 length 结束"),
     i.e. the Main entitlement without the cushion (the cushion is "reservation 中 cache 不得占用的一段" that
     covers the step about to launch and one forced control span), never below the committed frontier, capped
     by the request's ceiling."""
     main = bundle.spaces["main"]
-    window = (main.entitlement - st.config.growth.cushion_pages) * st.P
+    window = (main.entitlement - st.config.growth_cushion) * st.P
     return min(bundle.ceiling, max(main.committed, window))
 
 
-def check_engine_growth(st, seq: str, ok: bool, entitlement: dict | None):
+def check_engine_growth(st: KVStore, seq: str, ok: bool, entitlement: dict | None
+                        ) -> dict[str, int] | Refusal:
     """Judge an engine's growth answer by what the contract fixes, not by the model's rungs; returns the
     entitlements to apply ({pool: pages}) for an accepted growth, or the Refusal for a refused one.
 
@@ -201,7 +211,7 @@ def check_engine_growth(st, seq: str, ok: bool, entitlement: dict | None):
         return target
     need = [p for p, s in spaces.items() if full[p] > s.entitlement]
     main = spaces["main"]
-    window_end = (main.entitlement - st.config.growth.cushion_pages) * st.P
+    window_end = (main.entitlement - st.config.growth_cushion) * st.P
     if need and main.committed >= window_end and all(st.pools[p].available == 0 for p in need):
         raise violation("TRACE-1", f"engine grew {seq!r}'s window, but its window ends at the frontier "
                         f"{main.committed} and no pool that needs a page has one available", seq=seq)
@@ -212,14 +222,14 @@ def check_engine_growth(st, seq: str, ok: bool, entitlement: dict | None):
     return planned
 
 
-def grow(st, seq: str, engine_bounded_at: int | None = None, engine: tuple | None = None):
+def grow(st: KVStore, seq: str, engine_bounded_at: int | None = None, engine: tuple | None = None) -> Any:
     """kv_lease_growth at a round boundary: new entitlements {pool: pages} or Refusal with bounded_at.
     `engine` = (ok, entitlement) is the engine's answer, judged by `check_engine_growth`."""
     st.cov.check("TRACE-2")
     try:
         plan = plan_grow(st, seq) if engine is None else check_engine_growth(st, seq, *engine)
     except ContractViolation as exc:  # the planner counts nothing: its violation is an exercised check
-        st.cov.count((f.rule, True) for f in exc.findings)
+        st.cov.count([(f.rule, True) for f in exc.findings])
         raise
     st.cov.check("ENT-3", exercised=not (isinstance(plan, Refusal) and plan.reason == "growth-disabled"))
     bundle = st.bundles[seq]
@@ -245,7 +255,7 @@ def grow(st, seq: str, engine_bounded_at: int | None = None, engine: tuple | Non
     return plan
 
 
-def would_map(st, seq: str, pool: str, tokens: int):
+def would_map(st: KVStore, seq: str, pool: str, tokens: int) -> Refusal | None:
     """Pure: the Refusal ensure_mapped_to_tokens would give, or None when it would succeed (counts nothing)."""
     _, space = lookup_active(st, seq, pool, "map")
     needed = ceil_div(tokens, st.P)
@@ -254,7 +264,7 @@ def would_map(st, seq: str, pool: str, tokens: int):
     return None
 
 
-def would_cow(st, seq: str, pool: str, block: int):
+def would_cow(st: KVStore, seq: str, pool: str, block: int) -> int | Refusal | None:
     """Pure: the Refusal `cow` would give, None when it copies, or the page id when the block is already private
     (nothing to copy); raises the TRACE-2 / AS-5 / UNIT-1 violation of a stale or frozen request."""
     _, space = active_space(st, seq, pool, "cow")
@@ -271,7 +281,7 @@ def would_cow(st, seq: str, pool: str, block: int):
     return None
 
 
-def cow(st, seq: str, pool: str, block: int, engine_page: int | None = None):
+def cow(st: KVStore, seq: str, pool: str, block: int, engine_page: int | None = None) -> int | Refusal | None:
     """Replace the shared member at `block` with a private copy; returns the new page id or a Refusal.
 
     A `cow` answer is judged like every other request: an engine page for a block that is already private

@@ -14,14 +14,24 @@ last replica (REP-4); a different key is a divergence (TRACE-1).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import adopt
 from kvsim.kvmodel.store.address_space import content_key
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.mapping import active_space
 from kvsim.kvmodel.store.tables import HOLE
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-def observe_pool(st, pool: str, allocated=None, reserved=None, available=None) -> None:
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
+
+
+def observe_pool(st: KVStore, pool: str, allocated: int | None = None, reserved: int | None = None,
+                 available: int | None = None) -> None:
     cov = st.cov
     if pool not in st.pools:
         cov.check("AS-5")
@@ -51,7 +61,8 @@ def observe_pool(st, pool: str, allocated=None, reserved=None, available=None) -
                 b.growth_guess = None
 
 
-def _growth_settled_by(st, pool: str, seen: dict, mine: dict):
+def _growth_settled_by(st: KVStore, pool: str, seen: dict, mine: dict
+                      ) -> tuple[KVAddressSpace, int] | None:
     """(space, reservation delta) when the only difference is the size of one sequence's accepted growth whose
     step the trace did not state (the contract fixes none: "按需扩充"): allocated agrees, reserved and
     available differ by the same amount, and the engine's entitlement lies between the one before the
@@ -66,16 +77,18 @@ def _growth_settled_by(st, pool: str, seen: dict, mine: dict):
         return None
     space = guessed[0].spaces[pool]
     ent = space.entitlement + delta
-    if not guessed[0].growth_guess[pool] <= ent <= st.L or space.reservation + delta < 0 \
-            or mine["available"] - delta < 0:
+    gg = guessed[0].growth_guess
+    assert gg is not None  # filtered on growth_guess above
+    if not gg[pool] <= ent <= st.L or space.reservation + delta < 0 or mine["available"] - delta < 0:
         return None
     return space, delta
 
 
-def committed_content(st, space) -> tuple[list[int], int | None]:
+def committed_content(st: KVStore, space: KVAddressSpace) -> tuple[list[int], int | None]:
     """The content keys of [0, committed) read through a valid replica of each member page, and the first
     position no valid replica covers (None when every committed column is readable)."""
-    P, keys = st.P, []
+    P = st.P
+    keys: list[int] = []
     for b, page in enumerate(space.pages):
         cols = min(P, space.committed - b * P)
         if cols <= 0:
@@ -90,7 +103,7 @@ def committed_content(st, space) -> tuple[list[int], int | None]:
     return keys, None
 
 
-def _observe_content(st, space, content, **ctx) -> None:
+def _observe_content(st: KVStore, space: KVAddressSpace, content: Sequence[int], **ctx: object) -> None:
     st.cov.check("REP-4", exercised=bool(content))
     keys, lost = committed_content(st, space)
     if lost is not None and lost < len(content):
@@ -103,7 +116,8 @@ def _observe_content(st, space, content, **ctx) -> None:
                         f"{len(content)} keys, the model has {len(keys)})", position=at, **ctx)
 
 
-def observe_row(st, seq: str, pool: str, table=None, frontier=None, content=None) -> None:
+def observe_row(st: KVStore, seq: str, pool: str, table: Sequence[int] | None = None, frontier: int | None = None,
+                content: Sequence[int] | None = None) -> None:
     cov = st.cov
     _, space = active_space(st, seq, pool, "observe")
     moves = []
@@ -155,7 +169,9 @@ def observe_row(st, seq: str, pool: str, table=None, frontier=None, content=None
 REPLICAS = ("device", "host", "both")
 
 
-def observe_checkpoint(st, ckpt: str, pool: str, table=None, frontier=None, replicas=None, content=None) -> None:
+def observe_checkpoint(st: KVStore, ckpt: str, pool: str, table: Sequence[int] | None = None,
+                       frontier: int | None = None, replicas: Sequence[str] | None = None,
+                       content: Sequence[int] | None = None) -> None:
     """An engine's report of a retained checkpoint: its membership's Device ids (-1: no Device replica), its
     frontier, where each page has a valid replica ("device", "host" or "both") and/or its content keys
     (read through a valid replica: REP-4 when a committed column has none, TRACE-1 when different).
@@ -221,7 +237,7 @@ def observe_checkpoint(st, ckpt: str, pool: str, table=None, frontier=None, repl
         _adopt_table(st, pool, moves, table)
 
 
-def _adopt_table(st, pool: str, moves, table) -> None:
+def _adopt_table(st: KVStore, pool: str, moves: list[tuple[LogicalKVPage, int]], table: Sequence[int]) -> None:
     """The engine named these ids (checked): adopt its moves of guessed ids and confirm every named id."""
     adopt.adopt(st, pool, moves)
     for pid in table:
@@ -229,9 +245,9 @@ def _adopt_table(st, pool: str, moves, table) -> None:
             adopt.confirm(st, pool, pid)
 
 
-def _distinct(st, pool: str, table, **ctx) -> None:
+def _distinct(st: KVStore, pool: str, table: Sequence[int], **ctx: object) -> None:
     """Two blocks of one report naming the same id: one lease would carry two logical pages (PAGE-1)."""
-    seen = {}
+    seen: dict[int, int] = {}
     for b, pid in enumerate(table):
         if pid == HOLE:
             continue
@@ -242,7 +258,7 @@ def _distinct(st, pool: str, table, **ctx) -> None:
         seen[pid] = b
 
 
-def _where(page) -> str:
+def _where(page: LogicalKVPage) -> str:
     """Where a checkpoint page has a replica valid for its committed columns."""
     dev, host = page.device_valid(page.committed), page.host_valid(page.committed)
     return "both" if dev and host else "device" if dev else "host" if host else "none"

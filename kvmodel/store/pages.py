@@ -17,9 +17,16 @@ This module knows nothing of pools' free lists, rows or traces.
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.config import PAGE_SIZE
 from kvsim.kvmodel.store.errors import InvariantError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    pass
 
 
 class HostReplica:
@@ -27,7 +34,7 @@ class HostReplica:
 
     __slots__ = ("offset", "size", "epoch", "coverage")
 
-    def __init__(self, offset: int, size: int, epoch: int, coverage: int):
+    def __init__(self, offset: int, size: int, epoch: int, coverage: int) -> None:
         self.offset, self.size, self.epoch, self.coverage = offset, size, epoch, coverage
 
     def key(self) -> tuple:
@@ -37,8 +44,19 @@ class HostReplica:
 class LogicalKVPage:
     __slots__ = ("pool", "index", "generation", "block", "epoch", "committed", "holders", "writer",
                  "device", "dev_epoch", "dev_cov", "host", "pins", "segments", "alive")
+    block: int
+    epoch: int
+    committed: int
+    holders: list[KVAddressSpace]
+    writer: KVAddressSpace | None
+    device: int
+    dev_epoch: int
+    dev_cov: int
+    host: HostReplica | None
+    pins: int
+    segments: list[list[int]]
 
-    def __init__(self, pool: str, index: int, generation: int):
+    def __init__(self, pool: str, index: int, generation: int) -> None:
         self.pool = pool
         self.index = index
         self.generation = generation
@@ -117,9 +135,9 @@ class LogicalKVPage:
         return (self.handle, self.alive, getattr(self, "block", None), getattr(self, "epoch", None),
                 getattr(self, "committed", None),
                 tuple(s.uid for s in getattr(self, "holders", ())),
-                None if getattr(self, "writer", None) is None else self.writer.uid,
+                None if (w := getattr(self, "writer", None)) is None else w.uid,
                 getattr(self, "device", None), getattr(self, "dev_epoch", None), getattr(self, "dev_cov", None),
-                None if getattr(self, "host", None) is None else self.host.key(), getattr(self, "pins", None),
+                None if (h := getattr(self, "host", None)) is None else h.key(), getattr(self, "pins", None),
                 tuple(tuple(s) for s in getattr(self, "segments", ())))
 
 
@@ -128,7 +146,7 @@ class LogicalPageStore:
 
     __slots__ = ("pool", "pages", "_free", "_next_epoch", "live")
 
-    def __init__(self, pool: str):
+    def __init__(self, pool: str) -> None:
         self.pool = pool
         self.pages: list[LogicalKVPage] = []
         self._free: list[int] = []
@@ -160,7 +178,7 @@ class LogicalPageStore:
         heapq.heappush(self._free, page.index)
         self.live -= 1
 
-    def live_pages(self):
+    def live_pages(self) -> Iterator[LogicalKVPage]:
         return (p for p in self.pages if p.alive)
 
     def is_current(self, handle: tuple[str, int, int]) -> bool:

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.errors import InvariantError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +38,7 @@ class DevicePagePool:
     __slots__ = ("name", "capacity", "page_bytes", "allocated", "reserved", "_free_heap", "_is_free",
                  "generation", "holder")
 
-    def __init__(self, name: str, capacity: int, page_bytes: int):
+    def __init__(self, name: str, capacity: int, page_bytes: int) -> None:
         self.name = name
         self.capacity = capacity  # N_physical, fixed for the Engine lifetime (CAP-4)
         self.page_bytes = page_bytes
@@ -73,7 +77,7 @@ class DevicePagePool:
             heapq.heappop(heap)
         return heap[0] if heap else -1
 
-    def lease(self, holder, page_id: int | None = None, from_reservation: bool = False) -> int:
+    def lease(self, holder: object, page_id: int | None = None, from_reservation: bool = False) -> int:
         """Lease one id (lowest free, or the adopted `page_id`) to `holder`; from a reservation or available."""
         if page_id is None:
             page_id = self.next_free()
@@ -106,7 +110,7 @@ class DevicePagePool:
         self.holder[page_id] = None
         heapq.heappush(self._free_heap, page_id)
 
-    def occupy(self, page_id: int, holder) -> None:
+    def occupy(self, page_id: int, holder: object) -> None:
         if not self._is_free[page_id]:
             raise InvariantError("a lease takes a free page", f"{self.name}: page {page_id} is not free (adoption "
                                  "vacates it first)")
@@ -121,7 +125,7 @@ class DevicePagePool:
         return (lease.pool == self.name and 0 <= lease.page_id < self.capacity
                 and not self._is_free[lease.page_id] and self.generation[lease.page_id] == lease.generation)
 
-    def leased_ids(self):
+    def leased_ids(self) -> Iterator[int]:
         return (i for i in range(self.capacity) if not self._is_free[i])
 
     def snapshot(self) -> tuple:

@@ -11,6 +11,8 @@ This module knows nothing of traces, reports or the rule catalogue's text.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import activation, host_place, mapping, observe, settle, transfers, units
 from kvsim.kvmodel.store.address_space import KVAddressSpace, writer_token
 from kvsim.kvmodel.store.capacity import resolve_capacity
@@ -25,6 +27,14 @@ from kvsim.kvmodel.store.pool import DevicePagePool
 from kvsim.kvmodel.store.tables import ExecutionTablePool
 from kvsim.kvmodel.store.units import COMMIT_RULES, LAUNCH_RULES
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from typing import Any
+
+    from kvsim.kvmodel.store.address_space import Checkpoint, SequenceKVBundle
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.transfers import Transfer
+
 
 class KVStore:
     """The model's state root, with the transactions as methods (each records what it touched).
@@ -33,7 +43,7 @@ class KVStore:
     `reset_touched` is called): a caller that checks after every operation sees exactly that operation's.
     """
 
-    def __init__(self, config: StoreConfig):
+    def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.resolution = resolve_capacity(config)
         self.P = PAGE_SIZE
@@ -45,26 +55,29 @@ class KVStore:
         self.page_stores = {n: LogicalPageStore(n) for n in self.pool_names}
         self.tables = {n: ExecutionTablePool(n, config.max_concurrency, self.L) for n in self.pool_names}
         self.arena = HostKVArena(config.host_arena_bytes)
-        self.host_slices: dict[int, object] = {}  # host offset -> page holding that slice (REP-3)
-        self.host_guessed: set = set()  # offsets the model placed itself (kvmodel.store.host_place)
+        self.host_slices: dict[int, LogicalKVPage] = {}  # host offset -> page holding that slice (REP-3)
+        self.host_guessed: set[int] = set()  # offsets the model placed itself (kvmodel.store.host_place)
         self.host_virtual = 0  # bytes of guessed placeholders beyond the arena's end
         self.host_virtual_end = 0
         # REP-3's incremental form reads these; its audit recounts them (kvmodel.store.host_place keeps them)
         self.host_order: list[int] = []  # sorted offsets of live extents inside the arena (slices, d2h dests)
         self.host_live_bytes = 0  # bytes of those extents: with the arena's free bytes, its capacity
-        self.host_dests: dict = {}  # host offset -> open d2h transfer whose destination it is (pending)
-        self.bundles: dict = {}  # seq -> SequenceKVBundle
-        self.checkpoints: dict = {}  # ckpt -> Checkpoint
+        self.host_dests: dict[int, Transfer] = {}  # host offset -> open d2h transfer whose destination it is (pending)
+        self.bundles: dict[str, SequenceKVBundle] = {}  # seq -> SequenceKVBundle
+        self.checkpoints: dict[str, Checkpoint] = {}  # ckpt -> Checkpoint
         self.ended_seqs = EndedHandles()
         self.ended_ckpts = EndedHandles()  # ckpt -> "released" | "moved"
         # unit id -> Unit: the one source of truth for "in flight" (KVAddressSpace.in_flight caches it)
-        self.units: dict = {}
-        self.xfers: dict = {}  # xfer id -> Transfer (open)
+        self.units: dict[str, units.Unit] = {}
+        self.xfers: dict[str, Transfer] = {}  # xfer id -> Transfer (open)
         self.ended_xfers = EndedHandles()
         self.activations = 0
         self._next_uid = 1
-        self.guessed: set = set()  # (pool, page id): leases whose id the model chose itself (kvmodel.store.adopt)
+        self.guessed: set[tuple[str, int]] = set()  # (pool, page id): leases whose id the model chose itself (kvmodel.store.adopt)
         self.cov = Coverage()
+        # rules whose check a replay's error recovery waives while it adopts an engine's claim (sim.replay
+        # `_adopt`): only the few claim-shaped checks consult it, never the hot paths
+        self.waived: frozenset = frozenset()
         # Page-payload effects (kvmodel.store.effects) not yet taken, in order; None until a consumer asks
         # for them (record_effects). Writers: the transactions, through `emit`; reader: `take_effects`.
         self.effects: list | None = None
@@ -75,6 +88,11 @@ class KVStore:
     # -- touched entities (for incremental checking) --------------------------------------------
     def reset_touched(self) -> None:
         """Forget what the previous operation touched (dicts keyed by entity: ordered, no duplicates)."""
+        self.t_pages: dict[LogicalKVPage, None]
+        self.t_spaces: dict[KVAddressSpace, None]
+        self.t_pools: dict[str, None]
+        self.t_rows: dict[tuple[str, int], None]
+        self.t_host: dict[int, int]
         try:
             if self.t_pages:
                 self.t_pages.clear()
@@ -96,7 +114,7 @@ class KVStore:
         if self.effects is None:
             self.effects = []
 
-    def emit(self, effect) -> None:
+    def emit(self, effect: object) -> None:
         if self.effects is not None:
             self.effects.append(effect)
 
@@ -108,7 +126,7 @@ class KVStore:
         self.effects = []
         return out
 
-    def touch_space(self, s) -> None:
+    def touch_space(self, s: KVAddressSpace) -> None:
         self.t_spaces[s] = None
         self.t_pools[s.pool] = None
         if s.row >= 0:
@@ -120,14 +138,14 @@ class KVStore:
         self._next_uid += 1
         return s
 
-    def set_token(self, space, seq: str) -> None:
+    def set_token(self, space: KVAddressSpace, seq: str) -> None:
         """A fresh content-key lineage for an activation (new incarnation of `seq`)."""
         space.owner = seq
         space.rewrites = 0
         space.forced_used = False
         space.token = writer_token(seq, space.pool, self.activations)
 
-    def lease_device(self, page, page_id=None, from_reservation=False) -> int:
+    def lease_device(self, page: LogicalKVPage, page_id: int | None = None, from_reservation: bool = False) -> int:
         pid = self.pools[page.pool].lease(page, page_id, from_reservation)
         if page_id is None:  # the trace did not say which id: the model's guess, adopted at first sighting
             self.guessed.add((page.pool, pid))
@@ -135,7 +153,7 @@ class KVStore:
         self.t_pools[page.pool] = None
         return pid
 
-    def free_device(self, page, to_reservation=False) -> None:
+    def free_device(self, page: LogicalKVPage, to_reservation: bool = False) -> None:
         self.emit(FreeLease(page.pool, page.device))
         self.guessed.discard((page.pool, page.device))
         self.pools[page.pool].release(page.device, to_reservation)
@@ -143,13 +161,14 @@ class KVStore:
         page.dev_epoch = page.dev_cov = 0
         self.t_pools[page.pool] = None
 
-    def free_host(self, page) -> None:
+    def free_host(self, page: LogicalKVPage) -> None:
         h = page.host
+        assert h is not None, "free_host of a page without a Host replica"
         host_place.release(self, h.offset, h.size)
         del self.host_slices[h.offset]
         page.host = None
 
-    def drop_ref(self, page, space, to_reservation=False) -> None:
+    def drop_ref(self, page: LogicalKVPage, space: KVAddressSpace, to_reservation: bool = False) -> None:
         """Remove one address-space reference; a page left with none drops its replicas and is reclaimed.
 
         "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas"
@@ -183,14 +202,14 @@ class KVStore:
         if len(holders) == 1 and holders[0].active:
             self.make_private(page, holders[0])
 
-    def make_private(self, page, holder) -> None:
+    def make_private(self, page: LogicalKVPage, holder: KVAddressSpace) -> None:
         """The sole (active) holder becomes the writer; columns beyond its frontier stop being canonical."""
         page.writer = holder
         cols = holder.committed - page.block * self.P
         self.cut_page(page, 0 if cols < 0 else self.P if cols > self.P else cols)
         self.t_spaces[holder] = None
 
-    def cut_page(self, page, cols: int) -> None:
+    def cut_page(self, page: LogicalKVPage, cols: int) -> None:
         """Destructively keep the first `cols` committed columns: a new content epoch, content keys cut.
 
         "a private page whose committed columns are cut gets a new content epoch" (DESIGN §6); its Device
@@ -204,7 +223,7 @@ class KVStore:
                 page.dev_epoch, page.dev_cov = page.epoch, cols
         self.t_pages[page] = None
 
-    def maybe_reclaim(self, page) -> None:
+    def maybe_reclaim(self, page: LogicalKVPage) -> None:
         """PAGE-4: reclaim the descriptor at zero references, replicas and pins (its generation advances)."""
         if page.holders or page.pins:
             return
@@ -215,7 +234,7 @@ class KVStore:
         self.page_stores[page.pool].reclaim(page)
         self.t_pages[page] = None
 
-    def resolve_blocks(self, ckpt_id: str, pool: str, blocks) -> list:
+    def resolve_blocks(self, ckpt_id: str, pool: str, blocks: Sequence[int]) -> list:
         """Pages of a retained checkpoint's blocks, or a TRACE-2 violation for a stale reference."""
         self.cov.check("TRACE-2")
         ck = self.checkpoints.get(ckpt_id)
@@ -237,7 +256,7 @@ class KVStore:
         return pages
 
     # -- transactions (kvmodel.store.activation, mapping, units, settle, transfers, observe) -------------
-    def _run(self, fn, *args, **kwargs):
+    def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(self, *args, **kwargs)
         except ContractViolation as exc:
@@ -245,18 +264,19 @@ class KVStore:
                 self.cov.violate(f.rule)
             raise
 
-    def activate(self, seq, prompt, budget, source=None, keep_source=True, rows=None, pages=None):
+    def activate(self, seq: str, prompt: int, budget: int, source: str | None = None, keep_source: bool = True,
+                 rows: dict | None = None, pages: dict | None = None) -> Any:
         return self._run(activation.activate, seq, prompt, budget, source, keep_source, rows, pages)
 
-    def map(self, seq, pool, tokens, pages=None):
+    def map(self, seq: str, pool: str, tokens: int, pages: list | None = None) -> Any:
         return self._run(mapping.ensure_mapped, seq, pool, tokens, pages)
 
     ensure_mapped_to_tokens = map
 
-    def grow(self, seq, bounded_at=None, engine=None):
+    def grow(self, seq: str, bounded_at: int | None = None, engine: tuple | None = None) -> Any:
         return self._run(mapping.grow, seq, bounded_at, engine)
 
-    def cow(self, seq, pool, block, page=None):
+    def cow(self, seq: str, pool: str, block: int, page: int | None = None) -> Any:
         return self._run(mapping.cow, seq, pool, block, page)
 
     def _count_planned(self, exc: ContractViolation) -> None:
@@ -266,7 +286,7 @@ class KVStore:
             cov.check(f.rule, exercised=True)
             cov.violate(f.rule)
 
-    def launch(self, unit, rows):
+    def launch(self, unit: str, rows: Sequence[Any]) -> None:
         """rows: LaunchRow-shaped records (seq, pool, write); plain (seq, pool, write) tuples are accepted."""
         if rows and type(rows[0]) is tuple:
             rows = [units.LaunchRow(*r) for r in rows]
@@ -276,7 +296,7 @@ class KVStore:
             self._count_planned(exc)
             raise
 
-    def complete(self, unit, commits):
+    def complete(self, unit: str, commits: Sequence[Any]) -> None:
         """commits: CommitRow-shaped records (seq, pool, frontier); plain tuples are accepted."""
         if commits and type(commits[0]) is tuple:
             commits = [units.CommitRow(*c) for c in commits]
@@ -286,41 +306,45 @@ class KVStore:
             self._count_planned(exc)
             raise
 
-    def fail(self, unit):
+    def fail(self, unit: str) -> None:
         return self._run(units.fail, unit)
 
-    def truncate(self, seq, pool, frontier):
+    def truncate(self, seq: str, pool: str, frontier: int) -> None:
         return self._run(settle.truncate, seq, pool, frontier)
 
-    def finish(self, seq, retain=None, state_image=True):
+    def finish(self, seq: str, retain: str | None = None, state_image: bool = True) -> None:
         return self._run(settle.finish, seq, retain, state_image)
 
-    def release(self, ckpt):
+    def release(self, ckpt: str) -> None:
         return self._run(settle.release, ckpt)
 
-    def offload(self, ckpt, pool, blocks, offsets=None):
+    def offload(self, ckpt: str, pool: str, blocks: Sequence[int], offsets: Sequence[int] | None = None) -> None:
         return self._run(transfers.offload, ckpt, pool, blocks, offsets)
 
-    def drop_device(self, ckpt, pool, blocks):
+    def drop_device(self, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
         return self._run(transfers.drop_device, ckpt, pool, blocks)
 
-    def drop_host(self, ckpt, pool, blocks):
+    def drop_host(self, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
         return self._run(transfers.drop_host, ckpt, pool, blocks)
 
-    def xfer(self, xid, direction, ckpt, pool, blocks, phase, pages=None, offsets=None):
+    def xfer(self, xid: str, direction: str, ckpt: str, pool: str, blocks: Sequence[int], phase: str,
+             pages: list | None = None, offsets: Sequence[int] | None = None) -> None:
         return self._run(transfers.xfer, xid, direction, ckpt, pool, blocks, phase, pages, offsets)
 
-    def observe_pool(self, pool, allocated=None, reserved=None, available=None):
+    def observe_pool(self, pool: str, allocated: int | None = None, reserved: int | None = None,
+                     available: int | None = None) -> None:
         return self._run(observe.observe_pool, pool, allocated, reserved, available)
 
-    def observe_row(self, seq, pool, table=None, frontier=None, content=None):
+    def observe_row(self, seq: str, pool: str, table: list | None = None, frontier: int | None = None,
+                    content: list | None = None) -> None:
         return self._run(observe.observe_row, seq, pool, table, frontier, content)
 
-    def observe_checkpoint(self, ckpt, pool, table=None, frontier=None, replicas=None, content=None):
+    def observe_checkpoint(self, ckpt: str, pool: str, table: list | None = None, frontier: int | None = None,
+                           replicas: dict | None = None, content: list | None = None) -> None:
         return self._run(observe.observe_checkpoint, ckpt, pool, table, frontier, replicas, content)
 
     # -- queries ------------------------------------------------------------------------------------
-    def space_of(self, seq: str, pool: str):
+    def space_of(self, seq: str, pool: str) -> KVAddressSpace | None:
         b = self.bundles.get(seq)
         return None if b is None else b.spaces.get(pool)
 
@@ -332,7 +356,7 @@ class KVStore:
         p = self.pools[pool]
         return {"capacity": p.capacity, "allocated": p.allocated, "reserved": p.reserved, "available": p.available}
 
-    def all_spaces(self):
+    def all_spaces(self) -> Iterator[KVAddressSpace]:
         """Every live address space: active bundles first, then retained checkpoints (insertion order)."""
         for b in self.bundles.values():
             yield from b.spaces.values()

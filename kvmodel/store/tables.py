@@ -10,7 +10,14 @@ This module knows nothing of logical pages or reservations.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store.errors import InvariantError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
 
 HOLE = -1
 
@@ -18,7 +25,7 @@ HOLE = -1
 class ExecutionTablePool:
     __slots__ = ("pool", "rows", "logical_pages", "owner", "table", "last")
 
-    def __init__(self, pool: str, rows: int, logical_pages: int):
+    def __init__(self, pool: str, rows: int, logical_pages: int) -> None:
         self.pool = pool
         self.rows = rows  # C = max_concurrency
         self.logical_pages = logical_pages  # N_logical = L
@@ -38,7 +45,7 @@ class ExecutionTablePool:
     def is_free(self, row: int) -> bool:
         return 0 <= row < self.rows and self.owner[row] is None
 
-    def lease(self, space, row: int) -> None:
+    def lease(self, space: KVAddressSpace, row: int) -> None:
         if self.owner[row] is not None:
             raise InvariantError("one active space per row", f"{self.pool} row {row} is leased already "
                                  "(the caller must check is_free)")
@@ -49,7 +56,7 @@ class ExecutionTablePool:
         self.owner[row] = None
         self.unmap(row, 0)
 
-    def publish(self, row: int, begin: int, page_ids, generations) -> None:
+    def publish(self, row: int, begin: int, page_ids: Sequence[int], generations: Sequence[int]) -> None:
         """Publish one contiguous table slice starting at logical block `begin` (ids and their lease generations)."""
         end = begin + len(page_ids)
         if end > self.logical_pages:  # a slice assignment would silently grow the row

@@ -16,10 +16,18 @@ released while a transfer pins its pages, and such pages are reclaimed when the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import adopt, host_place
 from kvsim.kvmodel.store.effects import DeviceToHost, HostToDevice
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.pages import HostReplica
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
 
 PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 
@@ -30,17 +38,17 @@ class Transfer:
     __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "blocks", "generations", "phase", "dest", "snap",
                  "pinned_source")
 
-    def __init__(self, xid, direction, ckpt, pool, pages):
+    def __init__(self, xid: str, direction: str, ckpt: str, pool: str, pages: list[LogicalKVPage]) -> None:
         self.xid, self.direction, self.ckpt, self.pool, self.pages = xid, direction, ckpt, pool, pages
         self.blocks = [p.block for p in pages]  # as reserved: a reclaimed descriptor may since serve another block
         self.generations = [p.generation for p in pages]  # a page reclaimed after publish is not ours
-        self.phase = None  # last completed phase
-        self.dest = []  # d2h: host offsets; h2d: device page ids
-        self.snap = []  # (epoch, coverage) copied per page
+        self.phase: str | None = None  # last completed phase
+        self.dest: list[int] = []  # d2h: host offsets; h2d: device page ids
+        self.snap: list[tuple[int, int]] = []  # (epoch, coverage) copied per page
         self.pinned_source = False
 
 
-def _not_pinned(st, pages, op, ckpt, pool):
+def _not_pinned(st: KVStore, pages: Sequence[LogicalKVPage], op: str, ckpt: str, pool: str) -> None:
     for page in pages:
         st.cov.check("REP-2", exercised=page.pins > 0)
         if page.pins:
@@ -48,7 +56,7 @@ def _not_pinned(st, pages, op, ckpt, pool):
                             "pins it", ckpt=ckpt, pool=pool, block=page.block)
 
 
-def _publish_host(st, page, offset, stride, epoch, coverage):
+def _publish_host(st: KVStore, page: LogicalKVPage, offset: int, stride: int, epoch: int, coverage: int) -> None:
     if page.host is not None:
         st.free_host(page)  # release the superseded (stale) source after publication
     page.host = HostReplica(offset, stride, epoch, coverage)
@@ -57,7 +65,7 @@ def _publish_host(st, page, offset, stride, epoch, coverage):
     st.t_pages[page] = None
 
 
-def offload(st, ckpt: str, pool: str, blocks, offsets=None) -> None:
+def offload(st: KVStore, ckpt: str, pool: str, blocks: Sequence[int], offsets: Sequence[int] | None = None) -> None:
     """D2H copies of those blocks, published in the contract's order (one fact); `offsets`: the engine's Host
     placement, one per listed block (a block whose Host replica is already current is not copied again and
     its offset is not used)."""
@@ -86,7 +94,7 @@ def offload(st, ckpt: str, pool: str, blocks, offsets=None) -> None:
         _publish_host(st, page, off, stride, page.epoch, page.committed)
 
 
-def drop_device(st, ckpt: str, pool: str, blocks) -> None:
+def drop_device(st: KVStore, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
     pages = st.resolve_blocks(ckpt, pool, blocks)
     _not_pinned(st, pages, "drop_device", ckpt, pool)
     for page in pages:
@@ -105,7 +113,7 @@ def drop_device(st, ckpt: str, pool: str, blocks) -> None:
         st.t_pages[page] = None
 
 
-def drop_host(st, ckpt: str, pool: str, blocks) -> None:
+def drop_host(st: KVStore, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
     pages = st.resolve_blocks(ckpt, pool, blocks)
     _not_pinned(st, pages, "drop_host", ckpt, pool)
     for page in pages:
@@ -121,7 +129,8 @@ def drop_host(st, ckpt: str, pool: str, blocks) -> None:
         st.t_pages[page] = None
 
 
-def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str, pages=None, offsets=None) -> None:
+def xfer(st: KVStore, xid: str, direction: str, ckpt: str, pool: str, blocks: Sequence[int], phase: str,
+         pages: list | None = None, offsets: Sequence[int] | None = None) -> None:
     """One phase of a logged Host/Device transfer; phases must follow the publication order (REP-1). At
     `reserve`, an h2d transfer may name the destination Device `pages` and a d2h one the Host `offsets` the
     engine chose (adopted after PAGE-1 / REP-3 checks; otherwise the model guesses, kvmodel.store.adopt)."""
@@ -152,7 +161,7 @@ def xfer(st, xid: str, direction: str, ckpt: str, pool: str, blocks, phase: str,
     _touch_extents(st, x)
 
 
-def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:
+def _reserve(st: KVStore, x: Transfer, engine_pages: list | None = None, engine_offsets: Sequence[int] | None = None) -> None:
     cov = st.cov
     for page in x.pages:
         cov.check("PAGE-3", exercised=True)
@@ -202,7 +211,7 @@ def _reserve(st, x: Transfer, engine_pages=None, engine_offsets=None) -> None:
     _touch_extents(st, x)
 
 
-def _touch_extents(st, x: Transfer) -> None:
+def _touch_extents(st: KVStore, x: Transfer) -> None:
     """A phase touches its transfer's Host extents: the d2h destinations, the h2d sources."""
     t = st.t_host
     if x.direction == "d2h":
@@ -215,17 +224,17 @@ def _touch_extents(st, x: Transfer) -> None:
                 t[page.host.offset] = page.host.size
 
 
-def _copy(st, x: Transfer) -> None:
+def _copy(st: KVStore, x: Transfer) -> None:
     for page, dest in zip(x.pages, x.dest):
         page.pins += 1  # source pin while the payload is copied
         st.t_pages[page] = None
         st.emit(DeviceToHost(x.pool, page.device, dest) if x.direction == "d2h"
-                else HostToDevice(x.pool, page.host.offset, dest))
+                else HostToDevice(x.pool, page.host.offset, dest))  # type: ignore[union-attr]  # h2d: _reserve checked the replica
     x.pinned_source = True
     x.snap = [(page.epoch, page.committed) for page in x.pages]
 
 
-def _verify(st, x: Transfer) -> None:
+def _verify(st: KVStore, x: Transfer) -> None:
     for page, (epoch, cov_) in zip(x.pages, x.snap):
         st.cov.check("PAGE-3", exercised=True)
         if epoch != page.epoch or cov_ < page.committed:
@@ -233,7 +242,7 @@ def _verify(st, x: Transfer) -> None:
                             f"{cov_}, the page has {page.epoch} / {page.committed}", xfer=x.xid, block=page.block)
 
 
-def _publish(st, x: Transfer) -> None:
+def _publish(st: KVStore, x: Transfer) -> None:
     stride = st.pools[x.pool].page_bytes
     for page, dest, (epoch, cov_) in zip(x.pages, x.dest, x.snap):
         if x.direction == "d2h":
@@ -248,7 +257,7 @@ def _publish(st, x: Transfer) -> None:
         st.maybe_reclaim(page)
 
 
-def _release_source(st, x: Transfer) -> None:
+def _release_source(st: KVStore, x: Transfer) -> None:
     # a page whose last reference went while it was pinned is reclaimed at publication (and its descriptor
     # may since carry another page): only the pages still ours (same generation) have a source to release
     # "release source when no longer required": a Device source an active sequence still reads (a Fork or

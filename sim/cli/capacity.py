@@ -22,7 +22,8 @@ from kvsim.kvmodel.store import (
     StoreConfig,
     bytes_per_token_head,
 )
-from kvsim.sim.cli.common import InputError
+from kvsim.sim.cli.common import InputError, output_style
+from kvsim.sim.report.console import print_table
 from kvsim.sim.trace.config import store_for
 from kvsim.sim.trace.stream import open_trace
 
@@ -104,27 +105,29 @@ def capacity_command(args, console) -> int:
         sys.stdout.write(json.dumps(facts, indent=2) + "\n")
         return 0
     c = facts["capacity"]
-    console.print(f"[bold]capacity[/] ({c['policy']}): M = {c['m']} pages = {c['tokens']:,} tokens, "
+    console.print(f"capacity ({c['policy']}): M = {c['m']} pages = {c['tokens']:,} tokens, "
                   f"M_min {c['m_min']}, M_max {c['m_max']}; B(M) = {c['reservation_bytes']:,} B "
-                  f"(B_min {c['b_min']:,} + (M − M_min)·{c['b_step']:,})")
+                  f"(B_min {c['b_min']:,} + (M − M_min)·{c['b_step']:,})",
+                  markup=False, highlight=False, soft_wrap=True)
     t = Table(title="pools")
     for col in ("pool", "order", "layers", "kv heads", "head dim", "pages", "PageBytes", "startup bytes"):
         t.add_column(col, justify="right" if col not in ("pool", "order") else "left")
     for g in facts["pools"]:
         t.add_row(g["pool"], g["order"], str(g["layers"]), str(g["kv_heads"]), str(g["head_dim"]), f"{g['pages']:,}",
                   f"{g['page_bytes']:,}", f"{g['startup_bytes']:,}")
-    console.print(t)
+    plain = output_style(args, console).plain
+    print_table(t, console, plain)
     t = Table(title="planes per layer (bytes per token per KV head)")
     for col in ("pool", "part", "role", "dtype", "X", "bytes"):
         t.add_column(col)
     for g in facts["pools"]:
         for p in g["planes"]:
             t.add_row(g["pool"], p["part"], p["role"], p["dtype"], str(p["extent"]), str(p["bytes_per_token_head"]))
-    console.print(t)
+    print_table(t, console, plain)
     t = Table(title="profiles at D = 256 (K+V bytes per token per head)")
     t.add_column("profile")
     t.add_column("bytes", justify="right")
     for p, b in facts["profiles_d256"].items():
         t.add_row(p, str(b))
-    console.print(t)
+    print_table(t, console, plain)
     return 0

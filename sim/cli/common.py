@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from kvsim.sim.replay import replay_trace
+from kvsim.sim.report.console import Style
 from kvsim.sim.report.kvreport import dumps_report
 
 EXIT_OK, EXIT_VIOLATION, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -61,15 +62,53 @@ def write_reports(report: dict, timelines: dict, json_path=None, junit=None, mar
         write(html, render_html(report, timelines))
 
 
-def remember(report: dict) -> None:
-    """Keep the last run's report so that `kvsim rules` can show its coverage."""
+def last_run_path() -> Path:
+    """Where the last run's report is kept for `kvsim rules`: `$KVSIM_REPORTS/last-run.json` when that folder
+    is named, otherwise the user's cache (`$XDG_CACHE_HOME/kvsim`, default `~/.cache/kvsim`), never a
+    `reports/` folder in whatever directory a command happens to run from."""
+    if os.environ.get("KVSIM_REPORTS"):
+        return reports_dir() / "last-run.json"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "kvsim" / "last-run.json"
+
+
+def remember(report: dict) -> Path | None:
+    """Keep the last run's report so that `kvsim rules` can show its coverage; returns where (None when that
+    place cannot be written: it must not fail a run)."""
+    path = last_run_path()
     try:
-        write(reports_dir() / "last-run.json", dumps_report(report))
-    except InputError:
-        pass  # an unwritable reports folder must not fail a replay
+        write(path, dumps_report(report))
+    except (InputError, OSError):
+        return None
+    return path
 
 
-def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockstep_profile=None):
+def add_output_options(parser, findings: bool = True, coverage: bool = False) -> None:
+    """--plain, --quiet and (commands that report findings) --format text|github, (replay) --coverage."""
+    group = parser.add_argument_group("output")
+    group.add_argument("--plain", action="store_true",
+                       help="plain output even on a terminal: one finding per line, no tables (the default when "
+                       "standard output is not a terminal or NO_COLOR is set)")
+    group.add_argument("--quiet", action="store_true", help="print only the one-line verdict")
+    if findings:
+        group.add_argument("--format", dest="output_format", choices=("text", "github"), default="text",
+                           help="findings as text lines `path:line: RULE message` or as GitHub Actions "
+                           "::error annotations")
+    if coverage:
+        group.add_argument("--coverage", action="store_true",
+                           help="print the rule coverage table even when the output is plain")
+
+
+def output_style(args, console: Console | None = None) -> Style:
+    """The console style the command line and the environment ask for (see sim.report.console.Style)."""
+    console = console or Console()
+    plain = bool(getattr(args, "plain", False)) or bool(os.environ.get("NO_COLOR")) or not console.is_terminal
+    return Style(plain=plain, quiet=bool(getattr(args, "quiet", False)),
+                 github=getattr(args, "output_format", "text") == "github",
+                 coverage=bool(getattr(args, "coverage", False)))
+
+
+def run_traces(paths, stop_at_first: bool = False, lockstep: bool = False, console=None, lockstep_profile=None):
     """Replay traces in order; returns the results (stops after the first violating trace if asked).
 
     A progress bar shows on a terminal only (never in CI logs).
@@ -77,7 +116,9 @@ def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockste
     observer = None
     if lockstep:
         from kvsim.sim.lockstep import lockstep_factory
-        observer = (lambda st: lockstep_factory(st, lockstep_profile))
+
+        def observer(st):
+            return lockstep_factory(st, lockstep_profile)
     results = []
     err = console if console is not None else Console(stderr=True)
     for path in paths:
@@ -87,7 +128,7 @@ def run_traces(paths, stop_at_first=False, lockstep=False, console=None, lockste
                           TimeElapsedColumn(), console=err, transient=True) as prog:
                 task = prog.add_task(str(path), total=None)
                 r = replay_trace(path, stop_at_first, observer_factory=observer,
-                                 progress=lambda n: prog.advance(task, n))
+                                 progress=lambda n, task=task: prog.advance(task, n))
         else:
             r = replay_trace(path, stop_at_first, observer_factory=observer)
         results.append(r)

@@ -1,72 +1,219 @@
-"""`kvsim events LOG...`: judge KV-event logs (vLLM / SGLang subscriber batches, TokenSpeed's drained
-events, or a cachetrace/1 file's kv lines): every finding as ``file:line: RULE message``.
+"""`kvsim events LOG...` / `kvsim events --zmq ENDPOINT`: judge KV-event logs or a live KV-event stream
+(vLLM / SGLang batches in array or native object form, TokenSpeed's drained events, a cachetrace/1 file's
+kv lines): every finding as ``file:line: RULE message`` (live: ``endpoint:seq: RULE message``).
 
-``--hash sha256`` recomputes every block hash with TokenSpeed's SHA-256 prefix framing, ``--hash fnv1a64``
-with TokenSpeed's KV-event hash (the hashes its event stream actually carries); ``none`` checks structure
-only. ``--partial-tails`` accepts a last block shorter than the block size (TokenSpeed publishes its growing
-tail page); it is on by default for cachetrace/1 input, whose scheduler documents it.
+``--engine tokenspeed|vllm|sglang`` presets block size, hash scheme, tail policy, per-group keys and the
+engine-documented allowances (``sim.peers.events.PRESETS``; the rule entries argue each allowance).
+Without it, ``events`` learns each group's block size from its first store, recognises the hash scheme
+when the stream's first root blocks recompute under exactly one, and says on stderr which flags it
+guessed and which it needs. ``--hash`` names a scheme (``sim.peers.block_hash``): ``fnv1a64`` and
+``sha256`` are TokenSpeed's event and prefix hashes, ``vllm-sha256`` / ``vllm-sha256-cbor`` vLLM's,
+``sglang-sha256`` SGLang's; ``none`` checks structure only.
+
+Live mode subscribes to the engine's ZMQ publisher (``--zmq``; ``--replay`` its replay socket) and prints
+findings as they happen until Ctrl-C (exit 130, with the summary) or ``--duration`` seconds.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 from rich.console import Console
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
+from kvsim.sim.report.console import print_findings, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
+from kvsim.sim.report.verdict import stamp
+
+EXIT_INTERRUPTED = 130
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("events", help="judge KV-event logs (BlockStored / BlockRemoved / AllBlocksCleared)")
-    p.add_argument("logs", nargs="+")
-    p.add_argument("--block-size", type=int, default=None, help="every BlockStored must declare this size")
-    p.add_argument("--hash", choices=("none", "sha256", "fnv1a64"), default="none",
-                   help="recompute every hash under this scheme")
-    p.add_argument("--capacity", type=int, default=None, help="live blocks (per medium) may not exceed this")
+def add_parser(sub: Any) -> None:
+    from kvsim.sim.peers.block_hash import SCHEMES
+    from kvsim.sim.peers.events import PRESETS
+
+    p = sub.add_parser("events", help="judge KV-event logs or a live stream (BlockStored / BlockRemoved / "
+                                      "AllBlocksCleared)")
+    p.add_argument("logs", nargs="*", help="JSON Lines event logs (or cachetrace/1 files)")
+    p.add_argument("--engine", choices=sorted(PRESETS), default=None,
+                   help="the engine that wrote the stream: presets block size, hash scheme, tail policy and its "
+                        "documented allowances (default: guess, and say what was guessed)")
+    p.add_argument("--block-size", type=int, default=None,
+                   help="every BlockStored must declare this size (default: the preset's, else each group's "
+                        "first store)")
+    p.add_argument("--hash", choices=SCHEMES, default=None,
+                   help="recompute every hash under this scheme (default: the preset's, else recognised from "
+                        "the first root blocks)")
+    p.add_argument("--hash-seed", default="vllm-none-hash",
+                   help="vLLM's NONE_HASH seed: PYTHONHASHSEED when the engine ran with it set (default: "
+                        "%(default)s)")
+    p.add_argument("--hash-block-size", type=int, default=None,
+                   help="vLLM's hash block size when a group's blocks are wider (default: the block size)")
+    p.add_argument("--capacity", type=int, default=None,
+                   help="live blocks (per medium and group) may not exceed this (default: unchecked)")
     p.add_argument("--partial-tails", action="store_true",
                    help="accept a partial last block per store (an engine that documents growing tails)")
+    p.add_argument("--zmq", metavar="ENDPOINT", default=None,
+                   help="subscribe to a running engine's KV-event publisher (ipc://... or tcp://127.0.0.1:PORT)")
+    p.add_argument("--replay", metavar="ENDPOINT", default=None,
+                   help="the publisher's replay socket: lost batches are fetched from it before they count as gaps")
+    p.add_argument("--topic", default="", help="ZMQ topic to subscribe to (default: every topic)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="stop a live run after this many seconds (default: until Ctrl-C)")
     p.add_argument("--json", help="write the kvreport/1-style report")
-    p.add_argument("--quiet", action="store_true")
+    add_output_options(p)
     p.set_defaults(fn=run)
 
 
-def run(args) -> int:
-    from kvsim.sim.peers.events import EventChecker, EventLogError, read_event_log
+def _checker(args: Any) -> Any:
+    from kvsim.sim.peers.events import PRESETS, EventChecker
+
+    preset = PRESETS[args.engine] if args.engine else None
+    scheme = args.hash if args.hash is not None else (None if preset is not None else "auto")
+    return EventChecker(args.block_size, scheme, args.capacity, args.partial_tails, preset=preset,
+                        hash_seed=args.hash_seed, hash_block_size=args.hash_block_size)
+
+
+def _validate(args: Any) -> None:
+    for name, low in (("block_size", 1), ("capacity", 0), ("hash_block_size", 1)):
+        v = getattr(args, name)
+        if v is not None and v < low:
+            raise InputError(f"--{name.replace('_', '-')}: {v} is out of range (at least {low})")
+    if args.duration is not None and not args.duration > 0:
+        raise InputError(f"--duration: {args.duration} must be a positive number of seconds")
+    if args.zmq and args.logs:
+        raise InputError("--zmq: judge either logs or a live stream, not both")
+    if not args.zmq and not args.logs:
+        raise InputError("events: name a log (or --zmq ENDPOINT for a live stream)")
+    if (args.replay or args.duration is not None) and not args.zmq:
+        raise InputError(f"--{'replay' if args.replay else 'duration'}: only with --zmq")
+
+
+def _advice(args: Any, checker: Any) -> list[str]:
+    """What was guessed and which flags a user would pass (only without --engine)."""
+    if args.engine:
+        return list(checker.warnings)
+    lines = list(checker.notes) + list(checker.warnings)
+    c = checker.counts
+    if c["EV-4"] and not args.partial_tails:
+        lines.append("a store carries a partial last block: --partial-tails (or --engine tokenspeed) if the "
+                     "engine documents growing tails")
+    if (c["EV-2"] or c["EV-1"]) and checker.grouped:
+        lines.append("--engine vllm allows vLLM's duplicate copies and reuse reports (see the EV-2 entry)")
+    if checker.scheme == "none" and args.hash is None and not any("hashes not" in n for n in lines):
+        lines.append("hashes not recomputed: --hash or --engine tokenspeed|vllm|sglang names the scheme")
+    return lines
+
+
+def _note(args: Any, lines: list[str]) -> None:
+    if lines and not args.quiet:
+        sys.stderr.write("".join(f"kvsim events: note: {n}\n" for n in lines))
+
+
+def _headline(r: dict) -> str:
+    kv = r["stats"]["kv_events"]
+    log = r["stats"]["log"]
+    hashes = (f", {kv['recomputed']:,} hashes recomputed under {kv['hash_scheme']}"
+              + (f" ({kv['unverifiable']:,} not recomputable)" if kv["unverifiable"] else "")
+              if kv["hash_scheme"] != "none" else ", hashes not recomputed")
+    extra = "".join(f", {kv[k]:,} {label}" for k, label in (("copies", "duplicate copies"),
+                                                           ("reuse_reports", "reuse reports"),
+                                                           ("sequence_gaps", "sequence gaps")) if kv.get(k))
+    engine = f", engine {log['engine']}" if log.get("engine") else ""
+    return (f"{r['inputs'][0]['path']}: {r['verdict'].upper()} ({log['form']} form{engine}, {kv['batches']:,} "
+            f"batches, {kv['stored']:,} stored, {kv['removed']:,} removed, peak live {kv['peak_live']:,}{hashes}"
+            f"{extra})")
+
+
+def run(args: Any) -> int:
+    _validate(args)
+    if args.zmq:
+        return _run_live(args)
+    from kvsim.sim.peers.events import EventLogError, read_event_log_seq
     from kvsim.sim.peers.report import build, file_sha256
 
-    for name in ("block_size", "capacity"):
-        v = getattr(args, name)
-        if v is not None and v < (1 if name == "block_size" else 0):
-            raise InputError(f"--{name.replace('_', '-')}:0: out of range")
     reports = []
+    advice: list[str] = []
     for path in args.logs:
         try:
-            form, batches = read_event_log(path)
-            checker = EventChecker(args.block_size, args.hash, args.capacity,
-                                   args.partial_tails or form == "cachetrace/1")
-            for line, events in batches:
+            form, batches = read_event_log_seq(path)
+            if form == "empty":
+                raise InputError(f"{path}:0: no event batch in the log")
+            checker = _checker(args)
+            if form == "cachetrace/1" and not args.engine:
+                checker.partial_tails = True  # TokenSpeed's recorded streams: its scheduler documents them
+            for line, events, seq in batches:
+                if seq is not None:
+                    checker.sequence(seq, line)
                 checker.batch(events, line)
         except EventLogError as exc:
             raise InputError(str(exc)) from None
         inputs = [{"path": path, "sha256": file_sha256(path), "events": checker.stats["batches"]}]
-        reports.append(build(inputs, path, None, checker, {"log": {"form": form, "hash": args.hash}}))
+        log = {"form": form, "hash": checker.scheme, "engine": args.engine}
+        reports.append(build(inputs, path, None, checker, {"log": log}))
+        advice += [f"{path}: {a}" if len(args.logs) > 1 else a for a in _advice(args, checker)]
     report = reports[0] if len(reports) == 1 else _merge(reports)
+    verdict = stamp(report)
     if args.json:
         write(args.json, dumps_report(report))
-    if not args.quiet:
-        console = Console()
-        for r in reports:
-            kv = r["stats"]["kv_events"]
-            console.print(f"{r['inputs'][0]['path']}: {r['verdict'].upper()} ({r['stats']['log']['form']} form, "
-                          f"{kv['batches']:,} batches, {kv['stored']:,} stored, {kv['removed']:,} removed, "
-                          f"peak live {kv['peak_live']:,})", markup=False)
-            for v in r["violations"]:
-                console.print(f"{v['trace']}:{v['line']}: {v['rule']} {v['message']}", markup=False)
-    return EXIT_VIOLATION if report["verdict"] == "fail" else EXIT_OK
+    console = Console()
+    style = output_style(args, console)
+    if style.plain and not style.quiet:  # stdout holds only findings and the verdict: the figures go to stderr
+        sys.stderr.write("".join(f"kvsim events: {_headline(r)}\n" for r in reports))
+    _note(args, advice)
+    for r in reports:
+        if not style.plain and not style.quiet:  # on a terminal, a summary per log before its findings
+            console.print(_headline(r), markup=False, soft_wrap=True, highlight=False)
+        print_findings(r["violations"], console, style)
+    print_verdict(verdict, console, style, "kvsim events")
+    return verdict.exit_code
+
+
+def _run_live(args: Any) -> int:
+    from kvsim.sim.peers import live
+    from kvsim.sim.peers.report import build
+
+    checker = _checker(args)
+    out = Console()
+    style = output_style(args, out)
+    interrupted = False
+
+    def show(f: Any) -> None:
+        print_findings([f.as_dict(args.zmq)], out, style)
+
+    run = live.LiveRun()
+    try:
+        run = live.judge(checker, args.zmq, replay=args.replay, topic=args.topic, duration=args.duration,
+                         on_finding=show)
+    except live.LiveInputError as exc:
+        raise InputError(str(exc)) from None
+    except KeyboardInterrupt:
+        interrupted = True
+    if interrupted:
+        sys.stderr.write(f"kvsim events: interrupted after {checker.stats['batches']:,} batches: summary follows"
+                         + (f" (report: {args.json})" if args.json else "") + "\n")
+    elif checker.stats["batches"] == 0:
+        raise InputError(f"--zmq: no KV-event batch from {args.zmq} in {args.duration:g} s")
+    inputs = [{"path": args.zmq, "sha256": None, "events": checker.stats["batches"]}]
+    log = {"form": "msgpack (live)", "hash": checker.scheme, "engine": args.engine,
+           "replayed_batches": run.replayed}
+    report = build(inputs, args.zmq, None, checker, {"log": log})
+    verdict = stamp(report)
+    if args.json:
+        write(args.json, dumps_report(report))
+    if style.plain and not style.quiet:
+        sys.stderr.write(f"kvsim events: {_headline(report)}\n")
+    _note(args, run.notes + _advice(args, checker))
+    if not style.plain and not style.quiet:
+        out.print(_headline(report), markup=False, soft_wrap=True, highlight=False)
+    print_verdict(verdict, out, style, "kvsim events")
+    return EXIT_INTERRUPTED if interrupted else verdict.exit_code
 
 
 def _merge(reports: list[dict]) -> dict:
-    out = {"format": "kvreport/1", "inputs": [], "verdict": "pass", "violations": [], "refusals": [],
-           "rules": {}, "stats": {"logs": {}}}
+    out: dict = {"format": "kvreport/1", "inputs": [], "verdict": "pass", "violations": [], "refusals": [],
+                 "rules": {}, "stats": {"logs": {}}}
     for r in reports:
         out["inputs"] += r["inputs"]
         out["violations"] += r["violations"]

@@ -2,7 +2,9 @@
 
 Prints a summary and writes JSON (`--json`, default reports/fuzz.json): per machine the steps, examples,
 failures with their counterexample traces (reports/found/<machine>-<hash>.jsonl, replayable with
-`kvsim replay`), per-rule coverage and the blind spots (catalogue rules whose premise never held).
+`kvsim replay`), per-rule coverage and the blind spots (catalogue rules whose premise never held), and the
+reachability table (sim.fuzz.reach: refusal reasons, transfers left open per phase while other operations
+run, appends into Host-backed pages; printed with `--coverage`, with the blind spots that remain and why).
 Exit 1 when a failure was found. A progress bar shows on a terminal only.
 """
 
@@ -12,7 +14,9 @@ import json
 
 from rich.console import Console
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, reports_dir, write
+from kvsim.sim.cli.common import InputError, add_output_options, output_style, reports_dir, write
+from kvsim.sim.report.console import print_verdict
+from kvsim.sim.report.verdict import fuzz_verdict
 
 
 def add_parser(sub) -> None:
@@ -27,12 +31,17 @@ def add_parser(sub) -> None:
     f.add_argument("--database", metavar="DIR|redis://HOST:PORT", help="shared Hypothesis example database")
     f.add_argument("--json", metavar="F", help="write the result here (default: reports/fuzz.json)")
     f.add_argument("--found", metavar="DIR", help="where counterexamples go (default: reports/found)")
+    f.add_argument("--coverage", action="store_true",
+                   help="print the reachability table: refusal reasons, transfers left open in each phase while "
+                        "other operations run, appends into Host-backed pages; the blind spots and why")
+    add_output_options(f, findings=False)
     f.set_defaults(fn=run)
 
 
 def run(args) -> int:
     from kvsim.sim.fuzz.campaign import MACHINES, run_campaign
     from kvsim.sim.fuzz.database import open_database
+    from kvsim.sim.fuzz.reach import render
     if args.budget <= 0:
         raise InputError(f"--budget:0: must be positive, got {args.budget}")
     try:
@@ -51,21 +60,30 @@ def run(args) -> int:
                           TimeElapsedColumn(), console=console, transient=True) as prog:
                 task = prog.add_task(name, total=budget, what="")
                 r = run_campaign(name, budget, args.seed, args.profile, db, found,
-                                 progress=lambda t, ex, steps: prog.update(task, completed=min(t, budget),
+                                 progress=lambda t, ex, steps, task=task, budget=budget: prog.update(
+                                     task, completed=min(t, budget),
                                                                            what=f"{ex} examples, {steps} steps"))
         else:
             r = run_campaign(name, budget, args.seed, args.profile, db, found)
         results.append(r)
+    verdict = fuzz_verdict((r.machine, r.failed, r.examples) for r in results)
     doc = {"format": "kvfuzz/1", "seed": args.seed, "profile": args.profile, "budget_s": args.budget,
-           "machines": [r.to_json() for r in results], "failed": any(r.failed for r in results)}
+           "machines": [r.to_json() for r in results], "failed": not verdict.passed, "verdict": verdict.status,
+           "headline": verdict.headline}
     write(args.json or reports_dir() / "fuzz.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
     out = Console()
-    for r in results:
-        verdict = "[red]FAIL[/red]" if r.failed else "[green]ok[/green]"
-        out.print(f"{r.machine}: {verdict}  {r.examples} examples, {r.steps} steps, {r.seconds:.1f} s; "
-                  f"blind spots: {', '.join(r.blind_spots) or 'none'}")
+    style = output_style(args, out)
+    for r in results if not style.quiet else ():
+        state = "FAIL" if r.failed else "ok"
+        out.print(f"{r.machine}: {state}  {r.examples:,} examples, {r.steps:,} steps, {r.seconds:.1f} s; "
+                  f"blind spots: {', '.join(r.blind_spots) or 'none'}", markup=False, soft_wrap=True)
+        if args.coverage:
+            for line in render(r.machine, r.reachability):
+                out.print(line, markup=False, highlight=False, soft_wrap=True)
         for f in r.failures:
-            out.print(f"  {f['rule'] or '?'} ({f['kind']}): {f['message']}", markup=False)
+            where = f"{f['trace']}:1: " if f.get("trace") else ""
+            out.print(f"{where}{f['rule'] or '?'} ({f['kind']}) {f['message']}", markup=False, soft_wrap=True)
             if f.get("trace"):
-                out.print(f"  counterexample: {f['trace']}  (kvsim replay {f['trace']})", markup=False)
-    return EXIT_VIOLATION if any(r.failed for r in results) else EXIT_OK
+                out.print(f"  counterexample: kvsim replay {f['trace']}", markup=False, soft_wrap=True)
+    print_verdict(verdict, out, style, "kvsim fuzz")
+    return verdict.exit_code

@@ -5,9 +5,10 @@ from __future__ import annotations
 from rich.console import Console
 
 from kvsim.kvmodel.store import PROFILES
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, remember, run_traces, write_reports
+from kvsim.sim.cli.common import add_output_options, output_style, remember, run_traces, write_reports
 from kvsim.sim.report.build import build_report, timelines
 from kvsim.sim.report.console import print_report
+from kvsim.sim.report.verdict import stamp
 from kvsim.sim.trace.cachetrace import is_cachetrace
 
 
@@ -23,7 +24,7 @@ def add_parser(sub) -> None:
     r.add_argument("--markdown")
     r.add_argument("--html")
     r.add_argument("--stop-at-first", action="store_true")
-    r.add_argument("--quiet", action="store_true", help="no console report")
+    add_output_options(r, coverage=True)
     r.set_defaults(fn=run)
 
 
@@ -35,8 +36,13 @@ def run(args) -> int:
     if cache:
         from kvsim.sim.peers.judge import merge_cachetraces
         merge_cachetraces(report, cache)
+    verdict = stamp(report)  # the one verdict: exit code, console line and every report say the same
     write_reports(report, timelines(results), args.json, args.junit, args.markdown, args.html)
-    remember(report)
-    if not args.quiet:
-        print_report(report, Console())
-    return EXIT_VIOLATION if report["violations"] else EXIT_OK
+    kept = remember(report)
+    console = Console()
+    style = output_style(args, console)
+    if kept is not None and not style.quiet:  # on stderr: stdout holds the findings and the verdict only
+        Console(stderr=True).print(f"coverage of this run kept in {kept} (kvsim rules shows it)", soft_wrap=True,
+                                   markup=False, highlight=False)
+    print_report(report, console, style=style)
+    return verdict.exit_code

@@ -13,8 +13,11 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
+from kvsim.sim.report.console import print_table, print_verdict
+from kvsim.sim.report.verdict import selfcheck_verdict
 
 
 def add_parser(sub) -> None:
@@ -25,12 +28,14 @@ def add_parser(sub) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--only", nargs="+", metavar="MUTANT", help="run only these mutants")
     s.add_argument("--no-faults", action="store_true", help="skip the engine faults")
+    add_output_options(s, findings=False)
     s.set_defaults(fn=run)
 
 
 def run(args) -> int:
     from kvsim.sim.selfcheck import MutantError, selfcheck
     console = Console()
+    style = output_style(args, console)
     try:
         result = selfcheck(args.budget, args.workers, args.seed, args.only, not args.no_faults)
     except MutantError as exc:
@@ -39,16 +44,23 @@ def run(args) -> int:
     for col in ("kind", "name", "caught", "rule", "steps / event", "seconds"):
         table.add_column(col, overflow="fold")
     for m in result["mutants"]:
-        table.add_row("mutant", m["name"], "killed" if m["killed"] else "[red]survived[/red]", m["rule"] or "-",
-                      str(m["steps"]), f"{m['seconds']:.2f}")
+        table.add_row("mutant", m["name"], "killed" if m["killed"] else Text("survived", "red"), m["rule"] or "-",
+                      _n(m["steps"]), "-" if m["seconds"] is None else f"{m['seconds']:.2f}")
     for f in result["faults"]:
-        table.add_row("fault", f["name"], "flagged" if f["flagged"] else "[red]missed[/red]", f["rule"],
-                      str(f["event"]), "")
-    console.print(table)
-    console.print(f"mutants killed {result['killed']}/{result['total']}, median time-to-kill "
-                  f"{result['median_seconds']} s; faults flagged {result['flagged']}/{result['faults_total']}; "
-                  f"{result['seconds']:.1f} s with {result['workers']} workers")
+        table.add_row("fault", f["name"], "flagged" if f["flagged"] else Text("missed", "red"), f["rule"] or "-",
+                      _n(f["event"]), "")
+    verdict = selfcheck_verdict(result["killed"], result["total"], result["flagged"], result["faults_total"])
+    if not style.quiet:
+        print_table(table, console, style.plain)
+        median = "n/a" if result["median_seconds"] is None else f"{result['median_seconds']} s"
+        console.print(f"median time-to-kill {median}; {result['seconds']:.1f} s with {result['workers']} workers",
+                      markup=False, soft_wrap=True)
     if args.json:
-        write(args.json, json.dumps(result, indent=2) + "\n")
-    ok = result["killed"] == result["total"] and result["flagged"] == result["faults_total"]
-    return EXIT_OK if ok else EXIT_VIOLATION
+        write(args.json, json.dumps({**result, "verdict": verdict.status, "headline": verdict.headline}, indent=2)
+              + "\n")
+    print_verdict(verdict, console, style, "kvsim selfcheck")
+    return verdict.exit_code
+
+
+def _n(value) -> str:
+    return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)

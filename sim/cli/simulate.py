@@ -27,9 +27,11 @@ from rich.console import Console
 from rich.table import Table
 
 from kvsim.kvmodel.store import PROFILES
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, write
+from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
 from kvsim.sim.report.build import build_report
-from kvsim.sim.report.kvreport import dumps_report, headline
+from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
+from kvsim.sim.report.kvreport import dumps_report
+from kvsim.sim.report.verdict import stamp, sweep_verdict
 from kvsim.sim.simulate.engine import ADMISSION, HOST_EXTENTS, SimConfig, Simulation, unbounded_config
 from kvsim.sim.simulate.inject import DEFAULT_EVERY, plan_faults
 from kvsim.sim.simulate.latency import METRICS
@@ -49,7 +51,7 @@ SHOWN_MTP = ("output_tokens", "spec_rounds", "draft_tokens", "accepted_draft_tok
 SHOWN_FAULTS = ("faults_injected", "faults_flagged", "fault_events", "violations_unexpected")
 SWEEP_COLUMNS = ("capacity_pages", "hit_ratio", "evictions", "host_evictions", "host_bytes_out", "host_bytes_in",
                  "peak_pages", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99", "throughput_rps", "violations")
-SHORT = {"capacity_pages": "pages", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
+SHORT = {"capacity_pages": "capacity", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
          "host_bytes_out": "to Host GiB", "host_bytes_in": "from Host GiB", "peak_pages": "peak",
          "ttft_p50": "TTFT p50 s", "ttft_p99": "TTFT p99 s", "tpot_p50": "TPOT p50 ms", "e2e_p99": "e2e p99 s",
          "throughput_rps": "req/s", "violations": "viol"}
@@ -109,7 +111,7 @@ def add_parser(sub) -> None:
                    help="what-if axis (pages, hbm, profile, host); repeat for a grid")
     s.add_argument("--executor", default="process", help="sweep executor: process, thread, serial or dask://HOST:PORT")
     s.add_argument("--workers", type=int, default=2, help="sweep worker processes/threads")
-    s.add_argument("--quiet", action="store_true")
+    add_output_options(s, findings=False)
     s.set_defaults(fn=run)
 
 
@@ -202,34 +204,38 @@ def _one(args, cfg: SimConfig) -> int:
                      f"upper bound of what this workload can hold); it needed {result.stats['peak_pages']:,} at "
                      "its peak")
     report["stats"]["notes"] = notes
+    if plan:  # a violation at an injected fault's bad event with its rule is expected; anything else is not
+        injected = {(event, rule) for _, rule, event, _ in sim.injector.injected}
+        for v in report["violations"]:
+            v["expected"] = (v.get("event"), v.get("rule")) in injected
+    verdict = stamp(report)  # with faults: every injected fault flagged at its event with its rule, nothing else
     if args.json:
         write(args.json, dumps_report(report))
     if args.html:
         from kvsim.sim.report.simulation_page import render_simulation_html
         write(args.html, render_simulation_html(report, result.series, args.workload))
-    if not args.quiet:
-        out = Console()
-        out.print(headline(report))
+    out = Console()
+    style = output_style(args, out)
+    if not style.quiet:
+        print_findings([v for v in report["violations"] if not v.get("expected")], out, style, 50)
         t = Table(title=f"simulation of {args.workload}")
         t.add_column("statistic")
         t.add_column("value", justify="right")
         for k in SHOWN + (SHOWN_HOST if cfg.host_bytes else ()) + (SHOWN_MTP if cfg.backend == "mtp" else ()) \
                 + (SHOWN_FAULTS if plan else ()):
-            v = result.stats[k]
-            t.add_row(k, f"{v:,}" if isinstance(v, int) else f"{v:.4f}")
-        out.print(t)
-        _print_latency(out, result.stats)
+            t.add_row(k, _stat(k, result.stats[k]))
+        print_table(t, out, style.plain)
+        _print_latency(out, result.stats, style)
         _print_rejections(out, result.stats)
         for note in notes:
-            out.print(f"note: {note}", markup=False, highlight=False)
+            out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
         if plan:
-            _print_faults(out, result.stats)
-    if plan:
-        return EXIT_OK if faults_accounted(result.stats) else EXIT_VIOLATION
-    return EXIT_VIOLATION if report["violations"] else EXIT_OK
+            _print_faults(out, result.stats, style)
+    print_verdict(verdict, out, style, "kvsim simulate")
+    return verdict.exit_code
 
 
-def _print_latency(out: Console, stats: dict) -> None:
+def _print_latency(out: Console, stats: dict, style: Style) -> None:
     """Per-request latency in virtual seconds: mean and percentiles of each metric (the timing model's)."""
     t = Table(title="per-request latency (virtual seconds, from the timing model)")
     t.add_column("metric")
@@ -239,7 +245,7 @@ def _print_latency(out: Console, stats: dict) -> None:
              "e2e": "end-to-end"}
     for m in METRICS:
         t.add_row(names[m], *(f"{stats[f'{m}_{c}']:.4f}" for c in ("mean", "p50", "p90", "p99")))
-    out.print(t)
+    print_table(t, out, style.plain)
 
 
 def _print_rejections(out: Console, stats: dict) -> None:
@@ -247,37 +253,39 @@ def _print_rejections(out: Console, stats: dict) -> None:
     if not stats["rejected"]:
         return
     reasons = "; ".join(f"{n:,} {why}" for why, n in stats["rejections"].items())
-    out.print(f"rejected {stats['rejected']:,} request(s): {reasons}", markup=False, highlight=False)
+    out.print(f"rejected {stats['rejected']:,} request(s): {reasons}", markup=False, highlight=False, soft_wrap=True)
     for r in stats["rejected_requests"]:
         out.print(f"  request {r['request']} (prompt {r['prompt']:,}, output {r['output']:,} tokens): {r['reason']}",
-                  markup=False, highlight=False)
+                  markup=False, highlight=False, soft_wrap=True)
 
 
-def faults_accounted(stats: dict) -> bool:
-    """With injected faults: every requested fault injected, each flagged at its bad event with exactly its
-    rule, and no other violation (the background stays clean)."""
-    return (stats["faults_flagged"] == stats["faults_injected"] and not stats["faults_missed"]
-            and not stats["faults_not_injected"] and stats["violations_unexpected"] == 0)
+def _stat(key: str, v) -> str:
+    """A statistic as a person reads it: hit ratio and acceptance in percent, counts with separators."""
+    if key in ("hit_ratio", "acceptance"):
+        return f"{100 * v:.2f} %"
+    if key == "seconds":
+        return f"{v:,.3f}"
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.4f}"
 
 
-def _print_faults(out: Console, stats: dict) -> None:
-    """Per fault: how often injected; then every miss and every fault that could not be injected."""
+def _print_faults(out: Console, stats: dict, style: Style) -> None:
+    """Per fault: how often injected; then every miss and every fault that could not be injected (the
+    verdict line, printed after, says whether they were all accounted for)."""
     t = Table(title="injected engine faults")
     t.add_column("fault")
     t.add_column("injected", justify="right")
     for name, n in stats["faults_by_name"].items():
         t.add_row(name, f"{n:,}")
-    out.print(t)
+    print_table(t, out, style.plain)
     for m in stats["faults_missed"]:
-        out.print(f"[red]missed[/red] {m['fault']} at line {m['line']}: expected {m['rule']}, reported "
-                  f"{', '.join(m['reported']) or 'nothing'}")
+        out.print(f"missed {m['fault']} at line {m['line']} (event {m['event']}): expected {m['rule']}, reported "
+                  f"{', '.join(m['reported']) or 'nothing'}", markup=False, highlight=False, soft_wrap=True)
     for name in stats["faults_not_injected"]:
-        out.print(f"[red]not injected[/red] {name}: the store never had room for its episode")
+        out.print(f"not injected {name}: the store never had room for its episode", markup=False,
+                  highlight=False, soft_wrap=True)
     for name, why in stats["faults_skipped"].items():
-        out.print(f"skipped {name}: {why}")
-    verdict = "PASS" if faults_accounted(stats) else "FAIL"
-    out.print(f"{verdict}: {stats['faults_flagged']:,} of {stats['faults_injected']:,} injected faults flagged at "
-              f"their bad events with their rules; {stats['violations_unexpected']:,} other violations")
+        out.print(f"skipped {name}: {why}", markup=False, highlight=False, soft_wrap=True)
+
 
 
 def _sweep(args, cfg: SimConfig) -> int:
@@ -305,27 +313,30 @@ def _sweep(args, cfg: SimConfig) -> int:
                              lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
     except ValueError as exc:
         raise InputError(f"simulate:0: {exc}") from None
+    verdict = sweep_verdict(rows)
     notes = workload_notes(args.workload)
     doc = {"format": "kvsim-sweep/1", "workload": args.workload, "requests": args.requests,
-           "axes": {k: v for k, v in axes}, "timing": asdict(cfg.timing), "notes": notes, "points": rows}
+           "axes": {k: v for k, v in axes}, "verdict": verdict.status, "headline": verdict.headline,
+           "counts": dict(verdict.counts), "timing": asdict(cfg.timing), "notes": notes, "points": rows}
     if args.json:
         write(args.json, json.dumps(doc, indent=2) + "\n")
     if args.html:
         from kvsim.sim.report.simulation_page import render_sweep_html
         write(args.html, render_sweep_html(rows, args.workload, SWEEP_COLUMNS, notes))
-    if not args.quiet:
+    out = Console()
+    style = output_style(args, out)
+    if not style.quiet:
         t = Table(title=f"what-if sweep of {args.workload}")
         keys = [k for k, _ in axes]
         for c in keys + [SHORT[c] for c in SWEEP_COLUMNS]:
             t.add_column(c, justify="right", no_wrap=True)
         for r in rows:
             t.add_row(*[_axis_value(k, r["point"][k]) for k in keys], *[_cell(c, r[c]) for c in SWEEP_COLUMNS])
-        out = Console()
-        out = out if out.is_terminal else Console(width=220)  # a log or pipe: one line per point
-        out.print(t)
+        print_table(t, out, style.plain)  # a log or pipe: one line per point
         for note in notes:
-            out.print(f"note: {note}", markup=False, highlight=False)
-    return EXIT_VIOLATION if any(r["violations"] for r in rows) else EXIT_OK
+            out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    print_verdict(verdict, out, style, "kvsim simulate")
+    return verdict.exit_code
 
 
 def _axis_value(key: str, v) -> str:
@@ -341,7 +352,7 @@ def _cell(column: str, v) -> str:
     if column.startswith("host_bytes"):
         return f"{v / (1 << 30):.2f}"
     if column == "hit_ratio":
-        return f"{100 * v:.2f}%"
+        return f"{100 * v:.2f} %"
     if column.startswith("tpot"):
         return f"{1000 * v:.2f}"
     if column.startswith(("ttft", "e2e", "queue")):

@@ -19,6 +19,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvsim.sim.fuzz.database import open_database
 from kvsim.sim.fuzz.profiles import profile_settings
+from kvsim.sim.fuzz.reach import table
 from kvsim.sim.fuzz.stats import RUN
 
 ROUND_EXAMPLES = {"ci": 20, "deep": 40}
@@ -47,6 +48,7 @@ class CampaignResult:
     rules: dict = field(default_factory=dict)  # machine rule -> times it ran
     coverage: dict = field(default_factory=dict)  # catalogue rule -> {checked, exercised, violated}
     blind_spots: list = field(default_factory=list)  # catalogue rules whose premise never held
+    reachability: dict = field(default_factory=dict)  # sim.fuzz.reach.table: targets, counts, blind spots
 
     @property
     def failed(self) -> bool:
@@ -66,8 +68,9 @@ def _catalogue_ids() -> list[str]:
 
 
 def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "ci", database=None,
-                 found_dir="reports/found", progress=None) -> CampaignResult:
-    """Fuzz `machine` for about `budget_s` seconds (a round never stops midway); see the package docstring."""
+                 found_dir: str = "reports/found", progress=None, rounds: int | None = None) -> CampaignResult:
+    """Fuzz `machine` for about `budget_s` seconds (a round never stops midway); see the package docstring.
+    With `rounds`, exactly that many rounds whatever the time (the same runs on every machine: tests)."""
     cls = machines()[machine]
     db = open_database(database) if isinstance(database, (str, type(None))) else database
     cfg = profile_settings(profile, max_examples=ROUND_EXAMPLES[profile], database=db)
@@ -80,7 +83,7 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
     shrink_limit = engine.MAX_SHRINKING_SECONDS
     engine.MAX_SHRINKING_SECONDS = max(10, min(shrink_limit, int(budget_s / 4)))
     try:
-        while time.monotonic() - start < budget_s:
+        while (r < rounds) if rounds is not None else (time.monotonic() - start < budget_s):
             cls._hypothesis_internal_use_seed = (seed * 1_000_003 + r) % (1 << 32)
             r += 1
             try:
@@ -103,4 +106,5 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
     cov = RUN.coverage
     result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid))) for rid in _catalogue_ids()}
     result.blind_spots = [rid for rid, c in result.coverage.items() if not c["exercised"]]
+    result.reachability = table(RUN.reach)
     return result

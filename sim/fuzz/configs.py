@@ -20,9 +20,13 @@ BACKENDS = st.one_of(st.just(kt.BackendOff()), st.builds(kt.BackendMTP, draft_wi
                      st.just(kt.BackendDFlash(full_layers=1, kv_heads=1, head_dim=128)), st.just(kt.BackendDFlash2()))
 
 
+HOST_PAGES = st.sampled_from((0, 0, 1, 2, 3, 6))  # strategies are immutable: shared defaults, built once
+ALL_PROFILES = st.sampled_from(PROFILES)
+CONTEXTS = st.sampled_from((128, 192, 256, 320, 512))
+
+
 @st.composite
-def configs(draw, host_pages=st.sampled_from((0, 0, 1, 2, 3, 6)), heads: int = 2, profiles=st.sampled_from(PROFILES),
-            contexts=st.sampled_from((128, 192, 256, 320, 512))):
+def configs(draw, host_pages=HOST_PAGES, heads: int = 2, profiles=ALL_PROFILES, contexts=CONTEXTS):
     """A kvtrace/1 config: small and mostly tight (capacity at or just above M_min, few rows)."""
     S = draw(contexts)
     C = draw(st.integers(1, 3))
@@ -50,6 +54,7 @@ def configs(draw, host_pages=st.sampled_from((0, 0, 1, 2, 3, 6)), heads: int = 2
 
 def pool_capacity(cfg: kt.Config) -> dict:
     """Pages per pool from the header alone (store contract "MTP physical pages": M + C·ceil((K-1)/P))."""
+    assert cfg.kv_capacity is not None and cfg.kv_capacity.tokens is not None  # the fuzz configs are explicit
     M = cfg.kv_capacity.tokens // P
     b = cfg.backend
     if isinstance(b, kt.BackendMTP):

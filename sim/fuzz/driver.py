@@ -21,7 +21,7 @@ from kvsim.sim.trace.stream import TraceInputError, encode_line
 
 
 class Driver:
-    def __init__(self, header, observer_factory=None):
+    def __init__(self, header, observer_factory=None) -> None:
         self.header = header
         self.replay = TraceReplay("<fuzz>", header, audit_every=1 << 62, observer_factory=observer_factory)
         self.st = self.replay.st

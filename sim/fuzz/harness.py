@@ -36,17 +36,19 @@ class FuzzMachine(RuleBasedStateMachine):
     name = "fuzz"
     lockstep = False
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
-        self.driver = None
+        # set by start(); the rules' preconditions test for None before a run begins
+        self.driver: Driver = None  # type: ignore[assignment]
         self.failed = False
         self.ids = 0
+        self.origin: dict = {}  # seq -> "move" | "fork": resumed from a checkpoint, not cut since (sim.fuzz.reach)
 
     # -- plumbing -----------------------------------------------------------------------------------
     def observer_factory(self, cfg):
         return None
 
-    def start(self, cfg):
+    def start(self, cfg) -> None:
         """Begin a run under `cfg` (each machine's @initialize rule draws it from its own strategy)."""
         header = kt.Header(format="kvtrace/1", config=cfg, meta={"source": f"kvsim fuzz --machine {self.name}"})
         self.driver = Driver(header, self.observer_factory(cfg))
@@ -54,6 +56,7 @@ class FuzzMachine(RuleBasedStateMachine):
         self.oracle = Oracle(facts_for(cfg, self.view))
         self.pools = self.oracle.f.pools
         RUN.examples += 1
+        RUN.reach.configured(self.oracle.f)
 
     def fresh(self, prefix: str) -> str:
         self.ids += 1
@@ -81,7 +84,7 @@ class FuzzMachine(RuleBasedStateMachine):
             latest.parent.mkdir(parents=True, exist_ok=True)  # failing run, which is the shrunk one at the end
             latest.write_bytes(data)
         if final and RUN.found_dir is not None:
-            if latest.exists():
+            if latest is not None and latest.exists():
                 latest.unlink()
             ce = write_counterexample(self.name, data, RUN.found_dir, lockstep=self.lockstep)
             RUN.last_failure = {"kind": kind, "message": text, "rule": ce.rule or f"ORACLE-{kind}",
@@ -102,10 +105,12 @@ class FuzzMachine(RuleBasedStateMachine):
         if expect == "ok":
             if viol:
                 self.fail("violation", f"{label}: {viol[0]['rule']}: {viol[0]['message']}")
+            self.reached(ev)
             return True
         if not viol:
             if expect == "reject":
                 self.fail("accepted", f"{label}: the model accepted an illegal {ev.op}")
+            self.reached(ev)
             return True
         if expect == "either" and any(v["rule"] != "REP-3" for v in viol):
             self.fail("violation", f"{label}: {viol[0]['rule']}: {viol[0]['message']}")
@@ -131,7 +136,28 @@ class FuzzMachine(RuleBasedStateMachine):
                       f"{fields(ev)}; the oracle {'grants' if granted else 'refuses'} it")
         if refused and ev.op != "grow" and self.view.snapshot() != before:
             self.fail("changed", f"{label}: refused but the state changed")
+        self.reached(ev, self.driver.replay.result.refusals[-1]["reason"] if refused else None)
         return not refused
+
+    def reached(self, ev, refusal: str | None = None) -> None:
+        """A legal step (accepted, or refused as the oracle refuses it), before the oracle follows it: count
+        the reachability targets it hits (sim.fuzz.reach)."""
+        reach = RUN.reach
+        if refusal is not None:
+            reach.refusal(refusal)
+        reach.other_op(self.oracle, ev)
+        op = ev.op
+        if op == "launch":
+            if self.origin:
+                reach.append(self.oracle, self.origin, [(r.seq, r.pool, r.write) for r in ev.rows])
+        elif op == "truncate":
+            q = self.oracle.seqs.get(ev.seq)
+            if q is not None and ev.frontier < q.spaces[ev.pool].frontier:
+                self.origin.pop(ev.seq, None)  # a destructive cut
+        elif op == "finish":
+            self.origin.pop(ev.seq, None)
+        elif op == "activate" and ev.from_ is not None and refusal is None:
+            self.origin[ev.seq] = "fork" if ev.keep_source else "move"
 
     def observe(self, data) -> None:
         """Sometimes the engine reports what a correct store holds (the oracle's view): pool counters, or a
@@ -151,14 +177,14 @@ class FuzzMachine(RuleBasedStateMachine):
 
     # -- refinement after every step ----------------------------------------------------------------
     @invariant()
-    def refines(self):
+    def refines(self) -> None:
         if self.driver is None or self.failed:
             return
         events, notes = differences(self.oracle, self.view)
         if notes:
             self.fail("refinement", "; ".join(notes[:6]))
 
-    def teardown(self):
+    def teardown(self) -> None:
         if self.driver is None:
             return
         RUN.coverage.merge(self.driver.st.cov)

@@ -5,14 +5,21 @@ can may still be refused for its geometry."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hypothesis import strategies as st
 from hypothesis.stateful import multiple, precondition, rule
 
 from kvsim.sim.fuzz.harness import CKPTS, XFERS
 from kvsim.sim.trace import records as kt
 
+if TYPE_CHECKING:  # a mixin of FuzzMachine: type-check it as one
+    from kvsim.sim.fuzz.harness import FuzzMachine as _Machine
+else:
+    _Machine = object
 
-class HostTierRules:
+
+class HostTierRules(_Machine):
     def pick_blocks(self, ck, data):
         """(pool, blocks, out_of_range) of a live checkpoint."""
         pools = [p for p in self.pools if self.oracle.ckpts[ck][p].blocks] or list(self.pools)
@@ -23,7 +30,7 @@ class HostTierRules:
         return pool, data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3, unique=True)), False
 
     @rule(ck=CKPTS, data=st.data())
-    def offload(self, ck, data):
+    def offload(self, ck, data) -> None:
         o = self.oracle
         ck = self.steer(ck, o.ckpts, data)
         if ck not in o.ckpts:
@@ -43,7 +50,7 @@ class HostTierRules:
 
     @precondition(lambda self: self.driver is not None and self.oracle.f.host_bytes and self.oracle.ckpts)
     @rule(data=st.data())
-    def evict(self, data):
+    def evict(self, data) -> None:
         """Offload a checkpoint's idle pages and drop their Device replicas (a later activation restores them),
         or bring Host-only pages back by a phase-by-phase h2d transfer."""
         o = self.oracle
@@ -87,7 +94,7 @@ class HostTierRules:
                 self.do("drop_device:stale-host", kt.DropDevice(ckpt=ck, pool=pool, blocks=tuple(stale)), "reject")
 
     @rule(ck=CKPTS, data=st.data())
-    def drop_device(self, ck, data):
+    def drop_device(self, ck, data) -> None:
         o = self.oracle
         ck = self.steer(ck, o.ckpts, data)
         if ck not in o.ckpts:
@@ -101,7 +108,7 @@ class HostTierRules:
             o.drop_device(ck, pool, blocks)
 
     @rule(ck=CKPTS, data=st.data())
-    def drop_host(self, ck, data):
+    def drop_host(self, ck, data) -> None:
         o = self.oracle
         ck = self.steer(ck, o.ckpts, data)
         if ck not in o.ckpts:
@@ -143,7 +150,7 @@ class HostTierRules:
         return xid
 
     @rule(x=XFERS, data=st.data())
-    def xfer_next(self, x, data):
+    def xfer_next(self, x, data) -> None:
         o = self.oracle
         x = self.steer(x, o.xfers, data)
         if x not in o.xfers:
@@ -158,7 +165,9 @@ class HostTierRules:
                                                if p != nxt and p != "reserve"]))
             self.do("xfer:out-of-order", kt.Xfer(**base, phase=wrong), "reject")
             return
-        ev = kt.Xfer(**base, phase=nxt)
+        if nxt is None:  # every phase done: the transfer ended (the precondition keeps it from here)
+            return
+        ev = kt.Xfer(**base, phase=nxt)  # type: ignore[arg-type]  # nxt is one of PHASES
         live = [b for b in xo.blocks if b.alive]
         if nxt == "release_source" and any(not (b.dev if xo.direction == "h2d" else b.host_current) for b in live):
             # the copy it published has been dropped since: releasing the source would lose the last replica.

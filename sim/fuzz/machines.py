@@ -21,18 +21,19 @@ from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.sim.fuzz.configs import configs
 from kvsim.sim.fuzz.harness import CKPTS, SEQS, XFERS, FuzzFailure, FuzzMachine
 from kvsim.sim.fuzz.host_rules import HostTierRules
+from kvsim.sim.fuzz.reach_rules import ReachRules
 from kvsim.sim.fuzz.unit_rules import UnitRules
 from kvsim.sim.trace import records as kt
 
 __all__ = ["StoreMachine", "HostMachine", "FuzzFailure", "configs"]
 
 
-class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
+class StoreMachine(ReachRules, UnitRules, HostTierRules, FuzzMachine):
     name = "store"
     config_strategy = configs()
 
     @initialize(cfg=config_strategy)
-    def setup(self, cfg):
+    def setup(self, cfg) -> None:
         self.start(cfg)
 
     # -- activation ---------------------------------------------------------------------------------
@@ -56,13 +57,15 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
             return multiple()
         wide = data.draw(st.integers(0, 3)) == 3
         extra = data.draw(st.integers(-2, 300) if wide else st.integers(0, 16))
+        if o.ckpts[ck]["main"].frontier and data.draw(st.integers(0, 7)) == 7:  # below the frontier: refused
+            extra = -data.draw(st.integers(1, P))
         budget = data.draw(st.integers(0, 300) if wide else st.integers(0, 64))
         prompt = max(0, o.ckpts[ck]["main"].frontier + extra)
         return self.activate("activate_from:" + ("fork" if keep else "move"), self.fresh("s"), prompt, budget, ck, keep)
 
     @precondition(lambda self: self.driver is not None and (self.oracle.ckpts or self.oracle.seqs))
     @rule(data=st.data())
-    def branch(self, data):
+    def branch(self, data) -> None:
         """Retain a sequence and continue it (Fork or Move): the prefix-sharing path engines take most."""
         o = self.oracle
         cands = sorted(c for c in o.ckpts if o.ckpts[c]["main"].frontier)
@@ -152,7 +155,7 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
             self.do(f"branch:engine-{variant}", ev, "reject")
 
     @rule(seq=SEQS, gate=st.integers(0, 3))
-    def activate_twice(self, seq, gate):
+    def activate_twice(self, seq, gate) -> None:
         if gate == 3 and self.live_seq(seq) is not None:  # already active (TRACE-2)
             self.do("activate:active", kt.Activate(seq=seq, prompt=0, budget=1), "reject")
 
@@ -168,7 +171,7 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
 
     # -- mapping, growth, COW -------------------------------------------------------------------------
     @rule(seq=SEQS, data=st.data())
-    def map(self, seq, data):
+    def map(self, seq, data) -> None:
         seq = self.steer(seq, self.oracle.seqs, data)
         q = self.live_seq(seq)
         pool = data.draw(st.sampled_from(self.pools))
@@ -184,7 +187,7 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
             self.oracle.map(seq, pool, tokens)
 
     @rule(seq=SEQS, data=st.data())
-    def grow(self, seq, data):
+    def grow(self, seq, data) -> None:
         seq = self.steer(seq, self.oracle.seqs, data)
         q = self.live_seq(seq)
         if q is None:
@@ -201,7 +204,7 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
         self.oracle.grow(seq, plan)
 
     @rule(seq=SEQS, data=st.data())
-    def cow(self, seq, data):
+    def cow(self, seq, data) -> None:
         seq = self.steer(seq, self.oracle.seqs, data)
         q = self.live_seq(seq)
         pool = data.draw(st.sampled_from(self.pools))
@@ -227,12 +230,13 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
             self.fail("crash", f"{label}: {type(exc).__name__}: {exc}")
         if viol:
             self.fail("violation", f"{label}: {viol[0]['rule']}: {viol[0]['message']}")
+        self.reached(ev, None if granted else "capacity")
         if plan is None:
             self.oracle.cow(seq, pool, block)
 
     # -- truncate, finish, release --------------------------------------------------------------------
     @rule(seq=SEQS, data=st.data())
-    def truncate(self, seq, data):
+    def truncate(self, seq, data) -> None:
         seq = self.steer(seq, self.oracle.seqs, data)
         q = self.live_seq(seq)
         pool = data.draw(st.sampled_from(self.pools))
@@ -278,7 +282,7 @@ class StoreMachine(UnitRules, HostTierRules, FuzzMachine):
         return ck if ck else multiple()
 
     @rule(ck=CKPTS, data=st.data())
-    def release(self, ck, data):
+    def release(self, ck, data) -> None:
         o = self.oracle
         ck = self.steer(ck, o.ckpts, data)
         if ck not in o.ckpts:
@@ -296,21 +300,21 @@ class HostMachine(StoreMachine):
     config_strategy = configs(host_pages=st.sampled_from((1, 2, 3, 4)))
 
     @initialize(cfg=config_strategy)
-    def setup(self, cfg):
+    def setup(self, cfg) -> None:
         self.start(cfg)
 
     @rule(ck=CKPTS, data=st.data())
-    def offload_again(self, ck, data):
+    def offload_again(self, ck, data) -> None:
         self.offload(ck, data)
 
     @rule(ck=CKPTS, data=st.data())
-    def drop_device_again(self, ck, data):
+    def drop_device_again(self, ck, data) -> None:
         self.drop_device(ck, data)
 
     @rule(ck=CKPTS, data=st.data())
-    def drop_host_again(self, ck, data):
+    def drop_host_again(self, ck, data) -> None:
         self.drop_host(ck, data)
 
     @rule(x=XFERS, data=st.data())
-    def xfer_next_again(self, x, data):
+    def xfer_next_again(self, x, data) -> None:
         self.xfer_next(x, data)

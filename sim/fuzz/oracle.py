@@ -59,7 +59,7 @@ class Block:
     _n = 0
     __slots__ = ("n", "holders", "dev", "host", "version", "cols", "pins", "alive")
 
-    def __init__(self, cols: int = 0):
+    def __init__(self, cols: int = 0) -> None:
         Block._n += 1
         self.n = Block._n
         self.holders: list = []
@@ -136,7 +136,7 @@ PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 
 
 class Oracle:
-    def __init__(self, facts: Facts):
+    def __init__(self, facts: Facts) -> None:
         self.f = facts
         self.seqs: dict[str, Seq] = {}
         self.ckpts: dict[str, dict] = {}  # ckpt -> {pool: Space}
@@ -256,7 +256,8 @@ class Oracle:
         move = ck is not None and not keep
         plans = {}
         for pool in f.pools:
-            members, cows, restores = [], 0, 0
+            members: list[tuple] = []
+            cows = restores = 0
             if ck is not None:
                 sp = ck[pool]
                 tail = sp.frontier % P
@@ -284,6 +285,7 @@ class Oracle:
         for pool, (members, reservation) in plans.items():
             source = ck[pool] if ck is not None else None
             if move:
+                assert source is not None  # a Move has a source
                 space = source
                 space.blocks, space.owner, space.active = [], seq, True
             else:
@@ -305,7 +307,7 @@ class Oracle:
             spaces[pool] = space
         self.seqs[seq] = Seq(seq, spaces, ceiling)
         self.ended_seqs.discard(seq)
-        if move:
+        if move and src is not None:
             del self.ckpts[src]
             self.moved.add(src)
 

@@ -59,7 +59,7 @@ class LockstepMachine(StoreMachine):
                               host_pages=st.sampled_from((0, 2, 4)))
 
     @initialize(cfg=config_strategy)
-    def setup(self, cfg):
+    def setup(self, cfg) -> None:
         self.start(cfg)
 
     def observer_factory(self, cfg):
@@ -69,7 +69,7 @@ class LockstepMachine(StoreMachine):
         return make
 
     @invariant()
-    def checkpoints_bit_exact(self):
+    def checkpoints_bit_exact(self) -> None:
         if self.driver is None or self.failed or not self.driver.recorded:
             return
         if self.driver.recorded[-1].op != "complete":

@@ -1,16 +1,19 @@
 """Hypothesis settings profiles for the fuzzing machines: `ci` (fast and derandomized: every machine well
-under a minute on two cores, the same examples on every run) and `deep` (long runs, many steps). Registered by name, never loaded globally: the machines'
+under a minute on two cores, the same examples on every run) and `deep` (long runs, many steps). Registered by name,
+never loaded globally: the machines'
 tests and campaigns apply them per machine, so other property tests keep their own settings."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import HealthCheck, settings
 
-PROFILES = {
+PROFILES: dict[str, dict[str, Any]] = {
     "ci": dict(max_examples=40, stateful_step_count=40, derandomize=True),  # CI: the same runs every time
     "deep": dict(max_examples=400, stateful_step_count=120),
 }
-COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True, report_multiple_bugs=False)
+COMMON: dict[str, Any] = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True, report_multiple_bugs=False)
 
 for _name, _values in PROFILES.items():
     settings.register_profile(_name, **_values, **COMMON)

@@ -15,7 +15,8 @@ from kvsim.sim.trace import records as kt
 
 def differences(oracle, view) -> tuple[list, list[str]]:
     """(observe events stating the oracle's view where the model differs, descriptions of each difference)."""
-    events, notes = [], []
+    events: list[kt.Event] = []
+    notes: list[str] = []
     for pool in oracle.f.pools:
         want, got = oracle.counters(pool), view.counters(pool)
         if want != got:
@@ -44,7 +45,8 @@ def differences(oracle, view) -> tuple[list, list[str]]:
             if kind == "ckpt" and host and not blk.host_current and dev and not blk.pins and not blk.active_holders:
                 # a probe: dropping the Device copy must be refused (its Host copy is stale); if the model drops
                 # it, the oracle's counters show what it should have kept
-                events += [kt.DropDevice(ckpt=owner, pool=pool, blocks=(b,)), kt.Observe(pool=pool, **oracle.counters(pool))]
+                events += [kt.DropDevice(ckpt=owner, pool=pool, blocks=(b,)),
+                           kt.Observe(pool=pool, **oracle.counters(pool))]
     for s in sorted(view.seqs() - set(oracle.seqs)):
         notes.append(f"seq {s} is live in the model only")
     for c in sorted(view.ckpts() - set(oracle.ckpts)):

@@ -1,4 +1,5 @@
-"""What a fuzzing campaign has seen so far: examples, steps, machine-rule counts, catalogue coverage.
+"""What a fuzzing campaign has seen so far: examples, steps, machine-rule counts, catalogue coverage,
+reachability (sim.fuzz.reach).
 
 One process-wide record (`RUN`), reset by a campaign before it starts and filled by the machines as
 they run (Hypothesis creates a fresh machine per example, so the totals cannot live on a machine).
@@ -12,6 +13,7 @@ import os
 from pathlib import Path
 
 from kvsim.kvmodel.store.coverage import Coverage
+from kvsim.sim.fuzz.reach import Reach
 
 
 def default_found_dir() -> Path:
@@ -20,7 +22,7 @@ def default_found_dir() -> Path:
 
 
 class CampaignStats:
-    def __init__(self):
+    def __init__(self) -> None:
         self.reset()
 
     def reset(self, found_dir=None) -> None:
@@ -29,6 +31,7 @@ class CampaignStats:
         self.steps = 0
         self.rules: dict[str, int] = {}
         self.coverage = Coverage()
+        self.reach = Reach()  # the states the contract allows that the run built (sim.fuzz.reach)
         self.found_dir = found_dir
         self.last_failure: dict | None = None
 

@@ -6,6 +6,8 @@ as it commits and must be new: it never repeats what another live continuation h
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
@@ -13,8 +15,13 @@ from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.sim.fuzz.harness import UNITS
 from kvsim.sim.trace import records as kt
 
+if TYPE_CHECKING:  # a mixin of FuzzMachine: type-check it as one
+    from kvsim.sim.fuzz.harness import FuzzMachine as _Machine
+else:
+    _Machine = object
 
-class UnitRules:
+
+class UnitRules(_Machine):
     def free_spaces(self):
         return [(name, pool) for name, q in sorted(self.oracle.seqs.items()) for pool, s in q.spaces.items()
                 if s.unit is None]
@@ -45,14 +52,17 @@ class UnitRules:
 
     @precondition(lambda self: self.driver is not None and self.free_spaces())
     @rule(data=st.data())
-    def decode_round(self, data):
+    def decode_round(self, data) -> None:
         """An engine round for one sequence: map ahead, launch over every pool, complete (speculative:
         each pool accepts its own prefix), then settle (trim what was mapped beyond the frontier)."""
-        o = self.oracle
         names = sorted({n for n, _ in self.free_spaces() if not self.busy(n)})
         if not names:
             return
-        name = data.draw(st.sampled_from(names))
+        self.round_for(data.draw(st.sampled_from(names)), data)
+
+    def round_for(self, name, data) -> None:
+        """decode_round's body for one idle sequence (also the append of sim.fuzz.reach_rules)."""
+        o = self.oracle
         q = o.seqs[name]
         k = data.draw(st.integers(1, 2 * P))
         for pool, s in q.spaces.items():
@@ -62,7 +72,7 @@ class UnitRules:
             if self.request("round:map", kt.Map(seq=name, pool=pool, tokens=tokens), refusal is None, res):
                 o.map(name, pool, tokens)
         rows = [(name, pool, (s.frontier, o.writable_end(name, pool))) for pool, s in q.spaces.items()]
-        rows = [(n, p, None if w[0] == w[1] else w) for n, p, w in rows]
+        rows = [(n, p, None if w[0] == w[1] else w) for n, p, w in rows]  # type: ignore[misc]  # read-only rows
         unit = self.fresh("u")
         self.do("round:launch", kt.Launch(unit=unit, rows=tuple(kt.LaunchRow(seq=n, pool=p, write=w)
                                                                  for n, p, w in rows)), "ok")
@@ -83,7 +93,7 @@ class UnitRules:
                 o.truncate(name, pool, s.frontier)
         self.observe(data)
 
-    def commit(self, unit, commits, label):
+    def commit(self, unit, commits, label) -> None:
         o = self.oracle
         ev = kt.Complete(unit=unit, commit=tuple(kt.CommitRow(seq=n, pool=p, frontier=f) for n, p, f in commits))
         self.do(label, ev, "ok")
@@ -99,7 +109,7 @@ class UnitRules:
 
     @precondition(lambda self: self.driver is not None and self.oracle.seqs)
     @rule(data=st.data())
-    def launch_illegal(self, data):
+    def launch_illegal(self, data) -> None:
         o = self.oracle
         free = self.free_spaces()
         busy = [(n, p) for n, q in sorted(o.seqs.items()) for p, s in q.spaces.items() if s.unit is not None]
@@ -135,7 +145,7 @@ class UnitRules:
         self.do(f"launch:illegal-{kind}", kt.Launch(unit=unit, rows=(row,)), "reject")
 
     @rule(unit=UNITS, data=st.data())
-    def complete(self, unit, data):
+    def complete(self, unit, data) -> None:
         o = self.oracle
         unit = self.steer(unit, o.units, data)
         if unit not in o.units:
@@ -166,7 +176,7 @@ class UnitRules:
                               f"{owner} holds there (a write must be new content)")
 
     @rule(unit=UNITS, data=st.data())
-    def fail_unit(self, unit, data):
+    def fail_unit(self, unit, data) -> None:
         unit = self.steer(unit, self.oracle.units, data)
         if unit not in self.oracle.units:
             self.do("fail:stale", kt.Fail(unit=unit), "reject")

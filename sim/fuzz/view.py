@@ -19,7 +19,7 @@ from kvsim.kvmodel.store.observe import committed_content
 class ModelView:
     __slots__ = ("st",)
 
-    def __init__(self, store):
+    def __init__(self, store) -> None:
         self.st = store
 
     def seqs(self) -> set:

@@ -22,9 +22,13 @@ table names which block, and which prefix key each block's content carries -- an
 * PEER-4 hits bounded by the trace: every hit page's prefix key was computed by some request in an earlier
   plan (the data plane orders a hitter's forward after the writer).
 
-With a Host tier, a write-back copies a Device page's content (its key and last writer) to a Host page at
-plan time, and a load-back hands out a fresh Device page holding that Host page's content; a table that
-names it is judged by that content.
+With a Host tier (``sim.peers.host_tier``, rules TS-L2-*), a write-back copies a Device page's content (its
+key and last writer) to a Host page of the same group at plan time, and a load-back or restore hands out a
+fresh Device page holding that Host page's content; a table that names it is judged by that content. A
+snapshot retracts its request: its rows are released (the stream-ordered snapshot store has read them) and
+its next row, after the restore, is judged afresh. A page handed out fresh to a request outside the batch
+(a restore's growth page) counts as fresh when a table first names it, in a later plan -- a weaker check
+than the same-plan one, since the judge cannot tell which request it was meant for.
 
 Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
 the tokens its results produced). This module knows cachetrace/1 records, never a scheduler's API.
@@ -35,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
+from kvsim.sim.peers import host_tier
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -54,6 +59,7 @@ RULES: dict[str, tuple[str, str]] = {
                "neither side dedups or invents an acknowledgement"),
     "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
                "the FIFO data plane orders any hitter's forward after the writer"),
+    **host_tier.RULES,
 }
 
 
@@ -71,9 +77,11 @@ class Finding:
 
 
 class _Req:
-    __slots__ = ("tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill", "framed")
+    __slots__ = ("rid", "tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill", "framed",
+                 "image")
 
-    def __init__(self, tokens) -> None:
+    def __init__(self, rid: str, tokens) -> None:
+        self.rid = rid
         self.tokens = tokens
         self.generated: list[int] = []
         self.digests: list[bytes] = []
@@ -83,6 +91,7 @@ class _Req:
         self.hit = 0
         self.prefill = len(tokens)
         self.framed: bytes | None = None
+        self.image: dict[str, set[int]] = {}  # a retracted request's pages: its rows then, and what restores gave it
 
     def token_slice(self, a: int, b: int):
         n = len(self.tokens)
@@ -114,17 +123,19 @@ class _Req:
 class Contract:
     """Feed it submit / plan / result records in order; ``findings`` collects what broke."""
 
-    def __init__(self, config: ct.Config, max_findings: int = 1000):
+    def __init__(self, config: ct.Config, max_findings: int = 1000) -> None:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
         self.reqs: dict[str, _Req] = {}
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
-        self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> (request, slot) last written
-        self.host: dict[int, tuple] = {}   # Host page -> (content key, last writer) written back to it
-        self._loaded_content: list[tuple] = []
-        self._keyed_loads: set[int] = set()
+        self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> last (request, slot)
+        self.l2 = host_tier.HostTier(self)
+        # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
+        # restore hands pages to a request that rejoins the batch plans later
+        self.handed: dict[str, set[int]] = {g: set() for g in self.groups}
+        self._keyed_loads: dict[str, set[int]] = {}
         self.published: set[bytes] = set()
         self.pending: list[bytes] = []
         self.issued: set[int] = set()
@@ -134,6 +145,9 @@ class Contract:
         self.findings: list[Finding] = []
         self.max_findings = max_findings
         self.counts = {r: 0 for r in RULES}
+        # plans in which each rule's premise held (fresh pages, a first prefix hit, a cache op): counted in
+        # plans like `checked`, so exercised <= checked
+        self.exercised = {r: 0 for r in RULES}
         self.stats = {"requests": 0, "plans": 0, "prompt_tokens": 0, "hits": 0, "hit_tokens": 0, "bound_tokens": 0,
                       "extend_tokens": 0, "decode_tokens": 0, "pages_zeroed": 0, "pages_copied": 0,
                       "cache_ops": 0, "tail_hits": 0, "aborts": 0, "finished": 0, "peak_live_blocks": 0}
@@ -150,7 +164,7 @@ class Contract:
     def submit(self, rec: ct.Submit, line: int = 0) -> None:
         if rec.request in self.reqs:
             raise ValueError(f"request {rec.request!r} submitted while still live")
-        r = _Req(rec.tokens)
+        r = _Req(rec.request, rec.tokens)
         self.reqs[rec.request] = r
         self.stats["requests"] += 1
         self.stats["prompt_tokens"] += len(rec.tokens)
@@ -167,6 +181,26 @@ class Contract:
         self.stats["bound_tokens"] += bound * self.p
 
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
+        st = self.stats
+        before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"])
+        l2_before = dict(self.l2.exercised)
+        self._plan_body(rec, line)
+        ex = self.exercised
+        for rid, n in self.l2.exercised.items():  # the Host tier counts items; a plan counts once
+            if n > l2_before[rid]:
+                ex[rid] += 1
+        ex["TS-TBL-1"] += 1
+        ex["PEER-1"] += 1
+        if st["pages_zeroed"] + st["pages_copied"] > before[0]:
+            ex["TS-POOL-4"] += 1
+            ex["PEER-2"] += 1
+        if st["hits"] > before[1]:
+            ex["TS-PFX-1"] += 1
+            ex["PEER-4"] += 1
+        if st["cache_ops"] > before[2]:
+            ex["PEER-3"] += 1
+
+    def _plan_body(self, rec: ct.Plan, line: int) -> None:
         self._plan = rec.plan
         self.stats["plans"] += 1
         if self.pending:
@@ -177,32 +211,19 @@ class Contract:
         for rid in b.requests:
             if rid not in self.reqs:
                 raise ValueError(f"plan {rec.plan} names request {rid!r} that was never submitted")
-        # Host tier: a write-back copies a Device page's content to Host; a load-back fills a fresh Device
-        # page from Host (cache concepts: "a store skips keys already in flight, a load targets freshly
-        # acquired pages"). Both run before this plan's zeroing and forward.
-        loaded: dict[str, list[int]] = {}
-        g0 = next(iter(self.groups))
-        for op in rec.cache:
-            if op.kind.startswith("WriteBack"):
-                for src, dst in op.pages:
-                    self.host[dst] = (self.content[g0].get(src), self.writer[g0].get(src))
-            elif op.kind.startswith("LoadBack"):
-                for src, dst in op.pages:
-                    key, who = self.host.get(src, (None, None))
-                    loaded.setdefault(g0, []).append(dst)
-                    self.content[g0].pop(dst, None)
-                    if key is not None:
-                        self._loaded_content.append((g0, dst, key))
-                    if who is not None:
-                        self.writer[g0][dst] = who
-                    else:
-                        self.writer[g0].pop(dst, None)
+        # Host tier: write-backs, load-backs, snapshots and restores run before this plan's copies, zeroing
+        # and forward (cache concepts: "an unpinned op's sources may be re-granted in the same plan, so it is
+        # launched first"); a snapshot's request is retracted: its rows are released once the store read them
+        loaded, keyed = self.l2.ops(rec, line)
+        for rid in self.l2.take_retracted():
+            self._retract(rid)
         # copies run before zeroing: "an unpinned op's sources may be re-granted in the same plan, so it is
         # launched first and ... waits on its completion event before the zeroing is enqueued"
         fresh: dict[str, set[int]] = {}
         copied: dict[str, dict[int, int]] = {}
         for g, pairs in rec.copy.items():
             self._check_ids(g, [s for s, _ in pairs], line, "copy source")
+            self.l2.granted(g, [d for _, d in pairs], line, "copied into")
             writer = self.writer[g]
             for src, dst in pairs:
                 copied.setdefault(g, {})[dst] = src
@@ -214,29 +235,33 @@ class Contract:
             self.stats["pages_copied"] += len(pairs)
         for g, pages in rec.zero.items():
             fresh.setdefault(g, set()).update(self._fresh_list(g, pages, line, "zero"))
+            self.l2.granted(g, pages, line, "zeroed")
             writer = self.writer[g]
             for blk in pages:
                 writer.pop(blk, None)
             self.stats["pages_zeroed"] += len(pages)
         for g, pages in loaded.items():
-            self._check_ids(g, pages, line, "load-back destination")
             fresh.setdefault(g, set()).update(pages)
-        self._keyed_loads = set()
-        for g, dst, key in self._loaded_content:  # a loaded page holds the key it was written back with
+        self._keyed_loads = {}
+        for g, dst, key in keyed:  # a loaded page holds the key it was written back with
             self.content[g][dst] = key
-            self._keyed_loads.add(dst)
-        self._loaded_content.clear()
+            self._keyed_loads.setdefault(g, set()).add(dst)
+        for g, blocks in fresh.items():
+            for blk in blocks:
+                self.l2.fresh(g, blk)
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
         for g, rows in rec.tables.items():
             if g not in self.groups:
                 raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
             for rid, row in rows.items():
-                self._row(g, rid, row, fresh.get(g, set()), newly.setdefault(g, {}), line)
+                self._row(g, rid, row, fresh.get(g, set()) | self.handed[g], newly.setdefault(g, {}), line)
         for g, blocks in fresh.items():
             hold = self.holders[g]
             got = newly.get(g, {})
             for blk in sorted(blocks):
                 receivers = got.get(blk, [])
+                if not receivers:  # handed to a request outside this batch (a restore's growth): named later
+                    self.handed[g].add(blk)
                 if hold.get(blk, 0) > len(receivers):
                     self._find("PEER-2", line, f"{g} block {blk} is handed out fresh while a live table still names "
                                "it", group=g, block=blk)
@@ -251,7 +276,7 @@ class Contract:
             if r.seen:
                 continue
             r.seen = True
-            hit = b.prefix_lengths[k]
+            hit = b.prefix_lengths[k] + _replay(b, k)  # the input re-feeds the replay window before the hit
             r.hit = hit
             self.hits[rid] = hit
             self.stats["hit_tokens"] += hit
@@ -272,9 +297,10 @@ class Contract:
         for k, rid in enumerate(b.requests):
             r = self.reqs[rid]
             start = b.prefix_lengths[k] if k < b.extends else r.computed
+            floor = start + _replay(b, k)
             n = b.input_lengths[k]
             if n:
-                self._writes(rid, r, start, start + n, line)
+                self._writes(rid, r, start, start + n, floor, line)
         for op in rec.cache:
             self.stats["cache_ops"] += 1
             for oid in op.op_ids:
@@ -325,12 +351,32 @@ class Contract:
         for rid in rec.finish:
             self.stats["finished"] += 1
             self._end(rid)
+        failed = set(rec.failed)
         for oid in rec.done:
             if oid not in self.issued:
                 self._find("PEER-3", line, f"cache op {oid} acknowledged but never issued", op_id=oid)
             elif oid in self.acked:
                 self._find("PEER-3", line, f"cache op {oid} acknowledged twice", op_id=oid)
+            else:
+                self.l2.acked(oid, oid in failed)
             self.acked.add(oid)
+        for oid in sorted(failed - set(rec.done)):
+            raise ValueError(f"op {oid} is listed as failed but not as acknowledged")
+
+    def clear(self, rec: ct.Clear, line: int = 0) -> None:
+        """A ClearCache request: refused while write-backs are in flight (TS-L2-8); once accepted, nothing
+        computed before it may be hit again and the Host tier is empty."""
+        if rec.plan != self._plan:
+            raise ValueError(f"clear after plan {rec.plan} does not follow that plan")
+        n = self.l2.exercised["TS-L2-8"]
+        self.l2.clear(rec, line)
+        if self.l2.exercised["TS-L2-8"] > n:
+            self.exercised["TS-L2-8"] += 1
+        if rec.accepted:
+            self.published.clear()
+            self.pending.clear()
+            for g in self.content:
+                self.content[g].clear()
 
     def finish(self, line: int = 0) -> None:
         """End of the trace: every issued op must have been acknowledged."""
@@ -349,7 +395,7 @@ class Contract:
         for g, row in r.rows.items():
             bg = self.groups[g].block_granularity
             slot = (k * p) // bg + (hit - k * p) // bg
-            if bg < p or slot >= len(row):
+            if bg < p or slot >= len(row) or self.groups[g].replayable:  # replayed rows are regenerated
                 continue
             blk = row[slot]
             src = copied.get(g, {}).get(blk, blk)
@@ -413,9 +459,12 @@ class Contract:
                            request=rid, group=g, block=blk)
             hold[blk] = hold.get(blk, 0) + 1
             if blk in fresh:
+                self.handed[g].discard(blk)
                 newly.setdefault(blk, []).append((rid, i))
-                if blk not in self._keyed_loads:
+                if blk not in self._keyed_loads.get(g, ()):
                     continue
+            else:
+                self.l2.named(g, blk, rid, i, line)
             page = (i * bg) // p
             want = r.digest(page, p) if (page + 1) * p <= len(r.tokens) + len(r.generated) else None
             have = content.get(blk)
@@ -430,20 +479,38 @@ class Contract:
                 _release_holder(hold, prev)
         r.rows[g] = list(row)
 
-    def _writes(self, rid: str, r: _Req, a: int, b: int, line: int) -> None:
+    def _writes(self, rid: str, r: _Req, a: int, b: int, floor: int, line: int) -> None:
+        """The forward writes tokens [a, b) of a request: a replayable group from a (the replay window's
+        first token), every shared group only from the write floor (cache concepts: "A write floor for the
+        shared groups (... prefix + replay per request)": the shared rows stay what the first computation
+        produced)."""
         for g, row in r.rows.items():
             bg = self.groups[g].block_granularity
+            lo = a if self.groups[g].replayable else max(a, floor)
             hold, content = self.holders[g], self.content[g]
-            for i in range(a // bg, min((b - 1) // bg + 1, len(row))):
+            for i in range(lo // bg, min((b - 1) // bg + 1, len(row))):
                 blk = row[i]
                 if blk <= 0:
                     continue
+                self.l2.forward_write(g, blk, rid, i, line)
                 if hold.get(blk, 0) > 1:
                     self._find("TS-TBL-1", line, f"{rid} writes {g} slot {i} into block {blk}, which another live "
                                "table names", request=rid, group=g, slot=i, block=blk)
-                elif blk in content and (i + 1) * bg <= r.computed:
+                elif blk in content:  # also at a first extend (nothing computed yet): the write floor is the hit
                     self._find("TS-TBL-1", line, f"{rid} rewrites {g} slot {i} in block {blk}, which holds "
                                "published content", request=rid, group=g, slot=i, block=blk)
+
+    def _retract(self, rid: str) -> None:
+        """A retracted request keeps its tokens and progress but no rows: its pages go back to the pool."""
+        r = self.reqs[rid]
+        for g, row in r.rows.items():
+            hold = self.holders[g]
+            for blk in row:
+                if blk > 0:
+                    _release_holder(hold, blk)
+        if r.rows:
+            r.image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
+        r.rows = {}
 
     def _end(self, rid: str) -> None:
         r = self.reqs.get(rid)
@@ -462,12 +529,19 @@ class Contract:
 
     # -- summary ----------------------------------------------------------------------------------------------
     def summary(self) -> dict:
-        s = dict(self.stats)
-        pt = s["prompt_tokens"] or 1
-        s["hit_ratio"] = round(s["hit_tokens"] / pt, 6)
-        s["trace_bound_ratio"] = round(s["bound_tokens"] / pt, 6)
+        s: dict[str, object] = dict(self.stats)
+        pt = self.stats["prompt_tokens"] or 1
+        s["hit_ratio"] = round(self.stats["hit_tokens"] / pt, 6)
+        s["trace_bound_ratio"] = round(self.stats["bound_tokens"] / pt, 6)
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
+        s["host_tier"] = dict(self.l2.stats)
         return s
+
+
+def _replay(b: ct.Batch, k: int) -> int:
+    """Tokens slot k re-feeds for its replayable groups before its prefix hit (extends only): its input starts
+    at ``prefix_lengths[k]`` and the hit, the shared groups' write floor, lies this many tokens later."""
+    return b.replay_lengths[k] if k < b.extends and k < len(b.replay_lengths) else 0
 
 
 def _release_holder(hold: dict, blk: int) -> None:

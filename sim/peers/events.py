@@ -2,25 +2,43 @@
 
 Engines publish batches of ``BlockStored`` (block hashes, parent hash, token ids, block size),
 ``BlockRemoved`` (block hashes) and ``AllBlocksCleared``; a KV-aware router rebuilds the engine's cache
-from them, so every inconsistency leaves the router routing for hits that are not there. The checks:
+from them, so every inconsistency leaves the router routing for hits that are not there. The cache
+concepts (seed 002) make a cached prefix's identity its hash at multiples of prefix_granularity (l.13: "two
+requests share cache only at multiples of this many tokens") and say the scheduler "folds [cache mutations]
+into one externally visible prefix event" (l.193), hashed by "a second, independent block-hash
+implementation for external KV events" (l.309). The rules (``RULES``; titles, sources and decisions in ``CATALOGUE``):
 
-* EV-1 a removal names a block that is live (never a block never stored, or already removed);
+* EV-1 a removal names a live block (never a block never stored, or already removed);
 * EV-2 a store names no block that is already live (no double store without a removal);
 * EV-3 a store's parent hash resolves to a live block (no orphans), and a partial tail is never a parent;
-* EV-4 token counts agree with the block size: ``len(token_ids) == blocks x block_size``; only where the
-  engine documents it (``partial_tails``: TokenSpeed publishes its growing last page) may the last block of
-  an event hold fewer tokens;
+* EV-4 token counts agree with the block size;
 * EV-5 ``AllBlocksCleared`` empties everything: a later event may not name a block it dropped;
-* EV-6 live blocks never exceed the given capacity (per medium);
-* EV-7 where the hashing scheme is known, every hash is recomputed from its parent and tokens:
-  ``sha256`` (TokenSpeed's prefix framing, ``kvmodel.cache.prefix_hash``; hex digests) or ``fnv1a64``
-  (TokenSpeed's event hash: FNV-1a 64 over a has-parent byte, the parent u64 LE when present, the token
-  count u64 LE and each token i32 LE).
+* EV-6 live blocks never exceed the given capacity (per medium and group);
+* EV-7 where the hashing scheme is known, every hash recomputes from its parent and tokens
+  (``sim.peers.block_hash``);
+* EV-8 sequence numbers are contiguous: a batch lost and not replayed is a finding.
+
+Live blocks are keyed by medium, ``group_idx`` where events carry it (a hybrid vLLM model publishes one
+copy of each hash per cache group) and the batch's data-parallel rank (each rank has its own cache; its
+``AllBlocksCleared`` empties that rank only). Engine presets (``PRESETS``) fix block size, hash scheme, tail
+policy, per-group keys and the engine-documented allowances (``CATALOGUE`` says why each is allowed).
+
+Library use (the peer drivers feed events as they come)::
+
+    checker = EventChecker(preset=PRESETS["vllm"])        # or EventChecker(block_size=16, hash_scheme=...)
+    for seq, events in stream:                            # events: parsed with parse_batch / parse_event,
+        checker.sequence(seq, line=seq)                   # or any objects with the same fields
+        checker.batch(events, line=seq)
+        for f in checker.drain():                         # findings since the last drain, in order
+            print(f.rule, f.line, f.message)
+    summary = checker.summary()                           # counters; checker.counts per rule
 
 Log lines: a batch in array form ``[ts, [event, ...], dp_rank]`` with array events (``["BlockStored",
-hashes, parent, token_ids, block_size, lora_id, medium]``), a batch in object form ``{"ts": .., "events":
-[{"type": "BlockStored", ...}]}`` (``type`` or ``kind`` names the event), a single event object, or a
-cachetrace/1 file (its ``kv`` lines). This module knows events, not schedulers.
+hashes, parent, token_ids, block_size, lora_id, medium]``), the engines' native form (the same batch
+whose events are objects tagged by ``type``, as vLLM >= 0.33 and SGLang publish them: unknown fields are
+ignored, known ones used), a batch object ``{"ts": .., "events": [...], "seq": n?}`` (``type`` or ``kind``
+names an event), a single event object, or a cachetrace/1 file (its ``kv`` lines). This module knows
+events, not schedulers.
 """
 
 from __future__ import annotations
@@ -31,63 +49,101 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 
-from kvsim.kvmodel.cache.prefix_hash import page_digest
+from kvsim.sim.peers import block_hash as bh
+from kvsim.sim.peers.block_hash import fnv1a64, fnv1a64_many
 from kvsim.sim.trace import cachetrace as ct
 
-__all__ = ["RULES", "EventChecker", "EventLogError", "read_event_log", "fnv1a64", "HASH_SCHEMES"]
+__all__ = ["RULES", "CATALOGUE", "PRESETS", "Preset", "EventChecker", "EventLogError", "Finding",
+           "read_event_log", "parse_batch", "parse_event", "fnv1a64", "fnv1a64_many", "HASH_SCHEMES"]
 
-RULES: dict[str, str] = {
-    "EV-1": "a removal names a live block (not one never stored or already removed)",
-    "EV-2": "no double store of a live block without a removal",
-    "EV-3": "parent hash chains resolve to live, full blocks",
-    "EV-4": "token counts agree with the block size (a partial tail only where the engine documents it)",
-    "EV-5": "AllBlocksCleared empties everything",
-    "EV-6": "live blocks never exceed the capacity",
-    "EV-7": "every hash recomputes from its parent and tokens under the known scheme",
+_SEED_PREFIX = ('cache concepts (seed 002, l.13): "prefix_granularity ... two requests share cache only at '
+                'multiples of this many tokens"')
+_SEED_EVENTS = ('cache concepts (seed 002, l.193 and l.309): "folds them into one externally visible prefix event"; '
+                '"a second, independent block-hash implementation for external KV events"')
+
+
+@dataclass(frozen=True)
+class EvRule:
+    """A catalogue entry: id, one-line title, where the rule comes from, and what was decided."""
+    id: str
+    title: str
+    clause: str
+    decisions: str = ""
+
+
+CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
+    EvRule("EV-1", "a removal names a live block (not one never stored or already removed)", _SEED_EVENTS,
+           "Under the vLLM preset a hash stored twice is two copies, and each removal drops one (see EV-2)."),
+    EvRule("EV-2", "no double store of a live block without a removal", _SEED_EVENTS,
+           "Allowed behind the vLLM preset, as vLLM documents both: (a) a second copy -- vLLM's block pool "
+           "keeps duplicate blocks under one hash (BlockPool.get_cached_block: 'If there are duplicated blocks, "
+           "we return the first block'), e.g. when a fully cached, block-aligned prompt recomputes its last "
+           "block (KVCacheManager.get_computed_blocks: 'we must recompute the last token'), and publishes one "
+           "BlockRemoved per copy, so the stream is consistent read as a multiset: the checker counts copies "
+           "and EV-1 fires only when removals outnumber them (a consumer that keeps a set instead forgets a "
+           "block the engine still holds at the first removal); (b) a reuse report -- with a request's "
+           "kv_cache_report_mode='full' vLLM re-announces the prefix-cache hit as a BlockStored from block 0 "
+           "with no parent (BlockPool.emit_cached_block_events: 'does NOT modify block state'); a parent-less "
+           "store of two or more blocks, all live, can only be that (a new copy of a prefix's first block is "
+           "impossible: blocks are cached at allocation, so a later request hits them), and changes nothing. "
+           "A one-block report cannot be told from the recompute of a one-block prompt; it counts as a copy "
+           "(never a false EV-1; at worst one phantom copy). Without the preset both fire EV-2 "
+           "(reproducers: sim/peers/samples/findings/vllm_*)."),
+    EvRule("EV-3", "parent hash chains resolve to live, full blocks", _SEED_EVENTS,
+           "The parent is looked up in the same medium and group first, then in any."),
+    EvRule("EV-4", "token counts agree with the block size (a partial tail only where the engine documents it)",
+           _SEED_PREFIX,
+           "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "
+           "and group keeps the size its first store declared (a hybrid model may use one per group), except "
+           "that a group whose blocks are wider than vLLM's hash block size may also publish a partial prefix "
+           "entry of whole hash blocks (BlockPool.cache_partial_block). Only the "
+           "TokenSpeed preset (--partial-tails) accepts a last block shorter than the block size: TokenSpeed "
+           "publishes its growing tail page and re-hashes it as it grows."),
+    EvRule("EV-5", "AllBlocksCleared empties everything", _SEED_EVENTS,
+           "A clear of an empty cache changes nothing and is no finding: SGLang's RadixCache publishes "
+           "AllBlocksCleared first in every stream (its reset() at construction), which a consumer applies "
+           "as a no-op (reproducer: sim/peers/samples/findings/sglang_initial_clear.jsonl)."),
+    EvRule("EV-6", "live blocks never exceed the capacity", _SEED_EVENTS,
+           "Counted per medium and group (each group has its own pages); copies count."),
+    EvRule("EV-7", "every hash recomputes from its parent and tokens under the known scheme", _SEED_PREFIX,
+           "Events carry 64 bits of a vLLM or SGLang digest: the checker keeps each live block's full digest "
+           "and chains the next from it. A block it cannot recompute (LoRA, salted namespaces, a parent whose "
+           "digest it never saw) is counted as unverifiable, not as a finding."),
+    EvRule("EV-8", "sequence numbers are contiguous: no batch lost without a replay", _SEED_EVENTS,
+           "vLLM's publisher numbers batches 0, 1, 2, ... (8-byte big-endian frame) and keeps the last "
+           "buffer_steps for replay on its ROUTER socket. A gap the subscriber could not replay, or a number "
+           "that goes back (a publisher restart), leaves the consumer's view diverged; batches before the "
+           "first one seen are not a gap (a late join says so in a note)."),
+)}
+RULES: dict[str, str] = {rid: r.title for rid, r in CATALOGUE.items()}
+HASH_SCHEMES = bh.SCHEMES
+
+
+@dataclass(frozen=True)
+class Preset:
+    """What an engine's stream promises: ``block_size`` None means each group's first store sets it."""
+    engine: str
+    block_size: int | None
+    hash_scheme: str
+    partial_tails: bool
+    group_keys: bool = True
+    duplicate_copies: bool = False
+    reuse_reports: bool = False
+    note: str = ""
+    alt_schemes: tuple[str, ...] = ()  # recognised instead when the first root block recomputes only under one
+
+
+PRESETS: dict[str, Preset] = {
+    "tokenspeed": Preset("tokenspeed", 64, "fnv1a64", True,
+                         note="block size 64, growing partial tails, FNV-1a 64 event hashes"),
+    "vllm": Preset("vllm", None, "vllm-sha256", False, duplicate_copies=True, reuse_reports=True,
+                   note="block size per cache group (vLLM's default 16), sha256 over pickle with NONE_HASH "
+                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies "
+                        "and reuse reports allowed", alt_schemes=("vllm-sha256-cbor",)),
+    "sglang": Preset("sglang", None, "sglang-sha256", False,
+                     note="block size = page size (from the first store), chained sha256 over u32 tokens"),
 }
-HASH_SCHEMES = ("none", "sha256", "fnv1a64")
-
-_FNV_OFFSET, _FNV_PRIME, _M64 = 0xCBF29CE484222325, 0x100000001B3, (1 << 64) - 1
-
-
-def fnv1a64_many(parents: list, token_lists: list) -> list[int]:
-    """fnv1a64 of many blocks at once (NumPy across blocks, byte by byte): the same values, ~30x faster."""
-    out = [0] * len(parents)
-    groups: dict[tuple[bool, int], list[int]] = {}
-    for i, (par, toks) in enumerate(zip(parents, token_lists)):
-        groups.setdefault((par is not None, len(toks)), []).append(i)
-    for (has_parent, n), idx in groups.items():
-        cols = [np.full(len(idx), 1 if has_parent else 0, dtype=np.uint8)[:, None]]
-        if has_parent:
-            par = np.array([parents[i] & _M64 for i in idx], dtype=np.uint64)
-            cols.append(par.astype("<u8").view(np.uint8).reshape(len(idx), 8))
-        cols.append(np.full((len(idx), 1), n, dtype="<u8").view(np.uint8).reshape(len(idx), 8))
-        if n:
-            toks = np.array([token_lists[i] for i in idx], dtype=np.int64).astype("<i4")
-            cols.append(toks.view(np.uint8).reshape(len(idx), 4 * n))
-        data = np.concatenate(cols, axis=1).astype(np.uint64)
-        h = np.full(len(idx), _FNV_OFFSET, dtype=np.uint64)
-        prime = np.uint64(_FNV_PRIME)
-        for j in range(data.shape[1]):
-            h ^= data[:, j]
-            h *= prime
-        for k, i in enumerate(idx):
-            out[i] = int(h[k])
-    return out
-
-
-def fnv1a64(parent: int | None, tokens) -> int:
-    """TokenSpeed's KV-event block hash (FNV-1a 64): has-parent byte, parent u64, count u64, tokens i32."""
-    data = bytearray(b"\x01" + (parent & _M64).to_bytes(8, "little") if parent is not None else b"\x00")
-    data += len(tokens).to_bytes(8, "little")
-    for t in tokens:
-        data += (t & 0xFFFFFFFF).to_bytes(4, "little")
-    h = _FNV_OFFSET
-    for byte in data:
-        h = ((h ^ byte) * _FNV_PRIME) & _M64
-    return h
 
 
 class EventLogError(Exception):
@@ -107,94 +163,263 @@ class Finding:
 
 
 def _short(h: Any) -> str:
-    s = str(h)
+    s = h.hex() if isinstance(h, bytes) else str(h)
     return s if len(s) <= 24 else s[:12] + "..." + s[-8:]
 
 
-class EventChecker:
-    """Feed it event batches in order (``batch(events, line)``); ``findings`` collects what broke."""
+class _Live:
+    __slots__ = ("copies", "full", "digest")
 
-    def __init__(self, block_size: int | None = None, hash_scheme: str = "none", capacity: int | None = None,
-                 partial_tails: bool = False, max_findings: int = 1000):
-        if hash_scheme not in HASH_SCHEMES:
+    def __init__(self, full: bool, digest: Any) -> None:
+        self.copies, self.full, self.digest = 1, full, digest
+
+
+_AUTO = ("fnv1a64", "sha256", "vllm-sha256", "vllm-sha256-cbor", "sglang-sha256")
+_PENDING_ROOTS = 8  # root blocks tried before a stream's scheme is given up on
+
+
+class EventChecker:
+    """Feed it events in order (``batch(events, line)``, ``sequence(seq, line)``); findings come out.
+
+    ``findings`` holds every finding (up to ``max_findings``; ``counts`` counts them all); ``drain()``
+    returns those found since its last call. ``notes`` says what the checker guessed (a block size learned
+    from a store, a hash scheme recognised) -- the flags a user would pass to pin them.
+
+    ``preset`` (``PRESETS[engine]``) supplies whatever is not given explicitly; ``hash_scheme`` ``"auto"``
+    adopts the one scheme the stream's first root blocks recompute under; ``duplicate_copies`` /
+    ``reuse_reports`` are vLLM's allowances (the EV-2 entry).
+    """
+
+    def __init__(self, block_size: int | None = None, hash_scheme: str | None = None, capacity: int | None = None,
+                 partial_tails: bool = False, max_findings: int = 1000, *, preset: Preset | None = None,
+                 group_keys: bool = True, duplicate_copies: bool = False, reuse_reports: bool = False,
+                 hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None) -> None:
+        self._candidates: tuple[str, ...] = _AUTO
+        self._fallback: str | None = None
+        self._pending: list[tuple] = []  # root blocks no candidate scheme reproduced, judged once one is adopted
+        if preset is not None:
+            block_size = block_size if block_size is not None else preset.block_size
+            if hash_scheme is None and preset.alt_schemes:
+                hash_scheme, self._fallback = "auto", preset.hash_scheme
+                self._candidates = (preset.hash_scheme, *preset.alt_schemes)
+            hash_scheme = preset.hash_scheme if hash_scheme is None else hash_scheme
+            partial_tails = partial_tails or preset.partial_tails
+            group_keys, duplicate_copies, reuse_reports = (preset.group_keys, preset.duplicate_copies,
+                                                           preset.reuse_reports)
+        hash_scheme = hash_scheme or "none"
+        if hash_scheme not in HASH_SCHEMES + ("auto",):
             raise ValueError(f"hash scheme must be one of {HASH_SCHEMES}")
-        self.block_size, self.scheme, self.capacity = block_size, hash_scheme, capacity
-        self.partial_tails = partial_tails
-        self.live: dict[Any, dict[Any, bool]] = {}   # medium -> hash -> is a full block
+        self.block_size, self.capacity, self.partial_tails = block_size, capacity, partial_tails
+        self.preset = preset
+        self.group_keys, self.duplicate_copies, self.reuse_reports = group_keys, duplicate_copies, reuse_reports
+        self._seed, self._hash_block_size = hash_seed, hash_block_size
+        self._hbs_pinned = hash_block_size is not None
+        self.scheme = hash_scheme
+        self._scheme = None if hash_scheme == "auto" else bh.scheme(hash_scheme, seed=hash_seed,
+                                                                      hash_block_size=hash_block_size)
+        self.live: dict[Any, dict[Any, _Live]] = {}   # (medium, group) -> hash -> live block
+        self._sizes: dict[Any, tuple[int, int]] = {}  # (medium, group) -> (block size, line that set it)
+        self._copies: dict[Any, int] = {}  # (medium, group) -> live blocks, copies counted
         self.cleared: set = set()
         self.findings: list[Finding] = []
+        self._drained = 0
+        self.notes: list[str] = []
+        self.warnings: list[str] = []  # said even under a preset: the preset's assumption did not hold
         self.max_findings = max_findings
         self.counts = {r: 0 for r in RULES}
+        # batches in which each rule's premise held (a removal, a store, a clear or a store/removal after one, a
+        # hash recomputed, a sequence number): counted in batches like `checked`, so exercised <= checked
+        self.exercised = {r: 0 for r in RULES}
+        self._sequenced_batch = False
         self._deferred: list[tuple] = []  # (line, hash, parent, tokens): fnv1a64 is recomputed in bulk
-        self.stats = {"batches": 0, "stored": 0, "removed": 0, "cleared": 0, "peak_live": 0, "partial_blocks": 0}
+        self._seq: int | None = None
+        self.grouped = False  # a store named a cache group (group_idx)
+        self.stats = {"batches": 0, "stored": 0, "removed": 0, "cleared": 0, "cleared_empty": 0, "peak_live": 0,
+                      "partial_blocks": 0, "recomputed": 0, "unverifiable": 0, "copies": 0, "reuse_reports": 0,
+                      "sequence_gaps": 0, "partial_entries": 0}
+        self.unverifiable_reasons: dict[str, int] = {}
 
-    def _find(self, rule: str, line: int, message: str, **ctx) -> None:
+    # -- findings ----------------------------------------------------------------------------------------------
+    def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
         if len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, message, ctx))
 
-    def batch(self, events, line: int) -> None:
-        self.stats["batches"] += 1
-        for ev in events:
-            if isinstance(ev, ct.BlockStored):
-                self._stored(ev, line)
-            elif isinstance(ev, ct.BlockRemoved):
-                self._removed(ev, line)
-            else:
-                self.stats["cleared"] += 1
-                for m in self.live.values():
-                    self.cleared.update(m)
-                self.live.clear()
+    def drain(self) -> list[Finding]:
+        """Findings added since the last drain (deferred hashes recomputed first), in line order."""
+        self._flush_deferred()
+        new = self.findings[self._drained:]
+        self._drained = len(self.findings)
+        return sorted(new, key=lambda f: f.line)
 
-    def _stored(self, ev: ct.BlockStored, line: int) -> None:
-        live = self.live.setdefault(ev.medium, {})
+    def _unverifiable(self, reason: str) -> None:
+        self.stats["unverifiable"] += 1
+        self.unverifiable_reasons[reason] = self.unverifiable_reasons.get(reason, 0) + 1
+
+    # -- the stream --------------------------------------------------------------------------------------------
+    def sequence(self, seq: int, line: int) -> None:
+        """A batch's sequence number (EV-8): the first one seen starts the count."""
+        if self._seq is not None:
+            if seq > self._seq + 1:
+                lost = seq - self._seq - 1
+                self.stats["sequence_gaps"] += 1
+                self._find("EV-8", line, f"sequence numbers {self._seq + 1}..{seq - 1} missing ({lost} "
+                           f"batch{'es' if lost > 1 else ''} lost, not replayed)", first=self._seq + 1, last=seq - 1)
+            elif seq <= self._seq:
+                self._find("EV-8", line, f"sequence number {seq} after {self._seq} (a publisher restart or a "
+                           f"repeated batch)", seq=seq, previous=self._seq)
+        self._seq = seq
+        self._sequenced_batch = True
+
+    @property
+    def sequenced(self) -> bool:
+        """Whether the stream carried sequence numbers (EV-8 applies)."""
+        return self._seq is not None
+
+    def batch(self, events: list, line: int) -> None:
+        self.stats["batches"] += 1
+        stored = removed = cleared = False
+        after_clear = bool(self.cleared)
+        recomputed = self.stats["recomputed"] + len(self._deferred)
+        for ev in events:
+            name = type(ev).__name__
+            if name == "BlockStored":
+                stored = True
+                self._stored(ev, line)
+            elif name == "BlockRemoved":
+                removed = True
+                self._removed(ev, line)
+            elif name == "AllBlocksCleared":
+                cleared = True
+                self.stats["cleared"] += 1
+                rank = getattr(ev, "dp_rank", None)  # a rank's clear empties that rank's cache only
+                keys = [k for k in self.live if rank is None or (len(k) > 2 and k[2] == rank)]
+                if not any(self.live[k] for k in keys):
+                    self.stats["cleared_empty"] += 1
+                for k in keys:
+                    self.cleared.update(self.live.pop(k))
+                    self._copies.pop(k, None)
+            else:
+                raise TypeError(f"not a KV event: {name}")
+        ex = self.exercised
+        ex["EV-1"] += removed
+        if stored:
+            ex["EV-2"] += 1
+            ex["EV-3"] += 1
+            ex["EV-4"] += 1
+            ex["EV-6"] += self.capacity is not None
+        ex["EV-7"] += self.stats["recomputed"] + len(self._deferred) > recomputed
+        ex["EV-5"] += cleared or (after_clear and (stored or removed))
+        ex["EV-8"] += self._sequenced_batch
+        self._sequenced_batch = False
+
+    def _where(self, ev: Any) -> Any:
+        group = getattr(ev, "group_idx", None) if self.group_keys else None
+        rank = getattr(ev, "dp_rank", None)
+        return (ev.medium, group) if rank is None else (ev.medium, group, rank)
+
+    def _lookup(self, where: Any, h: Any) -> _Live | None:
+        blk = self.live.get(where, {}).get(h)
+        if blk is None:
+            blk = next((m[h] for m in self.live.values() if h in m), None)
+        return blk
+
+    def _size(self, where: Any, bs: int, line: int) -> None:
+        if self.block_size is not None:
+            if bs != self.block_size:
+                self._find("EV-4", line, f"block_size {bs}, expected {self.block_size}", block_size=bs)
+            return
+        known = self._sizes.get(where)
+        if known is None:
+            self._sizes[where] = (bs, line)
+            self._narrowest(line)
+            medium, group = where[:2]
+            at = "" if where == (None, None) else f" ({medium or 'no medium'}" + (
+                f", group {group}" if group is not None else "") + (f", rank {where[2]})" if len(where) > 2 else ")")
+            self.notes.append(f"block size {bs} learned from line {line}{at}; --block-size pins it")
+        elif (bs < known[0] and self._hash_block_size and bs % self._hash_block_size == 0
+              and known[0] % self._hash_block_size == 0):
+            self.stats["partial_entries"] += 1  # vLLM's partial prefix entry inside a wider block (cache_partial_block)
+        elif bs != known[0]:
+            self._find("EV-4", line, f"block_size {bs}, but line {known[1]} declared {known[0]} for this medium "
+                       f"and group", block_size=bs, expected=known[0])
+
+    def _stored(self, ev: Any, line: int) -> None:
+        where = self._where(ev)
+        if where[1] is not None:
+            self.grouped = True  # vLLM's stores name their cache group
+        live = self.live.setdefault(where, {})
         bs = ev.block_size
-        if self.block_size is not None and bs != self.block_size:
-            self._find("EV-4", line, f"block_size {bs}, expected {self.block_size}", block_size=bs)
-        n, ntok = len(ev.block_hashes), len(ev.token_ids)
+        if bs != self.block_size:
+            self._size(where, bs, line)
+        hashes = ev.block_hashes
+        n, ntok = len(hashes), len(ev.token_ids)
         full_tokens = n * bs
-        partial = ntok != full_tokens
-        if partial and not (self.partial_tails and n and (n - 1) * bs < ntok < full_tokens):
+        if ntok != full_tokens and not (self.partial_tails and n and (n - 1) * bs < ntok < full_tokens):
             self._find("EV-4", line, f"{n} blocks of {bs} tokens carry {ntok} token ids", blocks=n, tokens=ntok)
         parent = ev.parent_block_hash
+        parent_blk = None
         if parent is not None:
-            full = live.get(parent)
-            if full is None:
-                full = next((m[parent] for m in self.live.values() if parent in m), None)
-            if full is None and parent in self.cleared:
+            parent_blk = self._lookup(where, parent)
+            if parent_blk is None and parent in self.cleared:
                 self._find("EV-5", line, f"store under parent {_short(parent)}, which AllBlocksCleared dropped",
                            parent=parent)
-            elif full is None:
+            elif parent_blk is None:
                 self._find("EV-3", line, f"store under parent {_short(parent)}, which is not a live block",
                            parent=parent)
-            elif not full:
+            elif not parent_blk.full:
                 self._find("EV-3", line, f"store under parent {_short(parent)}, a partial tail block", parent=parent)
-        prev = parent
-        for j, h in enumerate(ev.block_hashes):
-            toks = ev.token_ids[j * bs:(j + 1) * bs]
-            is_full = len(toks) == bs
+        if (self.reuse_reports and parent is None and n >= 2 and ntok == full_tokens
+                and all(h in live for h in hashes)):
+            self.stats["reuse_reports"] += 1  # vLLM's kv_cache_report_mode="full": changes nothing (EV-2 entry)
+            return
+        if self.scheme == "auto" and n and ntok >= bs:
+            self._recognise(ev, hashes[0], parent, line)
+        prev_value, prev = parent, self._parent_digest(parent, parent_blk)
+        scheme = self._scheme
+        n_new = 0  # copies added (a double store outside the vLLM preset replaces, adding none)
+        for j, h in enumerate(hashes):
+            is_full = (j + 1) * bs <= ntok
             if not is_full:
                 self.stats["partial_blocks"] += 1
-            if self.scheme != "none":
-                self._recompute(h, prev, toks, line)
-            if h in live:
-                self._find("EV-2", line, f"block {_short(h)} stored again while live", block=h)
-            live[h] = is_full
+            digest = None
+            if scheme is not None:
+                toks = ev.token_ids[j * bs:(j + 1) * bs]
+                digest = self._recompute(h, prev_value, prev, toks, self._block(ev, j, prev_value), line)
+            blk = live.get(h)
+            if blk is not None:
+                if self.duplicate_copies:
+                    blk.copies += 1
+                    n_new += 1
+                    self.stats["copies"] += 1
+                else:
+                    self._find("EV-2", line, f"block {_short(h)} stored again while live", block=h)
+                blk.full = is_full
+                if digest is not None:
+                    blk.digest = digest
+            else:
+                live[h] = _Live(is_full, digest)
+                n_new += 1
             self.cleared.discard(h)
             self.stats["stored"] += 1
-            prev = h
-        size = len(live)
+            prev_value, prev = h, digest
+        size = self._copies[where] = self._copies.get(where, 0) + n_new
         if size > self.stats["peak_live"]:
             self.stats["peak_live"] = size
         if self.capacity is not None and size > self.capacity:
             self._find("EV-6", line, f"{size} live blocks exceed the capacity {self.capacity}", live=size,
                        capacity=self.capacity, medium=ev.medium)
 
-    def _removed(self, ev: ct.BlockRemoved, line: int) -> None:
-        live = self.live.setdefault(ev.medium, {})
+    def _removed(self, ev: Any, line: int) -> None:
+        where = self._where(ev)
+        live = self.live.setdefault(where, {})
         for h in ev.block_hashes:
-            if h in live:
-                del live[h]
+            blk = live.get(h)
+            if blk is not None:
+                blk.copies -= 1
+                self._copies[where] -= 1
+                if blk.copies <= 0:
+                    del live[h]
                 self.stats["removed"] += 1
             elif h in self.cleared:
                 self._find("EV-5", line, f"removal of block {_short(h)}, which AllBlocksCleared already dropped",
@@ -202,76 +427,239 @@ class EventChecker:
             else:
                 self._find("EV-1", line, f"removal of block {_short(h)}, which is not live", block=h)
 
-    def _recompute(self, h, parent, toks, line: int) -> None:
-        if self.scheme == "fnv1a64" and isinstance(h, int) and (parent is None or isinstance(parent, int)):
-            self._deferred.append((line, h, parent, toks))
+    # -- hashes ------------------------------------------------------------------------------------------------
+    def _parent_digest(self, parent: Any, blk: _Live | None) -> Any:
+        if parent is None or self._scheme is None:
+            return None
+        if self._scheme.chain_from_event:
+            try:
+                return self._scheme.event_digest(parent)
+            except bh.Unverifiable:
+                return None
+        return blk.digest if blk is not None else None
+
+    @staticmethod
+    def _block(ev: Any, j: int, parent: Any) -> dict:
+        """What a scheme may need of block ``j`` of a store beyond its tokens."""
+        extra = getattr(ev, "extra_keys", None)
+        lookahead = getattr(ev, "lookahead_token_ids", None)
+        return {"extra_keys": extra[j] if extra is not None and j < len(extra) else None,
+                "lookahead": lookahead[j] if lookahead is not None and j < len(lookahead) else None,
+                "lora_name": getattr(ev, "lora_name", None), "cache_salt": getattr(ev, "cache_salt", None),
+                "first": parent is None}
+
+    def _recognise(self, ev: Any, first: Any, parent: Any, line: int) -> None:
+        """Without --hash: adopt the one scheme the stream's first recomputable block recomputes under (a
+        root block; or any block under a scheme whose parent digest is the event's parent value)."""
+        bs = ev.block_size
+        toks = ev.token_ids[:bs]
+        block = self._block(ev, 0, parent)
+        hits, tried = [], False
+        # vLLM hashes a group's wider blocks in hash blocks of the narrowest group: try the divisors too
+        sizes = [self._hash_block_size] if self._hash_block_size else [None] + [
+            bs // k for k in range(2, bs + 1) if bs % k == 0]
+        for hbs in sizes:
+            for name in self._candidates:
+                if hbs is not None and not name.startswith("vllm"):
+                    continue
+                s = bh.scheme(name, seed=self._seed, hash_block_size=hbs)
+                if s is None or (parent is not None and not s.chain_from_event):
+                    continue
+                tried = True
+                try:
+                    prior = None if parent is None else s.event_digest(parent)
+                    if s.carried(first, s.digest(prior, toks, block)):
+                        hits.append((name, s))
+                except (bh.Unverifiable, TypeError, ValueError, OverflowError):
+                    continue
+            if hits:
+                break
+        if not tried:
+            return  # wait for a root block
+        if not hits and len(self._pending) < _PENDING_ROOTS:
+            # a tampered or odd first block must not decide the scheme: try the next root blocks, and judge
+            # this one once a scheme is recognised
+            self._pending.append((self._where(ev), first, toks, block, line))
+            return
+        self._adopt(hits, bs, line)
+
+    def _adopt(self, hits: list, bs: int, line: int | None) -> None:
+        if len(hits) == 1 and hits[0][0].startswith("vllm") and self._hash_block_size is None:
+            hbs = getattr(hits[0][1], "hash_block_size", None)
+            if hbs:
+                self._hash_block_size = hbs
+                self.notes.append(f"hash block size {hbs} recognised at line {line} (blocks of {bs} hash as "
+                                  f"{bs // hbs} chained hash blocks); --hash-block-size {hbs} pins it")
+        if len(hits) == 1:
+            self.scheme, self._scheme = hits[0]
+            engine = next((e for e, p in PRESETS.items() if self.scheme in (p.hash_scheme, *p.alt_schemes)), None)
+            self.notes.append(f"hash scheme {self.scheme} recognised at line {line} (its first block recomputes "
+                              f"under it); --hash {self.scheme} pins it"
+                              + (f", --engine {engine} presets it" if engine and self.preset is None else ""))
+        elif self._fallback is not None:
+            self.scheme = self._fallback
+            self._scheme = bh.scheme(self.scheme, seed=self._seed, hash_block_size=self._hash_block_size)
+            self.warnings.append(f"{self._tried_lines(line)} recompute under none of {', '.join(self._candidates)}: "
+                                 f"judged under {self.scheme} (--hash-seed if the engine ran with PYTHONHASHSEED)")
+        else:
+            self.scheme = "none"
+            self.notes.append(f"hashes not recomputed: {self._tried_lines(line)} recompute under no known scheme; "
+                              f"--hash or --engine names one")
+        self._narrowest(line)
+        pending, self._pending = self._pending, []
+        if self._scheme is None:
+            return
+        for where, h, toks, block, at in pending:  # the root blocks tried before the scheme was known
+            want = self._recompute(h, None, None, toks, block, at)
+            blk = self.live.get(where, {}).get(h)
+            if blk is not None and want is not None and blk.digest is None:
+                blk.digest = want
+
+    def _narrowest(self, line: int | None) -> None:
+        """vLLM hashes every group in hash blocks of its narrowest group's size: once groups of two sizes are
+        seen (and --hash-block-size was not given), the narrowest is the hash block size."""
+        s = self._scheme
+        if self._hbs_pinned or not isinstance(s, bh.VllmSha256) or len({v[0] for v in self._sizes.values()}) < 2:
+            return
+        narrowest = min(v[0] for v in self._sizes.values())
+        if s.hash_block_size is None or narrowest < s.hash_block_size:
+            s.hash_block_size = self._hash_block_size = narrowest
+            self.notes.append(f"hash block size {narrowest} taken from the narrowest group"
+                              + (f" (line {line})" if line is not None else "") + f"; --hash-block-size {narrowest} "
+                              f"pins it")
+
+    def _tried_lines(self, line: int | None) -> str:
+        lines = sorted({p[4] for p in self._pending} | ({line} if line is not None else set()))
+        return f"the root block{'s' if len(lines) > 1 else ''} at line{'s' if len(lines) > 1 else ''} " + \
+            ", ".join(map(str, lines))
+
+    def _recompute(self, h: Any, parent_value: Any, parent: Any, toks: list, block: dict, line: int) -> Any:
+        s = self._scheme
+        assert s is not None
+        if s.name == "fnv1a64" and isinstance(h, int) and (parent_value is None or isinstance(parent_value, int)):
+            self._deferred.append((line, h, parent_value, toks))
             if len(self._deferred) >= 4096:
-                self.flush()
-            return
+                self._flush_deferred()
+            return h & ((1 << 64) - 1)
+        if parent_value is not None and parent is None:
+            self._unverifiable("the parent's digest was never seen")
+            return None
         try:
-            if self.scheme == "fnv1a64":
-                if not isinstance(h, int) or not (parent is None or isinstance(parent, int)):
-                    raise ValueError("fnv1a64 hashes are integers")
-                want: Any = fnv1a64(parent, toks)
-                ok = (h & _M64) == want
-            else:
-                prior = b"" if parent is None else bytes.fromhex(parent)
-                want = page_digest(prior, toks).hex()
-                ok = isinstance(h, str) and h.lower() == want
-        except (ValueError, TypeError, AttributeError) as exc:
-            self._find("EV-7", line, f"block {_short(h)} cannot be recomputed under {self.scheme}: {exc}", block=h)
-            return
-        if not ok:
-            self._find("EV-7", line, f"block {_short(h)} does not recompute under {self.scheme} (expected "
-                       f"{_short(want)})", block=h, expected=want)
+            want = s.digest(parent, toks, block)
+        except bh.Unverifiable as exc:
+            self._unverifiable(str(exc))
+            return None
+        except (ValueError, TypeError, OverflowError) as exc:
+            self._find("EV-7", line, f"block {_short(h)} cannot be recomputed under {s.name}: {exc}", block=h)
+            return None
+        self.stats["recomputed"] += 1
+        if not s.carried(h, want):
+            self._find("EV-7", line, f"block {_short(h)} does not recompute under {s.name} (expected "
+                       f"{s.show(want)})", block=h, expected=s.show(want))
+            return None  # the engine's digest is unknown: its children are not judged against ours
+        return want
 
     def flush(self) -> None:
-        """Recompute the deferred FNV-1a hashes (call at the end of the stream; summary() does)."""
+        """End of the stream: root blocks kept for scheme recognition are judged under the preset's scheme
+        (or none), deferred FNV-1a hashes are recomputed. summary() calls it."""
+        if self.scheme == "auto" and self._pending:  # no later root block to recognise a scheme from
+            self._adopt([], 0, None)
+        elif self.scheme == "auto":  # never a block to recognise a scheme from
+            self.scheme = self._fallback or "none"
+            self.notes.append("hashes not recomputed: no root block to recognise the scheme from; --hash or "
+                              "--engine names it")
+        self._flush_deferred()
+
+    def _flush_deferred(self) -> None:
         batch, self._deferred = self._deferred, []
         if not batch:
             return
         try:
-            wants = fnv1a64_many([b[2] for b in batch], [b[3] for b in batch])
+            wants: list = fnv1a64_many([b[2] for b in batch], [b[3] for b in batch])
         except (OverflowError, ValueError, TypeError):
             wants = [None] * len(batch)
-        for (line, h, parent, toks), want in zip(batch, wants):
+        for (line, h, parent, toks), want in zip(batch, wants, strict=True):
             if want is None:
                 try:
                     want = fnv1a64(parent, toks)
                 except (OverflowError, ValueError, TypeError) as exc:
                     self._find("EV-7", line, f"block {_short(h)} cannot be recomputed under fnv1a64: {exc}", block=h)
                     continue
-            if (h & _M64) != want:
+            self.stats["recomputed"] += 1
+            if (h & ((1 << 64) - 1)) != want:
                 self._find("EV-7", line, f"block {_short(h)} does not recompute under fnv1a64 (expected "
                            f"{_short(want)})", block=h, expected=want)
-        self.findings.sort(key=lambda f: f.line)
+        head = self.findings[:self._drained]
+        self.findings = head + sorted(self.findings[self._drained:], key=lambda f: f.line)
 
     def summary(self) -> dict:
         self.flush()
-        s = dict(self.stats)
-        s["live_at_end"] = sum(len(m) for m in self.live.values())
+        s: dict[str, Any] = dict(self.stats)
+        s["live_at_end"] = sum(b.copies for m in self.live.values() for b in m.values())
+        s["hash_scheme"] = self.scheme
+        if self.unverifiable_reasons:
+            s["unverifiable_reasons"] = dict(sorted(self.unverifiable_reasons.items()))
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
         return s
 
 
-# -- reading logs -------------------------------------------------------------------------------------------
+# -- parsing ------------------------------------------------------------------------------------------------
 
-_ANY = msgspec.json.Decoder()
-_EVENT_TYPES = {"BlockStored": ct.BlockStored, "BlockRemoved": ct.BlockRemoved,
-                "AllBlocksCleared": ct.AllBlocksCleared}
+class BlockStored(msgspec.Struct, kw_only=True):
+    """A store as the engines publish it; fields kvsim does not use are ignored."""
+    block_hashes: list[Any]
+    parent_block_hash: Any = None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = None
+    lora_name: str | None = None
+    extra_keys: list[Any] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    lookahead_token_ids: list[list[int]] | None = None
+    cache_salt: str | None = None
+    dp_rank: int | None = None  # the batch's data-parallel rank (each rank has its own cache)
+
+
+class BlockRemoved(msgspec.Struct, kw_only=True):
+    block_hashes: list[Any]
+    medium: str | None = None
+    group_idx: int | None = None
+    dp_rank: int | None = None
+
+
+class AllBlocksCleared(msgspec.Struct, kw_only=True):
+    dp_rank: int | None = None
+
+
+_EVENT_TYPES: dict[str, type] = {"BlockStored": BlockStored, "BlockRemoved": BlockRemoved,
+                                 "AllBlocksCleared": AllBlocksCleared}
 _ARRAY_FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
                                  "medium"),
                  "BlockRemoved": ("block_hashes", "medium"), "AllBlocksCleared": ()}
 
 
-def _event(obj: Any) -> ct.KvEvent:
+def _check_hashes(ev: Any) -> None:
+    if isinstance(ev, AllBlocksCleared):
+        return
+    for h in list(ev.block_hashes) + ([ev.parent_block_hash] if isinstance(ev, BlockStored) else []):
+        if h is not None and not isinstance(h, (int, str, bytes)):
+            raise ValueError(f"a block hash is an integer, a string or bytes, not {type(h).__name__}")
+    if isinstance(ev, BlockStored):
+        if ev.block_size < 1:
+            raise ValueError(f"block_size {ev.block_size} must be at least 1")
+
+
+def parse_event(obj: Any) -> Any:
+    """One event from its decoded JSON / msgpack value (an array or an object tagged by type or kind)."""
     if isinstance(obj, list):
         if not obj or obj[0] not in _EVENT_TYPES:
             raise ValueError(f"unknown event {str(obj[:1])[:40]}")
         names = _ARRAY_FIELDS[obj[0]]
         if len(obj) - 1 > len(names):
             raise ValueError(f"{obj[0]} has {len(obj) - 1} fields, at most {len(names)}")
-        obj = {"type": obj[0], **dict(zip(names, obj[1:]))}
+        obj = {"type": obj[0], **dict(zip(names, obj[1:], strict=False))}
     if not isinstance(obj, dict):
         raise ValueError("an event is an array or an object")
     obj = dict(obj)
@@ -279,35 +667,64 @@ def _event(obj: Any) -> ct.KvEvent:
     obj.pop("kind", None)
     if kind not in _EVENT_TYPES:
         raise ValueError(f"unknown event type {str(kind)[:40]}")
-    return msgspec.convert(obj, _EVENT_TYPES[kind])
+    ev: Any = msgspec.convert(obj, _EVENT_TYPES[kind])
+    _check_hashes(ev)
+    return ev
 
 
-def _batch(obj: Any) -> tuple[list[ct.KvEvent], str]:
+def _ranked(events: list, rank: Any) -> list:
+    if rank is not None:
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            raise ValueError(f"the data-parallel rank must be an integer, not {str(rank)[:20]}")
+        for ev in events:
+            ev.dp_rank = rank
+    return events
+
+
+def parse_batch(obj: Any) -> tuple[list, str, int | None]:
+    """A decoded batch: its events, its form (``array`` / ``native`` / ``object`` / ``event``), its ``seq``."""
     if isinstance(obj, list):
         if len(obj) >= 2 and isinstance(obj[1], list) and not isinstance(obj[0], str):
-            return [_event(e) for e in obj[1]], "array"
+            events = _ranked([parse_event(e) for e in obj[1]], obj[2] if len(obj) > 2 else None)
+            native = any(isinstance(e, dict) for e in obj[1])
+            return events, "native" if native else "array", None
         raise ValueError("an array line must be [ts, [event, ...], dp_rank]")
     if isinstance(obj, dict):
         if "events" in obj:
             if not isinstance(obj["events"], list):
                 raise ValueError("'events' must be an array")
-            return [_event(e) for e in obj["events"]], "object"
-        return [_event(obj)], "event"
+            seq = obj.get("seq")
+            if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 0):
+                raise ValueError("'seq' must be a non-negative integer")
+            rank = next((obj[k] for k in ("data_parallel_rank", "attn_dp_rank", "dp_rank") if k in obj), None)
+            return _ranked([parse_event(e) for e in obj["events"]], rank), "object", seq
+        return [parse_event(obj)], "event", None
     raise ValueError("a line must be an event batch (array or object)")
 
 
-def read_event_log(path: str | Path) -> tuple[str, Iterator[tuple[int, list[ct.KvEvent]]]]:
-    """The log's form (``array``, ``object``, ``event``, or ``cachetrace/1``) and its (line, events) batches.
+# -- reading logs -------------------------------------------------------------------------------------------
 
-    The form is that of the first batch; a cachetrace/1 file yields its ``kv`` lines."""
+_ANY = msgspec.json.Decoder()
+_FORM_NAMES = {"native": "native (object events)", "array": "array", "object": "object", "event": "event"}
+
+
+def read_event_log(path: str | Path) -> tuple[str, Iterator[tuple[int, list]]]:
+    """The log's form (``array``, ``native``, ``object``, ``event``, or ``cachetrace/1``) and its (line,
+    events) batches. The form is that of the first batch; a cachetrace/1 file yields its ``kv`` lines."""
+    form, lines = read_event_log_seq(path)
+    return form, ((n, events) for n, events, _ in lines)
+
+
+def read_event_log_seq(path: str | Path) -> tuple[str, Iterator[tuple[int, list, int | None]]]:
+    """As ``read_event_log``, with each batch's sequence number (``seq`` of an object batch, else None)."""
     if ct.is_cachetrace(path):
         _, lines = ct.read_cachetrace(path)
 
-        def from_trace():
+        def from_trace() -> Iterator[tuple[int, list, int | None]]:
             try:
                 for n, rec in lines:
                     if isinstance(rec, ct.KvEvents):
-                        yield n, rec.events
+                        yield n, rec.events, None
             except ct.CacheTraceInputError as exc:
                 raise EventLogError(str(exc)) from None
         return "cachetrace/1", from_trace()
@@ -315,28 +732,25 @@ def read_event_log(path: str | Path) -> tuple[str, Iterator[tuple[int, list[ct.K
         f = open(path, "rb")
     except OSError as exc:
         raise EventLogError(f"{path}:0: cannot read: {exc.strerror or exc}") from None
-    first: list = []
-    forms: list[str] = []
 
-    def lines_of():
+    def lines_of() -> Iterator[tuple[int, list, str, int | None]]:
         with f:
             for n, raw in enumerate(f, start=1):
                 if not raw.strip():
                     continue
                 try:
-                    events, form = _batch(_ANY.decode(raw))
-                except (msgspec.DecodeError, ValueError, TypeError) as exc:
+                    events, form, seq = parse_batch(_ANY.decode(raw))
+                except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
                     raise EventLogError(f"{path}:{n}: {' '.join(str(exc).split())[:200]}") from None
-                yield n, events, form
+                yield n, events, form, seq
 
     it = lines_of()
-    for n, events, form in it:
-        first.append((n, events))
-        forms.append(form)
-        break
+    first = next(it, None)
 
-    def rest():
-        yield from first
-        for n, events, _ in it:
-            yield n, events
-    return (forms[0] if forms else "empty"), rest()
+    def rest() -> Iterator[tuple[int, list, int | None]]:
+        if first is None:
+            return
+        yield first[0], first[1], first[3]
+        for n, events, _, seq in it:
+            yield n, events, seq
+    return ("empty" if first is None else first[2]), rest()

@@ -37,6 +37,8 @@ def judge_cachetrace(path) -> Judged:
                 contract.result(rec, n)
             elif isinstance(rec, ct.Submit):
                 contract.submit(rec, n)
+            elif isinstance(rec, ct.Clear):
+                contract.clear(rec, n)
             else:
                 events.batch(rec.events, n)
         except (ValueError, KeyError, IndexError) as exc:

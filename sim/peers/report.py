@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kvsim.sim.peers import contract as pc
 from kvsim.sim.peers import events as pe
+from kvsim.sim.report.verdict import stamp
 
 __all__ = ["build", "file_sha256", "percentiles"]
 
@@ -37,26 +38,21 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
           stats: dict | None = None) -> dict:
     """The report of one judged input (``trace`` names it in violations)."""
     violations = []
-    rules = {}
+    rules: dict[str, dict] = {}
     if contract is not None:
         violations += [f.as_dict(trace) for f in contract.findings]
         st = contract.stats
-        fresh = st["pages_zeroed"] + st["pages_copied"]
-        premise = {"TS-TBL-1": st["plans"], "TS-POOL-4": fresh, "TS-PFX-1": st["hits"], "PEER-1": st["plans"],
-                   "PEER-2": fresh, "PEER-3": st["cache_ops"], "PEER-4": st["hits"]}
-        for rid, (title, clause) in pc.RULES.items():
+        for rid, (title, clause) in pc.RULES.items():  # checked and exercised both count plans
             rules[rid] = {"title": title, "clause": clause, "checked": st["plans"],
-                          "exercised": premise[rid], "violated": contract.counts[rid]}
+                          "exercised": contract.exercised[rid], "violated": contract.counts[rid]}
     if events is not None:
         events.flush()
         violations += [f.as_dict(trace) for f in events.findings]
         es = events.stats
-        premise = {"EV-1": es["removed"], "EV-2": es["stored"], "EV-3": es["stored"], "EV-4": es["stored"],
-                   "EV-5": es["cleared"], "EV-6": es["stored"] if events.capacity is not None else 0,
-                   "EV-7": es["stored"] if events.scheme != "none" else 0}
-        for rid, title in pe.RULES.items():
-            rules[rid] = {"title": title, "clause": "research/kv-events.md", "checked": es["batches"],
-                          "exercised": premise[rid], "violated": events.counts[rid]}
+        for rid, rule in pe.CATALOGUE.items():  # checked and exercised both count batches
+            rules[rid] = {"title": rule.title, "clause": rule.clause, "decisions": rule.decisions,
+                          "checked": es["batches"], "exercised": events.exercised[rid],
+                          "violated": events.counts[rid]}
     violations.sort(key=lambda v: (v["line"], v["rule"]))
     total = sum(r["violated"] for r in rules.values())
     out_stats = dict(stats or {})
@@ -66,5 +62,7 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
         out_stats["kv_events"] = events.summary()
     if total > len(violations):
         out_stats["violations_not_listed"] = total - len(violations)
-    return {"format": "kvreport/1", "inputs": inputs, "verdict": "fail" if total else "pass",
-            "violations": violations, "refusals": [], "rules": rules, "stats": out_stats}
+    report = {"format": "kvreport/1", "inputs": inputs, "verdict": "fail" if total else "pass",
+              "violations": violations, "refusals": [], "rules": rules, "stats": out_stats}
+    stamp(report)
+    return report

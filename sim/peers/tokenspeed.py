@@ -14,12 +14,15 @@ This module is the only one that imports ``tokenspeed_scheduler``.
 
 from __future__ import annotations
 
+import random
 import time
 import zlib
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
+from kvsim.sim.peers import faults
 from kvsim.sim.peers.contract import Contract
 from kvsim.sim.peers.events import EventChecker
 from kvsim.sim.peers.workload import VOCAB, Request
@@ -59,6 +62,14 @@ class RunConfig:
     swa_window: int | None = None    # add a sliding-window group "swa" (window in tokens) beside "full"
     stagger: int = 0                 # submit request i before plan i*stagger (0: all before the first plan;
                                      # -1: one at a time, each once the scheduler is idle)
+    swa_replayable: bool = False     # the sliding-window group is replayable (re-fed, never cached)
+    ack_delay: int = 0               # hold each cache op's acknowledgement for 0..ack_delay plans (seeded)
+    seed: int = 0                    # the ack-delay draws
+    snapshot_pages: int = 1          # num_snapshot_pages (1: no snapshot pool, retraction off)
+    max_retracted: int = 0           # max_retracted_requests (> 0 needs snapshot_pages > 1)
+    force_retraction: int = 0        # debug_force_retraction_interval: retract a decode every N plans (0: off)
+    clear_every: int = 0             # request ClearCache after every N-th answer (0: never)
+    fault: str | None = None         # inject one named fault into the recorded plans (sim.peers.faults)
 
 
 @dataclass
@@ -72,6 +83,8 @@ class RunOutcome:
     observe_s: float = 0.0
     judge_s: float = 0.0
     plan_costs_ms: list[float] = field(default_factory=list)
+    clears: int = 0
+    clears_accepted: int = 0
 
 
 def unbounded_pages(requests: list[Request], p: int, groups: int = 1) -> int:
@@ -86,8 +99,11 @@ def _config(cfg: RunConfig):
     c.prefix_granularity = cfg.prefix_granularity
     c.cache_groups = [ts.CacheGroupConfig(GROUP, cfg.prefix_granularity, cfg.pages, ts.AttnKind.Full)]
     if cfg.swa_window is not None:
-        c.cache_groups = c.cache_groups + [ts.CacheGroupConfig(SWA, cfg.prefix_granularity, cfg.pages,
-                                                               ts.AttnKind.SlidingWindow, cfg.swa_window)]
+        swa = ts.CacheGroupConfig(SWA, cfg.prefix_granularity, cfg.pages, ts.AttnKind.SlidingWindow, cfg.swa_window)
+        swa.replayable = cfg.swa_replayable
+        c.cache_groups = c.cache_groups + [swa]
+        if cfg.swa_replayable:  # "the window the scheduler re-feeds is the retention window itself"
+            c.prefix_replay_tokens = cfg.swa_window
     c.num_device_pages = cfg.pages
     c.num_host_pages = cfg.host_pages
     c.disable_l2_cache = cfg.host_pages == 0
@@ -95,7 +111,9 @@ def _config(cfg: RunConfig):
     c.max_scheduled_tokens = cfg.max_scheduled_tokens
     c.enable_mixed_prefill_decode = True
     c.enable_kv_cache_events = True
-    c.num_snapshot_pages = 1  # 0 is refused; 1 effectively disables retraction
+    c.num_snapshot_pages = cfg.snapshot_pages  # 0 is refused; 1 (the null page alone) disables retraction
+    c.max_retracted_requests = cfg.max_retracted
+    c.debug_force_retraction_interval = cfg.force_retraction
     return c
 
 
@@ -103,9 +121,11 @@ def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
     return ct.Header(format=ct.FORMAT, config=ct.Config(
         scheduler=f"tokenspeed-scheduler {version()}", prefix_granularity=cfg.prefix_granularity,
         groups=[ct.Group(GROUP, cfg.prefix_granularity, cfg.pages, "full")] + (
-            [ct.Group(SWA, cfg.prefix_granularity, cfg.pages, "sliding", cfg.swa_window)]
+            [ct.Group(SWA, cfg.prefix_granularity, cfg.pages, "sliding", cfg.swa_window,
+                      replayable=cfg.swa_replayable)]
             if cfg.swa_window is not None else []), num_device_pages=cfg.pages,
-        num_host_pages=cfg.host_pages,
+        num_host_pages=cfg.host_pages, num_snapshot_pages=cfg.snapshot_pages,
+        max_retracted_requests=cfg.max_retracted,
         max_batch_size=cfg.max_batch_size, max_scheduled_tokens=cfg.max_scheduled_tokens), meta=meta or {})
 
 
@@ -123,18 +143,49 @@ def _kv_event(e) -> ct.KvEvent:
     return ct.AllBlocksCleared()
 
 
+_TIERS: dict[int, Literal["L2", "snapshot"]] = {0: "L2", 1: "snapshot"}
+
+
+def _per_id(op, name: str, n: int) -> list:
+    v = getattr(op, name, None)
+    return list(v) if v is not None and len(v) else [None] * n
+
+
 def _cache_ops(op) -> list[ct.CacheOp]:
-    """One record per op id: a batched op carries, per id, its lists of source and destination pages."""
+    """One record per op id with every field the wheel's op carries: a batched op holds, per id, its lists
+    of source and destination pages, their groups, content hashes and page offsets, and (write-back) whether
+    its Device sources are pinned, (snapshot / restore) the request, its pool index, the snapshot slot and
+    each source's tier, (L3) the Host blocks and object keys."""
+    kind = type(op).__name__
+    if kind.startswith("Storage"):
+        return [ct.CacheOp(kind, [int(op.op_id)], host_blocks=[int(x) for x in getattr(op, "host_blocks", [])],
+                           storage_keys=[str(k) for k in getattr(op, "keys", [])])]
     ids = [int(x) for x in op.op_ids]
-    src = list(getattr(op, "src_pages", None) or [[]] * len(ids))
-    dst = list(getattr(op, "dst_pages", None) or [[]] * len(ids))
-    return [ct.CacheOp(type(op).__name__, [oid], [(int(a), int(b)) for a, b in zip(s, d)])
-            for oid, s, d in zip(ids, src, dst)]
+    n = len(ids)
+    src, dst = _per_id(op, "src_pages", n), _per_id(op, "dst_pages", n)
+    grp, keys, offs = _per_id(op, "group_ids", n), _per_id(op, "content_hashes", n), _per_id(op, "page_offsets", n)
+    pinned, reqs = _per_id(op, "source_pinned", n), _per_id(op, "request_ids", n)
+    pool, slots, tiers = _per_id(op, "request_pool_indices", n), _per_id(op, "snapshot_slots", n), \
+        _per_id(op, "source_tiers", n)
+    out = []
+    for k, oid in enumerate(ids):
+        s, d = list(src[k] or []), list(dst[k] or [])
+        out.append(ct.CacheOp(
+            kind, [oid], [(int(a), int(b)) for a, b in zip(s, d, strict=False)],
+            groups=[int(x) for x in grp[k]] if grp[k] is not None else [],
+            keys=[str(x) for x in keys[k]] if keys[k] is not None else [],
+            offsets=[int(x) for x in offs[k]] if offs[k] is not None else [],
+            pinned=bool(pinned[k]) if pinned[k] is not None else None,
+            request=str(reqs[k]) if reqs[k] is not None else None,
+            pool_index=int(pool[k]) if pool[k] is not None else None,
+            slot=int(slots[k]) if slots[k] is not None else None,
+            tiers=[_TIERS.get(int(x), "L2") for x in tiers[k]] if tiers[k] is not None else []))
+    return out
 
 
-def _done_event(op, oid: int):
+def _done_event(kind: str, oid: int):
     import tokenspeed_scheduler as ts
-    name = type(op).__name__.removesuffix("Op") + "DoneEvent"
+    name = kind.removesuffix("Op") + "DoneEvent"
     cls = getattr(ts.Cache, name)
     if name == "LoadBackDoneEvent":
         return cls(oid)
@@ -195,7 +246,7 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             sched.submit_requests(specs)
         except ValueError:  # one request over the scheduler's capacity refuses the batch: submit one by one
             kept = []
-            for r, spec in zip(due, specs):
+            for r, spec in zip(due, specs, strict=True):
                 try:
                     sched.submit_requests([spec])
                     kept.append(r)
@@ -215,13 +266,16 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             out.judge_s += clock() - t3
 
     last_rows: dict[str, bytes] = {}
+    rng = random.Random(cfg.seed)
+    held: dict[int, list[tuple[str, int]]] = {}  # plan whose answer acknowledges -> (op kind, op id)
+    fault = faults.get(cfg.fault, hdr.config) if cfg.fault else None
     idle = 0
     plan_no = 0
     while True:
         submit_due(plan_no)
         t0 = clock()
         busy = sched.waiting_size() + sched.prefilling_size() + sched.decoding_size() + sched.retracted_size()
-        if (not busy and not queue) or (max_plans is not None and plan_no >= max_plans):
+        if (not busy and not queue and not held) or (max_plans is not None and plan_no >= max_plans):
             out.sched_s += clock() - t0
             break
         plan = sched.next_execution_plan()
@@ -230,7 +284,7 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         cost = t1 - t0
         # -- observe ------------------------------------------------------------------------------------------
         ids: list[str] = []
-        ext, inl, pfx, pre = 0, [], [], []
+        ext, inl, pfx, pre, replay = 0, [], [], [], []
         tables: dict[str, list] = {}
         for b in plan.forward:
             bids = list(b.request_ids)
@@ -240,6 +294,7 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
                 raise RuntimeError("more than one non-empty forward batch in a plan")
             ids, ext = bids, b.num_extends()
             inl, pfx, pre = list(b.input_lengths), list(b.extend_prefix_lens), list(b.prefill_lengths)
+            replay = list(getattr(b, "extend_replay_lens", []) or [])
             arrays = b.block_tables_arrays()
             for g, arr in arrays.items():
                 rows = {}
@@ -258,8 +313,15 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
                 for g, v in plan.pages_to_copy_arrays().items() if len(v)}
         ops = list(plan.cache)
         cache = [c for op in ops for c in _cache_ops(op)]
+        for c in cache:
+            if c.kind == "SnapshotOp" and c.request is not None:  # retracted: its next row is a new one
+                for key in [k for k in last_rows if k == c.request or k.endswith("\0" + c.request)]:
+                    del last_rows[key]
         aborts = [ct.Abort(a.request_id, str(a.reason)) for a in plan.aborts]
-        rec = ct.Plan(plan_no, ct.Batch(ids, ext, inl, pfx, pre), tables, zero, copy, cache, aborts)
+        batch = ct.Batch(ids, ext, inl, pfx, pre, [int(x) for x in replay[:ext]] if any(replay[:ext]) else [])
+        rec = ct.Plan(plan_no, batch, tables, zero, copy, cache, aborts)
+        if fault is not None:
+            rec = fault.plan(rec)
         line += 1
         if writer:
             writer.write(rec)
@@ -289,16 +351,22 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
                 fin.request_id = rid
                 event.add_event(fin)
                 finish.append(rid)
+        for c in cache:  # each acknowledgement is held 0..ack_delay plans (seeded draws, op order)
+            if c.kind.startswith("Storage"):
+                continue
+            d = rng.randint(0, cfg.ack_delay) if cfg.ack_delay > 0 else 0
+            held.setdefault(plan_no + d, []).append((c.kind, c.op_ids[0]))
         done = []
-        for op in ops:
-            for oid in op.op_ids:
-                event.add_event(_done_event(op, int(oid)))
-                done.append(int(oid))
+        for kind, oid in held.pop(plan_no, []):
+            event.add_event(_done_event(kind, oid))
+            done.append(oid)
         for a in plan.aborts:
             last_rows.pop(a.request_id, None)
         for rid in finish:
             last_rows.pop(rid, None)
         res = ct.Result(plan_no, toks, finish, done)
+        if fault is not None:
+            res = fault.result(res)
         line += 1
         if writer:
             writer.write(res)
@@ -327,11 +395,27 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             out.observe_s += t7 - t6
         else:
             out.observe_s += clock() - t6
+        if cfg.clear_every and (plan_no + 1) % cfg.clear_every == 0:
+            t6 = clock()
+            accepted = bool(sched.clear_cache())
+            out.sched_s += clock() - t6
+            clr = ct.Clear(plan_no, accepted)
+            if fault is not None:
+                clr = fault.clear(clr)
+            line += 1
+            if writer:
+                writer.write(clr)
+            t7 = clock()
+            contract.clear(clr, line)
+            out.judge_s += clock() - t7
+            out.clears += 1
+            out.clears_accepted += accepted
         plan_no += 1
         idle = 0 if ids or ops else idle + 1
         if idle >= cfg.max_idle_plans:
             refused = {rid for rid, _ in out.rejected}
-            out.stalled = sorted((set(budget) - set(produced) - refused) | {r for r in produced if produced[r] < budget[r]})
+            short = {r for r in produced if produced[r] < budget[r]}
+            out.stalled = sorted((set(budget) - set(produced) - refused) | short)
             break
     t0 = clock()
     contract.finish(line)

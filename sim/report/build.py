@@ -1,5 +1,9 @@
 """Turning replay results into the kvreport/1 dict (DESIGN §8) and the timelines the HTML plots.
 
+Root causes and their consequences are apart (sim.recovery): `violations` lists the root causes, each
+with its number `id` within its trace; `consequences` lists the first consequence per desynchronized entity,
+each with `of` (the number of the finding it follows from); `stats.findings` and `stats.consequences` count
+them (every consequence, listed or not). The verdict counts root causes only.
 Deterministic: traces in the order given, violations and refusals in event order, rules in catalogue
 order, counters summed over traces. The renderers (report_json / report_junit / report_markdown /
 report_html / report_console) take what this module builds.
@@ -8,6 +12,7 @@ report_html / report_console) take what this module builds.
 from __future__ import annotations
 
 from kvsim.kvmodel.store.coverage import Coverage
+from kvsim.sim.report.verdict import stamp
 from kvsim.spec.catalogue import all_rules
 
 
@@ -30,14 +35,18 @@ def build_report(results: list) -> dict:
             c, e, v = r.coverage.counts(rule.id)
             per_rule[rule.id] = {"checked": c, "exercised": e, "violated": v}
         traces[r.path] = {"events": r.events, "refusals": len(r.refusals), "violations": len(r.violations),
-                          "rules": per_rule, "pools": r.pools}
-    return {"format": "kvreport/1",
-            "inputs": [{"path": r.path, "sha256": r.sha256, "events": r.events} for r in results],
-            "verdict": "fail" if violations else "pass",
-            "violations": violations,
-            "refusals": [x for r in results for x in r.refusals],
-            "rules": rules,
-            "stats": {"traces": traces}}
+                          "consequences": r.suppressed, "rules": per_rule, "pools": r.pools}
+    report = {"format": "kvreport/1",
+              "inputs": [{"path": r.path, "sha256": r.sha256, "events": r.events} for r in results],
+              "verdict": "fail" if violations else "pass",
+              "violations": violations,
+              "consequences": [c for r in results for c in r.consequences],
+              "refusals": [x for r in results for x in r.refusals],
+              "rules": rules,
+              "stats": {"traces": traces, "findings": len(violations),
+                        "consequences": sum(r.suppressed for r in results)}}
+    stamp(report)  # callers that add to the report (check, simulate) stamp it again
+    return report
 
 
 def timelines(results: list) -> dict:

@@ -1,10 +1,13 @@
 """JUnit XML for CI test reporters (GitHub Actions reporters, GitLab, Jenkins) from a kvreport/1 dict.
 
-Shape: one <testsuite> per trace, one <testcase> per catalogue rule in that trace. A rule violated in the
-trace fails with one <failure> listing every violation of it there; a rule the trace never checked is
-skipped ("not exercised by this trace"); the trace's refusals go to the suite's <system-out>. In a
-`kvsim check` report a violation its scenario declared is expected: it passes, listed in the case's
-<system-out>; a declared violation that was not reported fails the case. No times,
+Shape of a replay: one <testsuite> per trace, one <testcase> per catalogue rule in that trace. A rule
+violated in the trace fails with one <failure> listing every violation of it there; a rule the trace never
+checked is skipped ("not exercised by this trace"); the trace's refusals go to the suite's <system-out>.
+Shape of `kvsim check`: one <testsuite> "kvsim check" with one <testcase> per scenario, failing when the
+scenario did not behave as declared (its <failure> says what differed: each violation not declared, each
+declaration not reported), so that `failures` is the console's count of failed scenarios (the one verdict,
+sim.report.verdict); a passing case lists its expected violations in <system-out>. Violations that are
+consequences of an earlier finding are listed with it, never failing a case of their own. No times,
 host names or timestamps: the same report gives the same bytes. Every string passes `safe_text`, so
 characters XML 1.0 forbids cannot make the file unreadable.
 
@@ -18,6 +21,7 @@ import xml.etree.ElementTree as ET
 
 from kvsim.sim.report.kvreport import (
     format_context,
+    is_check,
     missing_declared,
     report_title,
     rule_order,
@@ -26,6 +30,7 @@ from kvsim.sim.report.kvreport import (
     trace_rule_counters,
     violations_by_trace_rule,
 )
+from kvsim.sim.report.verdict import CONSEQUENCE_KEY, plural
 
 __all__ = ["render_junit", "junit_classname"]
 
@@ -97,7 +102,7 @@ def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict, missing:
         title = rules.get(rule_id, {}).get("title", "")
         attrs = {"classname": classname, "name": f"{rule_id}: {title}" if title else rule_id, "file": trace}
         found = groups.get((trace, rule_id), [])
-        violations = [v for v in found if not v.get("expected")]
+        violations = [v for v in found if not v.get("expected") and v.get(CONSEQUENCE_KEY) is None]
         expected = [v for v in found if v.get("expected")]
         absent = missing.get((trace, rule_id), [])
         counters = trace_rule_counters(report, trace, rule_id)
@@ -106,7 +111,8 @@ def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict, missing:
         case = _element("testcase", attrs)
         if violations or absent:
             failures += 1
-            case.append(_failure(rule_id, trace, violations) if violations else _missing_failure(rule_id, trace, absent))
+            case.append(_failure(rule_id, trace, violations) if violations
+                        else _missing_failure(rule_id, trace, absent))
         elif expected:
             text = "\n".join(_violation_text(v) for v in expected)
             case.append(_element("system-out", text=f"expected (declared by the scenario):\n{text}\n"))
@@ -132,15 +138,57 @@ def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict, missing:
     return suite
 
 
+def _check_suite(report: dict) -> ET.Element:
+    """`kvsim check`: one case per scenario, failing with what differed from its declaration."""
+    why = {m.get("trace"): m for m in report.get("stats", {}).get("check", {}).get("mismatches", [])}
+    groups: dict[str, list[dict]] = {}
+    for v in report.get("violations", []):
+        groups.setdefault(v.get("trace"), []).append(v)
+    suite = _element("testsuite", {"name": "kvsim check"})
+    failures = 0
+    for trace in trace_order(report):
+        case = _element("testcase", {"classname": junit_classname(trace), "name": f"{trace}: behaves as declared",
+                                     "file": trace})
+        mismatch = why.get(trace)
+        if mismatch is not None:
+            failures += 1
+            found = mismatch.get("why") or [{"difference": "mismatch", "rule": "-", "line": 0,
+                                             "message": "did not behave as declared"}]
+            undeclared = [d for d in found if d.get("difference") != "not-reported"]
+            if undeclared:
+                kind, first = str(undeclared[0].get("rule")), undeclared[0]
+                headline = f"{first.get('rule')} at line {first.get('line')}: {first.get('message')}"
+            else:
+                kind = "declared-not-reported"
+                headline = "; ".join(f"{d.get('rule')} declared at event {d.get('event')} (line {d.get('line')}) "
+                                     f"in {trace} but not reported" for d in found)
+            more = f" (and {plural(len(found) - 1, 'more difference')})" if undeclared and len(found) > 1 else ""
+            text = "\n".join(f"line {d.get('line')}: {d.get('rule')} {d.get('message')}" for d in found)
+            case.append(_element("failure", {"message": _one_line(headline + more), "type": kind}, text + "\n"))
+        else:
+            listed = [v for v in groups.get(trace, []) if v.get("expected")]
+            if listed:
+                text = "\n".join(_violation_text(v) for v in listed)
+                case.append(_element("system-out", text=f"expected (declared by the scenario):\n{text}\n"))
+        suite.append(case)
+    for key, value in (("tests", len(suite)), ("failures", failures), ("errors", 0), ("skipped", 0), ("time", 0)):
+        suite.set(key, str(value))
+    return suite
+
+
 def render_junit(report: dict) -> bytes:
     """The report as JUnit XML bytes (UTF-8, with an XML declaration and a final newline)."""
-    rule_ids = rule_order(report)
-    groups = violations_by_trace_rule(report)
-    missing: dict[tuple, list] = {}
-    for m in missing_declared(report):
-        missing.setdefault((m["trace"], m["rule"]), []).append(m)
-    suites = [_suite(report, trace, rule_ids, groups, missing) for trace in trace_order(report)]
-    totals = {key: sum(int(suite.get(key)) for suite in suites) for key in ("tests", "failures", "errors", "skipped")}
+    if is_check(report):
+        suites = [_check_suite(report)]
+    else:
+        rule_ids = rule_order(report)
+        groups = violations_by_trace_rule(report)
+        missing: dict[tuple, list] = {}
+        for m in missing_declared(report):
+            missing.setdefault((m["trace"], m["rule"]), []).append(m)
+        suites = [_suite(report, trace, rule_ids, groups, missing) for trace in trace_order(report)]
+    totals = {key: sum(int(suite.get(key) or 0) for suite in suites)
+              for key in ("tests", "failures", "errors", "skipped")}
     root = _element("testsuites", {"name": report_title(report), **totals, "time": 0})
     root.extend(suites)
     ET.indent(root, space="  ")

@@ -18,6 +18,8 @@ from collections import Counter
 from os import PathLike
 from typing import Any
 
+from kvsim.sim.report.verdict import CONSEQUENCE_KEY, verdict_of
+
 FORMAT = "kvreport/1"
 
 __all__ = [
@@ -34,6 +36,8 @@ __all__ = [
     "format_value",
     "format_context",
     "headline",
+    "message_text",
+    "passed",
     "is_check",
     "report_title",
     "split_violations",
@@ -101,7 +105,8 @@ def rule_order(report: dict) -> list[str]:
     return order
 
 
-EVIDENCE_SECTIONS = (("engine", "Rules judging the engine"), ("model", "Rules guarding the model (self-checks, not engine coverage)"),
+EVIDENCE_SECTIONS = (("engine", "Rules judging the engine"),
+                     ("model", "Rules guarding the model (self-checks, not engine coverage)"),
                      ("none", "Clauses not checkable from traces"))
 
 
@@ -207,41 +212,22 @@ def missing_declared(report: dict) -> list[dict]:
     return out
 
 
-def _check_headline(report: dict, check: dict) -> str:
-    legal, declared = int(check.get("legal_scenarios", 0)), int(check.get("violation_scenarios", 0))
-    mismatches = check.get("mismatches", [])
-    if report.get("verdict") == "pass" and not mismatches:
-        expected = len(split_violations(report)[1])
-        return (f"PASS — every scenario behaved as declared ({_count(legal, 'legal scenario')} without a violation, "
-                f"{_count(declared, 'violation scenario')} reporting exactly their "
-                f"{_count(expected, 'declared violation')})")
-    names = ", ".join(str(m.get("trace")) for m in mismatches)
-    return (f"FAIL — {len(mismatches):,} of {_count(legal + declared, 'scenario')} did not behave as declared: "
-            f"{names}")
+def message_text(violation: dict) -> str:
+    """A violation's message, saying when it is the consequence of an earlier finding (never counted)."""
+    message = str(violation.get("message", ""))
+    after = violation.get(CONSEQUENCE_KEY)
+    return message if after is None else f"{message} [consequence of finding #{after}, not counted]"
 
 
 def headline(report: dict) -> str:
-    """One line that says the verdict and its size, e.g. "FAIL: 5 violations of 3 rules in 2 traces (...)";
-    for a check report, whether every scenario behaved as declared (and which did not)."""
-    if is_check(report):
-        return _check_headline(report, report["stats"]["check"])
-    violations = report.get("violations", [])
-    inputs = report.get("inputs", [])
-    events = sum(int(entry.get("events", 0)) for entry in inputs)
-    refusals = len(report.get("refusals", []))
-    scope = f"{_count(len(inputs), 'trace')}, {_count(events, 'event')}, {_count(refusals, 'refusal')}"
-    if report.get("verdict") == "pass" and not violations:
-        return f"PASS: no violation ({scope})"
-    rules = {violation.get("rule") for violation in violations}
-    traces = {violation.get("trace") for violation in violations}
-    return (
-        f"FAIL: {_count(len(violations), 'violation')} of {_count(len(rules), 'rule')} "
-        f"in {_count(len(traces), 'trace')} ({scope})"
-    )
+    """The verdict's one line (sim.report.verdict): e.g. "FAIL: 5 violations of 3 rules in 2 traces (...)"; for
+    a check report, whether every scenario behaved as declared (and which did not)."""
+    return verdict_of(report).headline
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+def passed(report: dict) -> bool:
+    """Whether the report's verdict is a pass (derived, like the headline, from the one verdict)."""
+    return verdict_of(report).passed
 
 
 # XML 1.0 allows #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]; DEL and the C1

@@ -17,6 +17,7 @@ from kvsim.sim.report.kvreport import (
     format_context,
     headline,
     is_check,
+    message_text,
     missing_declared,
     refusal_summary,
     report_title,
@@ -25,6 +26,7 @@ from kvsim.sim.report.kvreport import (
     split_violations,
     trace_order,
 )
+from kvsim.sim.report.verdict import verdict_of
 
 __all__ = ["render_markdown", "md_cell", "MAX_VIOLATION_ROWS"]
 
@@ -101,7 +103,7 @@ def _violation_table(title: str, violations: list[dict], max_rows: int) -> list[
         return [f"### {title}", "", "None."]
     rows = [
         [v.get("rule", ""), f"{v.get('trace', '')}:{v.get('line', '')}", str(v.get("event", "")), str(v.get("op", "")),
-         str(v.get("message", "")), format_context(v.get("context"))]
+         message_text(v), format_context(v.get("context"))]
         for v in violations[:max_rows]
     ]
     out = [f"### {title}", "", *_table(["rule", "trace:line", "event", "op", "message", "context"], "llrlll", rows)]
@@ -141,14 +143,25 @@ def _coverage(report: dict) -> list[str]:
     return out + ["", legend]
 
 
+def _why(report: dict) -> list[str]:
+    """For a failing check: each scenario that did not behave as declared, and what differed."""
+    out = []
+    for m in report.get("stats", {}).get("check", {}).get("mismatches", []):
+        out += ["", f"- {md_cell(m.get('trace'))}"]
+        out += [f"  - line {md_cell(d.get('line'))}: {md_cell(d.get('rule'))} {md_cell(d.get('message'))}"
+                for d in m.get("why", [])]
+    return ["### Why scenarios did not behave as declared", *out] if out else []
+
+
 def render_markdown(report: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
     """The report as Markdown text ending in a newline; at most max_rows violation rows."""
-    verdict = "✅ PASS" if report.get("verdict") == "pass" else "❌ FAIL"
+    verdict = "✅ PASS" if verdict_of(report).passed else "❌ FAIL"
     parts = [
         [f"## {report_title(report)}: {verdict}", "", f"**{md_cell(headline(report))}**"],
+        _why(report),
         _inputs(report),
         _violations(report, max_rows),
         _refusals(report),
         _coverage(report),
     ]
-    return "\n\n".join("\n".join(part) for part in parts) + "\n"
+    return "\n\n".join("\n".join(part) for part in parts if part) + "\n"

@@ -13,13 +13,16 @@ from __future__ import annotations
 import html
 import io
 import re
+from typing import Any
 
+from kvsim.sim.report.html_page import FONT_STACK, PLOT_FONTS
 from kvsim.sim.report.kvreport import headline, refusal_summary, safe_text
+from kvsim.sim.report.verdict import sweep_verdict, verdict_of
 
 __all__ = ["render_simulation_html", "render_sweep_html"]
 
 _CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5rem auto;max-width:1200px;
+body{font-family:FONTS;margin:1.5rem auto;max-width:1200px;
  padding:0 1rem;color:#222;line-height:1.4}
 h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
 .verdict{padding:.8rem 1rem;border-radius:6px;font-weight:600;font-size:1.1rem}
@@ -29,7 +32,8 @@ table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .plot svg{max-width:100%;height:auto}.note{color:#555;font-size:.85rem}
-"""
+""".replace("FONTS", FONT_STACK)
+PERCENT = ("hit_ratio", "acceptance")  # ratios shown in percent, in tables and plots alike
 GIB = float(1 << 30)
 
 
@@ -37,10 +41,31 @@ def _h(value: object) -> str:
     return html.escape(safe_text(value), quote=True)
 
 
-def _num(v) -> str:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return _h(v)
-    return f"{v:,}" if isinstance(v, int) else f"{v:,.4f}"
+def _text(v: object, key: str = "") -> str:
+    """A value as a person reads it, never a Python repr: percent for ratios, separators for counts, "n/a"
+    for None, lists and mappings spelled out ("none" when empty)."""
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if key in PERCENT and isinstance(v, (int, float)):
+        return f"{100 * v:,.2f} %"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.4f}"
+    if isinstance(v, dict):
+        if {"fault", "line"} <= set(v):  # a missed fault
+            return f"{v['fault']} at line {v['line']} (expected {v.get('rule')}, reported " \
+                   f"{', '.join(map(str, v.get('reported', []))) or 'nothing'})"
+        return ", ".join(f"{k} {_text(x, str(k))}" for k, x in v.items()) or "none"
+    if isinstance(v, (list, tuple)):
+        return "; ".join(_text(x) for x in v) or "none"
+    return str(v)
+
+
+def _num(v: object, key: str = "") -> str:
+    return _h(_text(v, key))
 
 
 def _page(title: str, body: str) -> str:
@@ -49,7 +74,7 @@ def _page(title: str, body: str) -> str:
             f"<title>{_h(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
 
 
-def _svg(figure) -> str:
+def _svg(figure: Any) -> str:
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     svg = buffer.getvalue()
@@ -57,12 +82,13 @@ def _svg(figure) -> str:
     return re.sub(r'<g id="[^"]*"', "<g", svg)
 
 
-def _figure(rows: int, salt: str, height_per: float = 2.4):
+def _figure(rows: int, salt: str, height_per: float = 2.4) -> tuple[Any, Any]:
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     ctx = matplotlib.rc_context({"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False,
-                                 "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+                                 "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
+                                 "font.family": "sans-serif", "font.sans-serif": PLOT_FONTS})
     ctx.__enter__()
     height = 0.6 + height_per * rows
     fig = Figure(figsize=(11, height))
@@ -71,57 +97,113 @@ def _figure(rows: int, salt: str, height_per: float = 2.4):
     return fig, ctx
 
 
+def has_host_traffic(series: dict) -> bool:
+    return bool(max(series.get("host_bytes_out", [])[-1:] + series.get("host_bytes_in", [])[-1:] + [0]))
+
+
+def has_reuse(series: dict) -> bool:
+    return any(series.get("hit_ratio", []))
+
+
+def _occupancy(ax: Any, t: list, series: dict) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.step(t, series["allocated"], where="post", color="#1f77b4", linewidth=1.1, label="allocated")
+    ax.step(t, series["reserved"], where="post", color="#ff7f0e", linewidth=1.1, label="reserved")
+    if series.get("capacity"):
+        ax.axhline(series["capacity"][-1], color="#7f7f7f", linestyle="--", linewidth=0.9, label="capacity")
+    ax.set_ylabel("main pool (pages)")
+    ax.set_title("Device occupancy", loc="left")
+
+
+def _reuse(ax: Any, t: list, series: dict) -> None:
+    ax.plot(t, [100.0 * v for v in series["hit_ratio"]], color="#2ca02c", linewidth=1.2, label="cumulative")
+    ax.set_ylabel("prefix hit (% of prompt tokens)")
+    ax.set_title("Prefix reuse", loc="left")
+
+
+def _host(ax: Any, t: list, series: dict) -> None:
+    top = max(series["host_bytes_out"][-1:] + series["host_bytes_in"][-1:] + [0])
+    unit, name = (GIB, "GiB") if top >= GIB else (float(1 << 20), "MiB")
+    ax.plot(t, [v / unit for v in series["host_bytes_out"]], color="#9467bd", linewidth=1.2,
+            label="Device → Host (offload)")
+    ax.plot(t, [v / unit for v in series["host_bytes_in"]], color="#8c564b", linewidth=1.2,
+            label="Host → Device (restore)")
+    ax.set_ylabel(f"cumulative {name}")
+    ax.set_title("Host traffic", loc="left")
+
+
+def series_panels(series: dict) -> tuple[list, list[str]]:
+    """The panels worth drawing over time (occupancy always; prefix reuse and Host traffic when there is
+    some) and a sentence for each left out: no empty plot."""
+    panels, empty = [_occupancy], []
+    for test, draw, why in ((has_reuse, _reuse, "No prefix reuse: no request hit a cached prefix."),
+                            (has_host_traffic, _host,
+                             "No Host traffic: nothing was offloaded to or restored from the Host arena.")):
+        if test(series):
+            panels.append(draw)
+        else:
+            empty.append(why)
+    return panels, empty
+
+
 def plot_series_svg(series: dict) -> str:
-    """Three panels over virtual time: Main pool pages, cumulative prefix hit ratio, cumulative Host bytes."""
+    """Panels over virtual time: Main pool pages and, when there is any, the cumulative prefix hit ratio and
+    cumulative Host bytes."""
     t = series.get("time", [])
-    fig, ctx = _figure(3, "kvsim-simulation")
+    panels, _ = series_panels(series)
+    fig, ctx = _figure(len(panels), "kvsim-simulation")
     try:
-        ax1, ax2, ax3 = fig.subplots(3, 1, sharex=True)
-        ax1.step(t, series["allocated"], where="post", color="#1f77b4", linewidth=1.1, label="allocated")
-        ax1.step(t, series["reserved"], where="post", color="#ff7f0e", linewidth=1.1, label="reserved")
-        if series.get("capacity"):
-            ax1.axhline(series["capacity"][-1], color="#7f7f7f", linestyle="--", linewidth=0.9, label="capacity")
-        ax1.set_ylabel("main pool (pages)")
-        ax1.set_ylim(bottom=0)
-        ax1.set_title("Device occupancy", loc="left")
-        ax2.plot(t, [100.0 * v for v in series["hit_ratio"]], color="#2ca02c", linewidth=1.2,
-                 label="cumulative")
-        ax2.set_ylabel("prefix hit (% of prompt tokens)")
-        ax2.set_ylim(bottom=0)
-        ax2.set_title("Prefix reuse", loc="left")
-        top = max(series["host_bytes_out"][-1:] + series["host_bytes_in"][-1:] + [0])
-        unit, name = (GIB, "GiB") if top >= GIB else (float(1 << 20), "MiB")
-        ax3.plot(t, [v / unit for v in series["host_bytes_out"]], color="#9467bd", linewidth=1.2,
-                 label="Device → Host (offload)")
-        ax3.plot(t, [v / unit for v in series["host_bytes_in"]], color="#8c564b", linewidth=1.2,
-                 label="Host → Device (restore)")
-        ax3.set_ylabel(f"cumulative {name}")
-        ax3.set_ylim(bottom=0)
-        ax3.set_title("Host traffic", loc="left")
-        ax3.set_xlabel("virtual time (s)")
-        for ax in (ax1, ax2, ax3):
+        axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        for ax, draw in zip(axes, panels, strict=True):
+            draw(ax, t, series)
+            ax.set_ylim(bottom=0)
             ax.grid(True, axis="y", color="#e5e5e5", linewidth=0.6)
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        axes[-1].set_xlabel("virtual time (s)")
         return _svg(fig)
     finally:
         ctx.__exit__(None, None, None)
 
 
 def _stats_table(stats: dict) -> str:
-    rows = "".join(f"<tr><td>{_h(k)}</td><td class=n>{_num(v)}</td></tr>" for k, v in stats.items()
-                   if not isinstance(v, (dict, list)))
-    return f"<table><thead><tr><th>statistic</th><th>value</th></tr></thead><tbody>{rows}</tbody></table>"
+    """Numbers right-aligned; lists and mappings one entry per line, left-aligned."""
+    rows = []
+    for k, v in stats.items():
+        if isinstance(v, dict) and v:
+            cell = "<td>" + "<br>".join(_h(f"{name}: {_text(x, str(name))}") for name, x in v.items()) + "</td>"
+        elif isinstance(v, (list, tuple)) and v:
+            cell = "<td>" + "<br>".join(_h(_text(x)) for x in v) + "</td>"
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            cell = f"<td class=n>{_num(v, k)}</td>"
+        else:
+            cell = f"<td>{_num(v, k)}</td>"
+        rows.append(f"<tr><td>{_h(k)}</td>{cell}</tr>")
+    return f"<table><thead><tr><th>statistic</th><th>value</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _violations(report: dict, limit: int = 200) -> str:
-    vs = report.get("violations", [])
-    if not vs:
-        return "<h2>Violations</h2><p>None: every event passed every rule.</p>"
+def _violation_table(title: str, vs: list[dict], limit: int) -> str:
     rows = "".join(f"<tr><td>{_h(v.get('rule'))}</td><td class=n>{_num(v.get('event'))}</td><td>{_h(v.get('op'))}"
                    f"</td><td>{_h(v.get('message'))}</td></tr>" for v in vs[:limit])
     more = f'<p class="note">… and {len(vs) - limit:,} more (see the JSON report).</p>' if len(vs) > limit else ""
-    return (f"<h2>Violations ({len(vs):,})</h2><table><thead><tr><th>rule</th><th>event</th><th>op</th>"
+    return (f"<h2>{_h(title)} ({len(vs):,})</h2><table><thead><tr><th>rule</th><th>event</th><th>op</th>"
             f"<th>message</th></tr></thead><tbody>{rows}</tbody></table>{more}")
+
+
+def _violations(report: dict, limit: int = 200) -> str:
+    """The violations; with injected faults, those no fault accounts for first, then the expected ones."""
+    vs = report.get("violations", [])
+    if not vs:
+        return "<h2>Violations</h2><p>None: every event passed every rule.</p>"
+    if not any("expected" in v for v in vs):
+        return _violation_table("Violations", vs, limit)
+    other = [v for v in vs if not v.get("expected")]
+    parts = [_violation_table("Violations no injected fault accounts for", other, limit) if other else
+             "<h2>Violations no injected fault accounts for</h2><p>None.</p>"]
+    parts.append(_violation_table("Expected violations (each injected fault at its bad event, with its rule)",
+                                  [v for v in vs if v.get("expected")], limit))
+    return "".join(parts)
 
 
 def _refusals(report: dict) -> str:
@@ -206,9 +288,10 @@ def _rejected(stats: dict) -> str:
 
 
 def render_simulation_html(report: dict, series: dict, title: str) -> str:
-    """One simulation run: verdict, statistics, latency, the plots, rejections, violations and refusals."""
-    passed = report.get("verdict") == "pass"
+    """One simulation run: verdict, notes, latency, statistics, the plots, rejections, violations and refusals."""
+    passed = verdict_of(report).passed
     stats = {k: v for k, v in report.get("stats", {}).items() if k != "traces"}
+    table = {k: v for k, v in stats.items() if k not in ("notes", "rejected_requests", "rejections")}
     curves = series.get("latency") or {}
     body = "\n".join([
         f"<h1>kvsim simulation: {_h(title)}</h1>",
@@ -217,10 +300,11 @@ def render_simulation_html(report: dict, series: dict, title: str) -> str:
         "<h2>Latency and throughput</h2>", _latency_table(stats),
         f'<div class="plot">{plot_latency_svg(curves)}</div>' if curves.get("ttft") else
         '<p class="note">No request was served.</p>',
-        "<h2>Statistics</h2>", _stats_table(stats),
+        "<h2>Statistics</h2>", _stats_table(table),
         "<h2>Over time</h2>",
         f'<div class="plot">{plot_series_svg(series)}</div>' if series.get("time") else
         '<p class="note">No iteration ran.</p>',
+        *(f'<p class="note">{_h(why)}</p>' for why in (series_panels(series)[1] if series.get("time") else [])),
         _rejected(stats), _violations(report), _refusals(report),
     ])
     return _page(f"kvsim simulation: {title}", body)
@@ -234,49 +318,80 @@ def _x_axis(rows: list[dict]) -> tuple[str, str]:
     return "", "point"
 
 
+def doubling(xs: list[float]) -> bool:
+    """Whether sorted sweep points grow geometrically (each at least 1.8× the last), as `pages=1024,2048,4096`
+    does: such an axis is drawn on a log scale so that the points are evenly spaced."""
+    pts = sorted(set(x for x in xs if x > 0))
+    return len(pts) >= 3 and all(b >= 1.8 * a for a, b in zip(pts, pts[1:], strict=False))
+
+
+SWEEP_PANELS = (  # (title, y label, value of a row, integer axis)
+    ("prefix hit ratio", "prefix hit (% of prompt tokens)", lambda r: 100 * r["hit_ratio"], False),
+    ("checkpoints evicted from Device", "evictions (checkpoints)", lambda r: r["evictions"], True),
+    ("Host traffic (offload + restore)", "Host traffic (GiB)",
+     lambda r: (r["host_bytes_out"] + r["host_bytes_in"]) / GIB, False),
+    ("time to first token, median (virtual s, from the timing model)", "TTFT p50 (s)",
+     lambda r: r.get("ttft_p50", 0.0), False),
+    ("time to first token, 99th percentile (virtual s)", "TTFT p99 (s)", lambda r: r.get("ttft_p99", 0.0), False),
+    ("throughput (virtual time)", "requests/s", lambda r: r.get("throughput_rps", 0.0), False),
+)
+
+
+def sweep_panels(rows: list[dict]) -> tuple[list, list[str]]:
+    """The panels worth drawing (the hit ratio always; evictions and Host traffic when any point has some), and
+    a sentence for each left out."""
+    keep, empty = [], []
+    for i, panel in enumerate(SWEEP_PANELS):
+        if any(panel[2](r) for r in rows):
+            keep.append(panel)
+        else:
+            empty.append(("no prefix was reused at any point", "no checkpoint was evicted at any point",
+                          "no Host traffic at any point", "no time to first token at any point",
+                          "no time to first token at any point", "no request was served at any point")[i])
+    return keep, empty
+
+
 def plot_sweep_svg(rows: list[dict]) -> str:
-    """Hit ratio, evictions, Host traffic, TTFT (p50 solid, p99 dashed) and throughput against the capacity
-    axis, one line per profile."""
+    """Hit ratio, evictions, Host traffic, TTFT p50 and p99 and throughput against the capacity axis; one line
+    per profile, with a legend only when profiles are swept; a log axis when the points double; no panel that
+    would be empty. An unbounded pages point sits at the capacity it was given."""
+    from matplotlib.ticker import MaxNLocator, NullLocator, ScalarFormatter
+
     key, label = _x_axis(rows)
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        groups.setdefault(str(r["point"].get("profile", "all")), []).append(r)
-    fig, ctx = _figure(5, "kvsim-sweep")
+        groups.setdefault(str(r["point"].get("profile", "")), []).append(r)
+    panels, _ = sweep_panels(rows)
+    if not panels:
+        return ""
+    fig, ctx = _figure(len(panels), "kvsim-sweep")
     try:
-        axes = fig.subplots(5, 1, sharex=True)
-        for n, (name, rs) in enumerate(groups.items()):
-            if key == "pages":  # an unbounded point sits at the capacity it was given
+        axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        xs_all: list[float] = []
+        for name, rs in groups.items():
+            if key == "pages":
                 xs = [r["capacity_pages"] for r in rs]
             else:
                 xs = [(r["point"][key] / GIB if key in ("hbm", "host") else r["point"][key]) if key else i
                       for i, r in enumerate(rs)]
-            color = f"C{n % 10}"
-            axes[0].plot(xs, [100 * r["hit_ratio"] for r in rs], marker="o", color=color, label=name)
-            axes[1].plot(xs, [r["evictions"] for r in rs], marker="o", color=color, label=name)
-            axes[2].plot(xs, [(r["host_bytes_out"] + r["host_bytes_in"]) / GIB for r in rs], marker="o", color=color,
-                         label=name)
-            if "ttft_p50" in rs[0]:
-                axes[3].plot(xs, [r["ttft_p50"] for r in rs], marker="o", color=color, label=f"{name} p50")
-                axes[3].plot(xs, [r["ttft_p99"] for r in rs], marker="s", linestyle="--", color=color,
-                             label=f"{name} p99")
-                axes[4].plot(xs, [r["throughput_rps"] for r in rs], marker="o", color=color, label=name)
-        from matplotlib.ticker import MaxNLocator
-        axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
-        axes[0].set_title("prefix hit ratio", loc="left")
-        axes[1].set_title("checkpoints evicted from Device", loc="left")
-        axes[2].set_title("Host traffic (offload + restore)", loc="left")
-        axes[3].set_title("time to first token (virtual s, from the timing model)", loc="left")
-        axes[4].set_title("throughput", loc="left")
-        axes[0].set_ylabel("prefix hit (% tokens)")
-        axes[1].set_ylabel("evictions (checkpoints)")
-        axes[2].set_ylabel("Host traffic (GiB)")
-        axes[3].set_ylabel("TTFT (s)")
-        axes[4].set_ylabel("requests/s")
-        axes[4].set_xlabel(label)
-        for ax in axes:
+            xs_all += xs
+            for ax, (_, _, value, _) in zip(axes, panels, strict=True):
+                ax.plot(xs, [value(r) for r in rs], marker="o", label=name or None)
+        for ax, (title, ylabel, _, integer) in zip(axes, panels, strict=True):
+            ax.set_title(title, loc="left")
+            ax.set_ylabel(ylabel)
             ax.set_ylim(bottom=0)
             ax.grid(True, color="#e5e5e5", linewidth=0.6)
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="profile")
+            if integer:
+                ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            if len(groups) > 1:
+                ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="profile")
+        axes[-1].set_xlabel(label + (" — log scale" if key and doubling(xs_all) else ""))
+        if key and doubling(xs_all):
+            axes[-1].set_xscale("log", base=2)
+            axes[-1].set_xticks(sorted(set(xs_all)))
+            axes[-1].xaxis.set_major_formatter(ScalarFormatter())
+            axes[-1].xaxis.set_minor_locator(NullLocator())
         return _svg(fig)
     finally:
         ctx.__exit__(None, None, None)
@@ -286,16 +401,15 @@ def render_sweep_html(rows: list[dict], title: str, columns: tuple, notes: list[
     """A sweep: the table of every point and the plots against capacity."""
     keys = list(rows[0]["point"]) if rows else []
     head = "".join(f"<th>{_h(c)}</th>" for c in keys + list(columns))
-    def axis(k, v):
-        return f"{v / GIB:g} GiB" if k in ("hbm", "host") and isinstance(v, int) else _num(v)
+    def axis(k: str, v: Any) -> str:
+        return f"{v / GIB:g} GiB" if k in ("hbm", "host") and isinstance(v, int) else _text(v, k)
 
     body_rows = "".join("<tr>" + "".join(f"<td class=n>{_h(axis(k, r['point'][k]))}</td>" for k in keys)
-                        + "".join(f"<td class=n>{_num(r[c])}</td>" for c in columns) + "</tr>" for r in rows)
-    bad = sum(r["violations"] for r in rows)
-    verdict = (f'<div class="verdict {"fail" if bad else "pass"}">'
-               + (_h(f"FAIL: {bad:,} violations") if bad else _h(f"PASS: {len(rows)} points, no violation"))
-               + "</div>")
+                        + "".join(f"<td class=n>{_num(r[c], c)}</td>" for c in columns) + "</tr>" for r in rows)
+    judged = sweep_verdict(rows)
+    verdict = f'<div class="verdict {judged.status}">{_h(judged.headline)}</div>'
     body = "\n".join([f"<h1>kvsim what-if sweep: {_h(title)}</h1>", verdict, _notes(notes),
                       f"<table><thead><tr>{head}</tr></thead><tbody>{body_rows}</tbody></table>",
-                      f'<div class="plot">{plot_sweep_svg(rows)}</div>' if rows else ""])
+                      f'<div class="plot">{plot_sweep_svg(rows)}</div>' if rows and sweep_panels(rows)[0] else "",
+                      *(f'<p class="note">{_h(why[0].upper() + why[1:])}.</p>' for why in sweep_panels(rows)[1])])
     return _page(f"kvsim sweep: {title}", body)

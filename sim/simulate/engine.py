@@ -133,7 +133,7 @@ class Ckpt:
     ("prompt": a request's whole prompt; "split": a prefix cut from a longer checkpoint at a match)."""
     __slots__ = ("cid", "keys", "frontier", "kind")
 
-    def __init__(self, cid: str, keys: list, frontier: int, kind: str = "prompt"):
+    def __init__(self, cid: str, keys: list, frontier: int, kind: str = "prompt") -> None:
         self.cid, self.keys, self.frontier, self.kind = cid, keys, frontier, kind
 
 
@@ -143,7 +143,7 @@ class Lane:
     __slots__ = ("seq", "rid", "frontier", "end", "mapped", "prompt", "output", "keys", "own", "arrival",
                  "admitted", "first")
 
-    def __init__(self, seq, rid, frontier, end, mapped, prompt=0, output=0, keys=None):
+    def __init__(self, seq, rid, frontier, end, mapped, prompt: int = 0, output: int = 0, keys=None) -> None:
         self.seq, self.rid, self.frontier, self.end, self.mapped = seq, rid, frontier, end, mapped
         self.prompt, self.output, self.keys = prompt, output, keys
         self.own = 0  # pages a decoding lane returns when it finishes (its private tail copy and output)
@@ -162,7 +162,7 @@ class Simulation:
     """One simulation run; `run(requests)` drives it to the end and returns a SimResult."""
 
     def __init__(self, config: SimConfig, source: str = "simulate", record=None, progress=None,
-                 audit_every: int | None = None, faults: FaultPlan | None = None):
+                 audit_every: int | None = None, faults: FaultPlan | None = None) -> None:
         if config.concurrency < 2:
             raise ValueError("the scheduler needs at least 2 execution rows (a prefill and a decode)")
         if config.admission not in ADMISSION:
@@ -221,7 +221,7 @@ class Simulation:
             raise InternalError(self.path, i, i + 2, type(ev).__struct_config__.tag, exc) from exc
         self.events = i + 1
 
-    def _activate(self, seq, prompt, budget, source=None, keep=True) -> bool:
+    def _activate(self, seq, prompt, budget, source=None, keep: bool = True) -> bool:
         self._emit(kt.Activate(seq=seq, prompt=prompt, budget=budget, from_=source, keep_source=keep))
         return seq in self.st.bundles
 

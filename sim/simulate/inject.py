@@ -39,7 +39,7 @@ ALL = "all"
 class _Episode(Episode):
     """An episode whose ids carry the injection's number and whose page ids are free in the live pool."""
 
-    def __init__(self, put, pools, main_pool, max_context: int, tag: int | None):
+    def __init__(self, put, pools, main_pool, max_context: int, tag: int | None) -> None:
         super().__init__(put, pools, main_pool.capacity, max_context)
         self._pool = main_pool
         self._tag = "" if tag is None else str(tag)
@@ -164,7 +164,7 @@ def plan_faults(requested, config, every: int = DEFAULT_EVERY, seed: int = 0) ->
 class Injector:
     """Injects a plan's episodes into one simulation at its unit boundaries and scores them at the end."""
 
-    def __init__(self, sim, plan: FaultPlan):
+    def __init__(self, sim, plan: FaultPlan) -> None:
         self.sim = sim
         self.plan = plan
         self.probes = {n: plan.probes.get(n) or probe(n, sim.config) for n in plan.names}

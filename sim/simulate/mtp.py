@@ -51,7 +51,7 @@ def _mix(x: int) -> int:
 class SpeculativeRounds:
     """The speculative decode rounds of one simulation: rows and commits per lane, acceptance, statistics."""
 
-    def __init__(self, config):
+    def __init__(self, config) -> None:
         k = config.draft_window
         if k < 1:
             raise ValueError(f"the MTP draft window must be at least 1, got {k}")

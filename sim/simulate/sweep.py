@@ -79,6 +79,11 @@ def point_config(base: SimConfig, point: dict) -> SimConfig:
     return cfg
 
 
+def point_text(point: dict) -> str:
+    """A sweep point as the command line spells it: `profile=bf16 hbm=12884901888`."""
+    return " ".join(f"{k}={v}" for k, v in point.items())
+
+
 class PointError(Exception):
     """A sweep point failed (its message names the point); plain args, so it crosses process boundaries."""
 
@@ -93,7 +98,7 @@ def check_points(base: SimConfig, points: list[dict]) -> None:
         try:
             resolve_capacity(store_config(point_config(base, p).header("sweep").config))
         except ConfigError as exc:
-            raise ValueError(f"sweep point {p}: unsupported config: {exc}") from None
+            raise ValueError(f"sweep point {point_text(p)}: unsupported config: {exc}") from None
 
 
 def run_point(workload: str, requests: int | None, config: dict, point: dict) -> dict:
@@ -104,7 +109,7 @@ def run_point(workload: str, requests: int | None, config: dict, point: dict) ->
             cfg = unbounded_config(cfg, open_workload(workload, requests))
         res = simulate(open_workload(workload, requests), cfg, source=workload)
     except Exception as exc:  # noqa: BLE001 - re-raised with plain, picklable args
-        raise PointError(f"sweep point {point}: {type(exc).__name__}: {exc}") from None
+        raise PointError(f"sweep point {point_text(point)}: {type(exc).__name__}: {exc}") from None
     return {"point": point, **{k: res.stats[k] for k in STAT_KEYS}}
 
 

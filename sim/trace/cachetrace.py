@@ -17,7 +17,8 @@ its runtime, never by its internals. cachetrace/1 records exactly that, one JSON
 * ``result``: the runtime's answer to a plan -- the tokens each slot produced (``[]`` for an intermediate
   prefill chunk), the requests finished, and the op ids acknowledged (``done``);
 * ``kv``: the KV events the scheduler emitted after that answer (``BlockStored`` / ``BlockRemoved`` /
-  ``AllBlocksCleared``, the shape vLLM and SGLang publish).
+  ``AllBlocksCleared``, the shape vLLM and SGLang publish);
+* ``clear``: a ClearCache request after that answer and whether the scheduler ``accepted`` it.
 
 Integers are JSON integers; an unknown field or op is an input error. The JSON Schema
 (``spec/cachetrace.schema.json``) is generated from the Structs below (``python -m
@@ -32,7 +33,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -40,17 +41,17 @@ from kvsim.sim.trace.stream import TraceInputError
 
 __all__ = [
     "FORMAT", "Header", "Config", "Group", "Submit", "Plan", "Batch", "CacheOp", "Abort", "Result",
-    "KvEvents", "KvEvent", "BlockStored", "BlockRemoved", "AllBlocksCleared", "Line",
+    "KvEvents", "KvEvent", "Clear", "BlockStored", "BlockRemoved", "AllBlocksCleared", "Line",
     "CacheTraceInputError", "read_cachetrace", "CacheTraceWriter", "is_cachetrace", "schema_document",
     "schema_text", "SCHEMA_PATH", "main",
 ]
 
-FORMAT = "cachetrace/1"
+FORMAT: Literal["cachetrace/1"] = "cachetrace/1"
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "spec" / "cachetrace.schema.json"
 
 Nat = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Entry = Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)]
-Hash = Union[int, str]
+Hash = int | str
 """A KV-event block hash: an integer (TokenSpeed's u64 FNV-1a) or a string (a hex digest)."""
 Rid = Annotated[str, msgspec.Meta(min_length=1)]
 
@@ -65,6 +66,7 @@ class Group(msgspec.Struct, **_S):
     attn_kind: Literal["full", "sliding", "mamba"] = "full"
     sliding_window_tokens: Nat | None = None
     cache_blocks_per_lcm_block: Annotated[int, msgspec.Meta(ge=1)] = 1
+    replayable: bool = False
 
 
 class Config(msgspec.Struct, **_S):
@@ -74,6 +76,8 @@ class Config(msgspec.Struct, **_S):
     groups: list[Group]
     num_device_pages: Annotated[int, msgspec.Meta(ge=2)]
     num_host_pages: Nat = 0
+    num_snapshot_pages: Nat = 0
+    max_retracted_requests: Nat = 0
     max_batch_size: Nat = 0
     max_scheduled_tokens: Nat = 0
     enable_mixed_prefill_decode: bool = True
@@ -94,20 +98,40 @@ class Submit(msgspec.Struct, tag_field="op", tag="submit", **_S):
 
 
 class Batch(msgspec.Struct, **_S):
-    """The plan's forward batch: extends first (``extends`` of them), then decodes."""
+    """The plan's forward batch: extends first (``extends`` of them), then decodes. ``replay_lengths`` (per
+    extend, absent: 0) are the tokens a replayable group re-feeds: the input starts at the prefix length and
+    the prefix hit (the shared groups' write floor) lies that many tokens later."""
     requests: list[Rid]
     extends: Nat
     input_lengths: list[Nat]
     prefix_lengths: list[Nat]
     prefill_lengths: list[Nat] = []
+    replay_lengths: list[Nat] = []
 
 
 class CacheOp(msgspec.Struct, **_S):
-    """One cache operation of a plan (``kind`` is the scheduler's op type); ``op_ids`` are what the
-    runtime acknowledges, ``pages`` the (src, dst) pairs it copies."""
+    """One cache operation of a plan (``kind`` is the scheduler's op type: ``WriteBackOp`` Device -> Host,
+    ``LoadBackOp`` Host -> Device, ``SnapshotOp`` a retracted request's image, ``RestoreOp`` Host or
+    snapshot pool -> Device, ``Storage{Query,Get,Put,Cancel}Op`` the L3 tier). ``op_ids`` are what the
+    runtime acknowledges, ``pages`` the (src, dst) pairs it copies. Per pair, when the scheduler says:
+    ``groups`` (index into the header's groups; absent: every pair in group 0), ``keys`` (the content hash,
+    hex; "" for a Host-only transfer), ``offsets`` (the page offset inside the prefix page). ``pinned`` is a
+    write-back's ``source_pinned``; ``request``, ``pool_index``, ``slot`` and ``tiers`` (per pair, "L2" or
+    "snapshot") name a snapshot / restore; ``host_blocks`` and ``storage_keys`` an L3 op's Host pages and
+    object keys."""
     kind: str
     op_ids: list[Nat]
     pages: list[tuple[Nat, Nat]] = []
+    groups: list[Nat] = []
+    keys: list[str] = []
+    offsets: list[Nat] = []
+    pinned: bool | None = None
+    request: str | None = None
+    pool_index: Nat | None = None
+    slot: Nat | None = None
+    tiers: list[Literal["L2", "snapshot"]] = []
+    host_blocks: list[Nat] = []
+    storage_keys: list[str] = []
 
 
 class Abort(msgspec.Struct, **_S):
@@ -128,11 +152,13 @@ class Plan(msgspec.Struct, tag_field="op", tag="plan", **_S):
 
 class Result(msgspec.Struct, tag_field="op", tag="result", **_S):
     """The runtime's answer to plan ``plan``: per batch slot the tokens produced, finished requests,
-    acknowledged cache op ids."""
+    acknowledged cache op ids (``done``; an acknowledgement may come plans after the op was issued) and,
+    among them, those completed unsuccessfully (``failed``: an L3 prefetch that missed)."""
     plan: Nat
     tokens: list[list[Nat]] = []
     finish: list[Rid] = []
     done: list[Nat] = []
+    failed: list[Nat] = []
 
 
 class BlockStored(msgspec.Struct, tag_field="type", tag="BlockStored", **_S):
@@ -153,7 +179,7 @@ class AllBlocksCleared(msgspec.Struct, tag_field="type", tag="AllBlocksCleared",
     pass
 
 
-KvEvent = Union[BlockStored, BlockRemoved, AllBlocksCleared]
+KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 class KvEvents(msgspec.Struct, tag_field="op", tag="kv", **_S):
@@ -162,7 +188,14 @@ class KvEvents(msgspec.Struct, tag_field="op", tag="kv", **_S):
     events: list[KvEvent]
 
 
-Line = Union[Submit, Plan, Result, KvEvents]
+class Clear(msgspec.Struct, tag_field="op", tag="clear", **_S):
+    """A ClearCache request made after the answer to plan ``plan``, and whether the scheduler accepted it
+    (cache concepts: "ClearCache rejects in-flight Host writebacks")."""
+    plan: Nat
+    accepted: bool
+
+
+Line = Submit | Plan | Result | KvEvents | Clear
 
 _HEADER = msgspec.json.Decoder(Header)
 _LINE = msgspec.json.Decoder(Line)
@@ -217,7 +250,7 @@ def read_cachetrace(path: str | Path) -> tuple[Header, Iterator[tuple[int, Line]
 class CacheTraceWriter:
     """Write a cachetrace/1 file line by line (header first)."""
 
-    def __init__(self, path: str | Path, header: Header):
+    def __init__(self, path: str | Path, header: Header) -> None:
         self._f = open(path, "wb")
         self.lines = 0
         self.write(header)

@@ -35,6 +35,7 @@ def store_config(cfg: kt.Config) -> StoreConfig:
     elif cap.tokens is not None:
         capacity = CapacityPolicy(tokens=cap.tokens)
     else:
+        assert cap.auto is not None  # the record requires tokens or auto
         capacity = CapacityPolicy(free_bytes=cap.auto.free_bytes, headroom_bytes=cap.auto.headroom_bytes)
     growth = None if cfg.kv_lease_growth is None else GrowthConfig(cfg.kv_lease_growth.window,
                                                                    cfg.kv_lease_growth.cushion_pages)

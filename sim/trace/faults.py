@@ -33,7 +33,7 @@ MTP_DRAFT_WINDOW = 4
 class Episode:
     """Writes one fault episode's events; remembers the index of the one bad event."""
 
-    def __init__(self, put, pools: tuple[str, ...], capacity: int, max_context: int):
+    def __init__(self, put, pools: tuple[str, ...], capacity: int, max_context: int) -> None:
         self._put = put  # put(event) -> index of the event written
         self.pools = pools
         self.max_context = max_context
@@ -61,22 +61,22 @@ class Episode:
         return index
 
     # -- the engine's ordinary moves ------------------------------------------------------------
-    def activate(self, seq, prompt, budget, src=None, keep=None, pages=None, bad=False) -> int:
+    def activate(self, seq, prompt, budget, src=None, keep=None, pages=None, bad: bool = False) -> int:
         # a root activation leases no page in any pool; a page list names Main's table
         result = None if pages is None else {"ok": True, "pages": {"main": list(pages)} if pages else
                                              {p: [] for p in self.pools}}
         return self.ev("activate", bad, seq=seq, prompt=prompt, budget=budget, keep_source=keep, result=result,
                        **{"from": src})
 
-    def map(self, seq, tokens, pool="main", pages=None, ok=None, bad=False) -> int:
+    def map(self, seq, tokens, pool: str = "main", pages=None, ok=None, bad: bool = False) -> int:
         result = {"ok": True, "pages": list(pages)} if pages is not None else ({"ok": True} if ok else None)
         return self.ev("map", bad, seq=seq, pool=pool, tokens=tokens, result=result)
 
-    def launch(self, unit, seq, a, b, bad=False) -> int:
+    def launch(self, unit, seq, a, b, bad: bool = False) -> int:
         rows = [{"seq": seq, "pool": p, "write": [a, b]} for p in self.pools]
         return self.ev("launch", bad, unit=unit, rows=rows)
 
-    def complete(self, unit, seq, frontier, bad=False) -> int:
+    def complete(self, unit, seq, frontier, bad: bool = False) -> int:
         return self.ev("complete", bad, unit=unit, commit=[{"seq": seq, "pool": p, "frontier": frontier}
                                                            for p in self.pools])
 
@@ -96,7 +96,7 @@ class Episode:
         self.ev("finish", seq=seq, retain=ckpt)
         return ckpt
 
-    def xfer(self, xid, ckpt, blocks, phase, bad=False) -> int:
+    def xfer(self, xid, ckpt, blocks, phase, bad: bool = False) -> int:
         return self.ev("xfer", bad, xfer=xid, dir="d2h", ckpt=ckpt, pool="main", blocks=list(blocks), phase=phase)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from kvsim.kvmodel.store.config import PAGE_SIZE as P
 from kvsim.kvmodel.store.errors import InvariantError
@@ -62,7 +63,7 @@ def options_for(events: int, seed: int = 0, fault: str | None = None, **override
         raise ValueError(f"unknown fault {fault!r}; known: {', '.join(sorted(FAULTS))}")
     needs = FAULTS[fault].needs if fault else frozenset()
     rng = random.Random(seed ^ 0x5EED_FA17)  # the fault's sub-seed; the workload keeps `seed` itself
-    fields = dict(events=events, seed=seed, fault=fault,
+    fields: dict[str, Any] = dict(events=events, seed=seed, fault=fault,
                   backend="mtp" if "mtp" in needs else "off", growth="growth" in needs,
                   host_pages=16 if "host" in needs else 0,
                   fault_after=rng.randrange(events // 4, events // 2 + 1) if fault else 0)
@@ -73,10 +74,11 @@ def options_for(events: int, seed: int = 0, fault: str | None = None, **override
     return opts
 
 
-def default_header(max_context=4096, concurrency=8, profile="bf16", source="kvsim workload", backend="off",
-                   growth=False, host_pages=0, meta=None) -> kt.Header:
+def default_header(max_context: int = 4096, concurrency: int = 8, profile: str = "bf16",
+                   source: str = "kvsim workload", backend: str = "off", growth: bool = False, host_pages: int = 0,
+                   meta: dict | None = None) -> kt.Header:
     return kt.Header(format="kvtrace/1", config=kt.Config(
-        max_context=max_context, max_concurrency=concurrency, page_size=P, kv_profile=profile,
+        max_context=max_context, max_concurrency=concurrency, page_size=P, kv_profile=profile,  # type: ignore[arg-type]  # a PROFILES name
         backend=kt.BackendMTP(draft_window=MTP_DRAFT_WINDOW) if backend == "mtp" else kt.BackendOff(),
         model=kt.Model(full_attention_layers=1, kv_heads=2, head_dim=256),
         host_arena_bytes=host_pages * HOST_PAGE_BYTES,
@@ -91,7 +93,7 @@ def _pages(tokens: int) -> int:
 class _Lane:
     __slots__ = ("seq", "frontier", "target", "mapped", "prompt")
 
-    def __init__(self, seq, frontier, prompt, target):
+    def __init__(self, seq, frontier, prompt, target) -> None:
         self.seq, self.frontier, self.prompt, self.target = seq, frontier, prompt, target
         self.mapped = 0
 
@@ -111,10 +113,10 @@ def generate_with(target, opts: GenOptions) -> Generated:
         raise InvariantError("a fault episode needs max_context >= 2048 and concurrency >= 4",
                              f"{fault.name} at S = {S}, C = {C} (options_for refuses it)")
     rng = random.Random(opts.seed)
-    src = f"kvsim workload seed={opts.seed}" + (f" fault={opts.fault}" if fault else "")
-    header = default_header(S, C, opts.profile, src, opts.backend, opts.growth, opts.host_pages,
+    source = f"kvsim workload seed={opts.seed}" + (f" fault={opts.fault}" if fault else "")
+    header = default_header(S, C, opts.profile, source, opts.backend, opts.growth, opts.host_pages,
                             meta={"options": asdict(opts)})
-    pools = ("main", "mtp") if opts.backend == "mtp" else ("main",)
+    pools: tuple[kt.Pool, ...] = ("main", "mtp") if opts.backend == "mtp" else ("main",)
     # Capacity is M_max = C·L. Legal: at most C - 2 lanes (each entitled to <= L pages) and two retained
     # checkpoints (<= L pages each), so nothing is ever refused. With a fault one lane and one checkpoint
     # fewer leave 2·L pages and three rows for the episode (see sim.trace.faults on its page ids).
@@ -130,6 +132,7 @@ def generate_with(target, opts: GenOptions) -> Generated:
             return w.events - 1
 
         def inject() -> Episode:
+            assert fault is not None
             ep = Episode(put, pools, C * _pages(S), S)
             fault.episode(ep)
             if ep.bad_event is None:
@@ -142,7 +145,8 @@ def generate_with(target, opts: GenOptions) -> Generated:
                 n_seq += 1
                 prompt = rng.randrange(1, S // 2)
                 budget = rng.randrange(1, S - prompt + 1)
-                src, keep = None, True
+                src: str | None = None
+                keep = True
                 frontier = 0
                 if ckpts and rng.random() < 0.3:
                     cid, cf = ckpts[rng.randrange(len(ckpts))]
@@ -202,4 +206,5 @@ def generate_with(target, opts: GenOptions) -> Generated:
         total = w.events
     if fault is None:
         return Generated(total)
+    assert injected is not None and injected.bad_event is not None
     return Generated(total, fault.name, fault.rule, injected.bad_event)

@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -121,7 +121,7 @@ class BackendDFlash2(msgspec.Struct, tag_field="kind", tag="dflash2", **_STRUCT)
     head_dim: U63 = 128
 
 
-Backend = Union[BackendOff, BackendMTP, BackendDFlash, BackendDFlash2]
+Backend = BackendOff | BackendMTP | BackendDFlash | BackendDFlash2
 
 
 class Config(msgspec.Struct, **_STRUCT):
@@ -387,8 +387,8 @@ class Observe(EventBase, tag="observe"):
                 raise ValueError("observe of a sequence needs 'table' and/or 'frontier' (or 'content')")
 
 
-Event = Union[Activate, Map, Grow, Launch, Complete, Fail, Truncate, Finish, Release, Offload,
-              DropDevice, DropHost, Xfer, Observe, Cow]
+Event = (Activate | Map | Grow | Launch | Complete | Fail | Truncate | Finish | Release | Offload | DropDevice
+         | DropHost | Xfer | Observe | Cow)
 EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__  # type: ignore[attr-defined]
 OPS: dict[str, type[EventBase]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}  # type: ignore[misc]
 REQUEST_OPS = frozenset({"activate", "map", "grow", "cow"})

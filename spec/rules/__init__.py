@@ -4,7 +4,9 @@ from kvsim.kvmodel.store.units import COMMIT_RULES, LAUNCH_RULES  # noqa: E402
 from kvsim.spec.catalogue import require  # noqa: E402
 from kvsim.spec.rules import (  # noqa: F401  # noqa: F401
     cache_admission,
+    cache_clauses,
     cache_geometry,
+    cache_l2,
     cache_pool,
     cache_prefix,
     cache_tables,

@@ -6,11 +6,19 @@ recorded candidates; it does not call the planner.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.cache.journal import AdmitRecord
 from kvsim.spec.catalogue import state_rule
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
-def fit(shadow, need, victims) -> bool:
+    from kvsim.kvmodel.cache.admission import EvictionCandidate, PoolShadow
+    from kvsim.kvmodel.cache.state import CacheState
+
+
+def fit(shadow: PoolShadow, need: Sequence[int], victims: Iterable[EvictionCandidate]) -> bool:
     """Σ_g ceil(max(need_g − free_g, 0) / slots_per_parent_g) ≤ empty parents, after the victims leave."""
     occ = dict(shadow.occupancy)
     free = list(shadow.free_slots)
@@ -29,7 +37,7 @@ def fit(shadow, need, victims) -> bool:
     return parents <= empty
 
 
-def _key(c):
+def _key(c: EvictionCandidate) -> tuple:
     return (c.epoch, int(c.tier), c.rank, c.group, c.parent, c.child)
 
 
@@ -41,8 +49,9 @@ def _key(c):
             decisions="Order: (access epoch, tier uncached < probationary < established < closed prefix, rank, "
                       "group, parent, child). The victims lie within the shortest fitting prefix of that order and "
                       "include its last element; dropping any one victim breaks the fit; a refusal means even "
-                      "every candidate does not fit.")
-def ts_adm_1(st, _entity=None, full=True):
+                      "every candidate does not fit.",
+            evidence="model")
+def ts_adm_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:
         if not isinstance(r, AdmitRecord):

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.cache.group_spec import FULL
 from kvsim.kvmodel.cache.journal import ReclaimRecord
 from kvsim.kvmodel.cache.layer_binding import KERNEL_SOURCES
 from kvsim.spec.catalogue import state_rule
+
+if TYPE_CHECKING:
+    from kvsim.kvmodel.cache.state import CacheState
 
 
 @state_rule("TS-GEO-1", "block_granularity divides prefix_granularity; kernel_page_size never derived from it; "
@@ -16,8 +21,9 @@ from kvsim.spec.catalogue import state_rule
             decisions="A layer's kernel_page_size must come from the registry or the config and divide its "
                       "group's block_granularity (the subdivision block → kernel pages); a state group's layers "
                       "have no kernel pages; a full-visibility layer cannot ride a sliding group and a sliding mask "
-                      "needs window_left + 1 <= sliding_window_tokens.")
-def ts_geo_1(st, _entity=None, full=True):
+                      "needs window_left + 1 <= sliding_window_tokens.",
+            evidence="model")
+def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     cfg = st.config
     for g in cfg.groups:
         bg = g.block_granularity
@@ -44,8 +50,9 @@ def ts_geo_1(st, _entity=None, full=True):
             "expires",
             'cache concepts: "full attention never expires; SWA and Mamba-at-window-2 slide out whole pages"',
             scope="cache",
-            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.")
-def ts_ret_1(st, _entity=None, full=True):
+            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.",
+            evidence="model")
+def ts_ret_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:
         if not isinstance(r, ReclaimRecord):

@@ -7,11 +7,18 @@ Each returns None (premise absent), True (kept) or a one-line message (violated)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.cache.journal import AcquireRecord, AdmitRecord
 from kvsim.spec.catalogue import state_rule
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
-def _records(st, kind):
+    from kvsim.kvmodel.cache.state import CacheState
+
+
+def _records(st: CacheState, kind: type) -> list:
     return [r for r in st.journal if isinstance(r, kind)]
 
 
@@ -22,14 +29,15 @@ def _records(st, kind):
             'empty-parent FIFO rather than any group"', scope="cache",
             decisions="Indexes recounted: per-group free slots (holes of bound parents), the empty-parent FIFO "
                       "(each empty parent exactly once), per-parent occupied counts, per-(group, bucket) sets of "
-                      "parents with a hole in that bucket.")
-def ts_pool_1(st, _entity=None, full=True):
+                      "parents with a hole in that bucket.",
+            evidence="model")
+def ts_pool_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     pool = st.pool
     if pool is None:
         return None
     groups = len(pool.packing)
     free = [0] * groups
-    holes = {}
+    holes: dict = {}
     empty = set()
     for p in range(1, pool.num_parents + 1):
         bound, occ = pool.parent(p)
@@ -65,8 +73,9 @@ def ts_pool_1(st, _entity=None, full=True):
             'cache concepts: "Insufficient capacity returns before changing the indices, occupancy, or FIFO"; '
             '"A failed acquire leaves both placement and request tables unchanged"', scope="cache",
             decisions="A refusal is legal only when holes in bound parents + empty parents × slots per parent "
-                      "< the count; a refused admission acquires nothing.")
-def ts_pool_2(st, _entity=None, full=True):
+                      "< the count; a refused admission acquires nothing.",
+            evidence="model")
+def ts_pool_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in _records(st, AcquireRecord):
         if r.result is not None:
@@ -86,7 +95,7 @@ def ts_pool_2(st, _entity=None, full=True):
     return True if seen else None
 
 
-def _capacity(snap, group):
+def _capacity(snap: tuple, group: int) -> tuple[int, int, int]:
     """(holes, empty parents, slots per parent) of group in a BlockPool snapshot, recounted."""
     packing, shards, bound, occ, _count, fifo, _free, _partial = snap
     holes = sum(o.count(False) for p, o in enumerate(occ) if o is not None and bound[p] == group)
@@ -99,8 +108,9 @@ def _capacity(snap, group):
             'occupied parent (ties by parent ID), then the lowest child ID"', scope="cache",
             decisions="Bucket load counts every nonnull block of the request's table in that group, updated after "
                       "each child; among all holes of bound parents the choice is the lexicographic minimum of "
-                      "(bucket load, bucket, −parent occupancy, parent, child).")
-def ts_pool_3(st, _entity=None, full=True):
+                      "(bucket load, bucket, −parent occupancy, parent, child).",
+            evidence="model")
+def ts_pool_3(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     recs = [r for r in _records(st, AcquireRecord) if r.result]
     if not recs:
         return None
@@ -111,7 +121,7 @@ def ts_pool_3(st, _entity=None, full=True):
     return True
 
 
-def naive_placement(snap, group: int, num: int, table_ids) -> list[int] | None:
+def naive_placement(snap: tuple, group: int, num: int, table_ids: Iterable[int]) -> list[int] | None:
     """The seed's placement order replayed on a pool snapshot, by brute force over every hole."""
     packing, shards, bound, occ, _count, fifo, _free, _partial = snap
     d = shards[group] or 1
@@ -122,7 +132,7 @@ def naive_placement(snap, group: int, num: int, table_ids) -> list[int] | None:
     for b in table_ids:
         if b:
             loads[((b - 1) % spp) % d] += 1
-    out = []
+    out: list[int] = []
     while len(out) < num:
         holes = [(loads[c % d], c % d, -sum(o), p, c) for p, o in occ.items() for c, u in enumerate(o) if not u]
         if not holes:
@@ -144,7 +154,7 @@ def naive_placement(snap, group: int, num: int, table_ids) -> list[int] | None:
             decisions="Checked: no acquired (fresh, to-be-zeroed) id is 0 or beyond the virtual block count "
                       "1 + N·D·K; every occupied block translates to an owner < D and a local page in "
                       "[1, 1 + N·K), distinct per owner, and a replicated group's local id is its own id.")
-def ts_pool_4(st, _entity=None, full=True):
+def ts_pool_4(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     pool = st.pool
     for r in _records(st, AcquireRecord):
@@ -174,7 +184,10 @@ def ts_pool_4(st, _entity=None, full=True):
                         continue
                     seen = True
                     block = pool.block_id(g, p, c)
-                    owner, local = pool.to_local(g, block)
+                    loc = pool.to_local(g, block)
+                    if loc is None:
+                        return f"group {g}: occupied child ({p}, {c}) translates to the null block"
+                    owner, local = loc
                     if not (0 <= owner < d and 1 <= local < 1 + pool.num_parents * k):
                         return f"group {g}: block {block} translates to owner {owner}, local page {local}"
                     if (owner, local) in seen_local or (d == 1 and local != block):

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.cache.journal import ProbeRecord, PublishRecord
 from kvsim.spec.catalogue import state_rule
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
-def chain_hashes(tokens, p: int) -> list[str]:
+    from kvsim.kvmodel.cache.journal import ProbeGroup
+    from kvsim.kvmodel.cache.state import CacheState
+
+
+def chain_hashes(tokens: Sequence[int], p: int) -> list[str]:
     """Hex SHA-256 per whole page: u32 prior-digest length + digest, u32 token count + u32 tokens."""
-    out, prior = [], b""
+    out: list[str] = []
+    prior = b""
     for i in range(len(tokens) // p):
         page = tokens[i * p:(i + 1) * p]
         prior = hashlib.sha256(struct.pack("<I", len(prior)) + prior + struct.pack(f"<I{len(page)}I", len(page), *page)
@@ -32,7 +40,7 @@ def chain_hashes(tokens, p: int) -> list[str]:
             decisions="Framing from TokenSpeed's prefix_hasher.h (research/tokenspeed.md §3). A published key's "
                       "page offset is its slot modulo P / block_granularity; a probe's bound and hit are multiples "
                       "of P; published tokens are whole pages.")
-def ts_pfx_1(st, _entity=None, full=True):
+def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
     for r in st.journal:
@@ -62,12 +70,13 @@ def ts_pfx_1(st, _entity=None, full=True):
     return True if seen else None
 
 
-def _lookback(grp) -> int:
+def _lookback(grp: ProbeGroup) -> int:
     """Slots a window group needs cached before a boundary: ceil((W − 1) / block_granularity)."""
+    assert grp.window_tokens is not None  # a window group
     return -(-(grp.window_tokens - 1) // grp.block_granularity)
 
 
-def supports(grp, boundary_slots: int) -> bool:
+def supports(grp: ProbeGroup, boundary_slots: int) -> bool:
     """Whether a group can resume at a boundary (in its slots) given the slots cached."""
     if boundary_slots == 0:
         return True
@@ -77,7 +86,7 @@ def supports(grp, boundary_slots: int) -> bool:
     return all(s in grp.cached for s in range(max(boundary_slots - lookback, 0), boundary_slots))
 
 
-def expected_hits(grp, boundary_slots: int) -> tuple[bool, ...]:
+def expected_hits(grp: ProbeGroup, boundary_slots: int) -> tuple[bool, ...]:
     if grp.replayable:
         return ()
     if grp.window_tokens is None:
@@ -94,8 +103,9 @@ def expected_hits(grp, boundary_slots: int) -> tuple[bool, ...]:
             'prefix length across the matched groups"', scope="cache",
             decisions="A window group resumes at boundary b with ceil((W − 1)/bg) cached slots before b, or a "
                       "shorter run reaching slot 0; W = 2 for state groups; replayable groups are not matched and "
-                      "claim no hit.")
-def ts_pfx_2(st, _entity=None, full=True):
+                      "claim no hit.",
+            evidence="model")
+def ts_pfx_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
     for r in st.journal:
@@ -116,5 +126,5 @@ def ts_pfx_2(st, _entity=None, full=True):
     return True if seen else None
 
 
-def _pattern(hits) -> str:
+def _pattern(hits: Iterable[bool]) -> str:
     return "".join("H" if h else "." for h in hits) or "(none)"

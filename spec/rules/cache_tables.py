@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.spec.catalogue import state_rule
+
+if TYPE_CHECKING:
+    from kvsim.kvmodel.cache.state import CacheState
 
 
 @state_rule("TS-TBL-1", "No two live tables alias a block except through the same cache key; no live table names "
@@ -12,7 +17,7 @@ from kvsim.spec.catalogue import state_rule
             decisions="A block in several table slots (of one or several requests) must be published, and every "
                       "such slot must be the slot its key covers; without an observed index, aliased slots must "
                       "at least be the same slot. Liveness comes from the pool or the observed live set.")
-def ts_tbl_1(st, _entity=None, full=True):
+def ts_tbl_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     groups = len(st.config.groups)
     where: list[dict[int, list]] = [{} for _ in range(groups)]

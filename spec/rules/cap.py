@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store.capacity import m_range, pool_pages, resolve_automatic, resolve_explicit
 from kvsim.kvmodel.store.planes import PAGE_SIZE, bytes_per_token_head
 from kvsim.spec.catalogue import clause_rule, state_rule
+
+if TYPE_CHECKING:
+
+    from kvsim.kvmodel.store.store import KVStore
 
 SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 402}
 
@@ -18,15 +24,16 @@ SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 
                       "refused. The explicit policy needs only K_main >= S and M in [M_min, M_max] (store contract "
                       "\"并要求 (K_{main}\\ge S) 且 (M\\in[M_{min},M_{max}])\"): a plane alignment that bends the "
                       "curve never refuses an explicit capacity.")
-def cap_1(st, _entity, full):
+def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     cfg, res = st.config, st.resolution
     m_min, m_max = m_range(cfg)
     if not m_min <= res.m <= m_max:
         return f"M = {res.m} outside [M_min, M_max] = [{m_min}, {m_max}]"
     pol = cfg.capacity
-    if pol.kind == "explicit" and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
+    if pol.kind == "explicit" and pol.tokens is not None and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
         return f"explicit kv_capacity {pol.tokens} resolved to M = {res.m}, not ceil(K/P)"
-    if pol.kind == "automatic" and res.m != resolve_automatic(res.curve, pol.free_bytes, pol.headroom_bytes):
+    if pol.kind == "automatic" and pol.free_bytes is not None and pol.headroom_bytes is not None \
+            and res.m != resolve_automatic(res.curve, pol.free_bytes, pol.headroom_bytes):
         return f"automatic kv_capacity resolved to M = {res.m}, not min(M_max, M_min + floor((F-R-B_min)/B_step))"
     if pol.kind == "max" and res.m != m_max:
         return f"default kv_capacity resolved to M = {res.m}, not M_max = {m_max}"
@@ -40,7 +47,7 @@ def cap_1(st, _entity, full):
             scope="config", evidence="model",
             decisions="Guards the model (the pool vector is derived, never reported by a trace). DFlash/DFlash2 get a Draft Full pool only with full_layers > 0 (the official DFlash2 config "
                       "has none and needs Main only).")
-def cap_2(st, _entity, full):
+def cap_2(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     want = pool_pages(st.config, st.resolution.m)
     have = {name: pool.capacity for name, pool in st.pools.items()}
     if have != want:
@@ -54,7 +61,7 @@ def cap_2(st, _entity, full):
             'store contract: "allocated+reserved+available=capacity"', scope="pool",
             decisions="The audit recounts allocated from the leases; reserved is the sum of active reservations "
                       "(checked under ENT-1).")
-def cap_3(st, name, full):
+def cap_3(st: KVStore, name: str, full: bool) -> str | bool | None:
     p = st.pools[name]
     if p.allocated < 0 or p.reserved < 0 or p.available < 0:
         return f"{name}: allocated {p.allocated}, reserved {p.reserved}, available {p.available} (negative)"
@@ -72,7 +79,7 @@ def cap_3(st, name, full):
             evidence="model",
             decisions="Guards the model: engine page ids are checked against their own pool's namespace when adopted "
                       "(PAGE-1), so only model state can break this.")
-def cap_4(st, name, full):
+def cap_4(st: KVStore, name: str, full: bool) -> str | bool | None:
     p = st.pools[name]
     if p.capacity != st.resolution.pages[name]:
         return f"{name}: capacity {p.capacity} differs from the startup vector {st.resolution.pages[name]}"
@@ -88,7 +95,7 @@ def cap_4(st, name, full):
             'store contract: "PageBytes=\\sum_{plane} PlaneBytesPerToken\\cdot P", "不能用 2 * vector_bytes 代替 K8V4"',
             scope="config", evidence="model",
             decisions="Guards the model (kvtrace/1 carries no byte figures). Draft Full uses its own BF16 profile at the draft head_dim; the BF16 profile stores BF16 V.")
-def cap_5(st, _entity, full):
+def cap_5(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     cfg = st.config
     if bytes_per_token_head(cfg.kv_profile, 256) != SEED_BYTES_D256[cfg.kv_profile]:
         return f"{cfg.kv_profile}: inventory gives {bytes_per_token_head(cfg.kv_profile, 256)} B/token/head"

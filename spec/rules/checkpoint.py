@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import activation, settle
 from kvsim.spec.catalogue import clause_rule, state_rule, transition_rule
+
+if TYPE_CHECKING:
+
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    from kvsim.kvmodel.store.store import KVStore
 
 
 @state_rule("CKPT-1", "A checkpoint is retained (and hit) only as a complete continuation: Main + backend + StateImage",
@@ -11,7 +18,7 @@ from kvsim.spec.catalogue import clause_rule, state_rule, transition_rule
             scope="space",
             decisions="`finish` with state_image false cannot retain; a retained checkpoint holds an inactive, "
                       "protected space in every enabled pool.")
-def ckpt_1(st, space, full):
+def ckpt_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if space.active:
         return None
     ck = st.checkpoints.get(space.owner)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import mapping, units
 from kvsim.kvmodel.store.config import PAGE_SIZE, ceil_div
 from kvsim.spec.catalogue import state_rule, transition_rule
+
+if TYPE_CHECKING:
+
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    from kvsim.kvmodel.store.store import KVStore
 
 
 @state_rule("ENT-1", "Active entitlement is not returned to global available before terminal release",
@@ -15,7 +22,7 @@ from kvsim.spec.catalogue import state_rule, transition_rule
                       "MTP may lead by ceil((K−1)/P), Draft Full equals Main. The pool's reserved is the sum of "
                       "active reservations (recounted whenever the pool's counters moved); only finish returns a "
                       "reservation to global available.")
-def ent_1(st, space, full):
+def ent_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if not space.active:
         return f"inactive {space.owner!r} ({space.pool}) holds a reservation of {space.reservation}" \
             if space.reservation else None
@@ -63,7 +70,7 @@ transition_rule("ENT-3", "Launches are covered by entitlement at the round bound
                       "available. State form: an active space keeps at least ceil(committed/P) pages. Transition "
                       "(kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped page dematerializes into "
                       "the reservation; an unmapped shared page frees no lease and the entitlement shrinks by it.")
-def ent_4(st, space, full):
+def ent_4(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if len(space.pages) * PAGE_SIZE < space.committed:
         return (f"{space.owner!r} ({space.pool}) keeps {len(space.pages)} pages for frontier {space.committed} "
                 f"(needs {ceil_div(space.committed, PAGE_SIZE)})")

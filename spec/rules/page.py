@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import observe
 from kvsim.kvmodel.store.config import PAGE_SIZE
 from kvsim.spec.catalogue import state_rule, transition_rule
 from kvsim.spec.leaks import leaked
 
+if TYPE_CHECKING:
 
-def _pending_dest(st, pool, pid) -> bool:
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
+
+
+def _pending_dest(st: KVStore, pool: str, pid: int) -> bool:
     return any(x.direction == "h2d" and x.pool == pool and pid in x.dest and x.phase in ("reserve", "copy", "verify")
                for x in st.xfers.values())
 
 
-def leases_carry_their_pages(st):
+def leases_carry_their_pages(st: KVStore) -> str | bool | None:
     """Audit form of PAGE-1 over every pool: each leased id's holder is a live page on that id (or the
     destination of an h2d transfer not yet published)."""
     for name, p in st.pools.items():
@@ -34,7 +41,7 @@ def leases_carry_their_pages(st):
                       "page's id (observe table, activation result, xfer result) it is adopted after this rule's "
                       "check: in the pool, named once, carrying no page the engine itself placed "
                       "(kvmodel.store.adopt); a guess standing on the engine's id moves.")
-def page_1(st, page, full):
+def page_1(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or page.device < 0:
         return None
     holder = st.pools[page.pool].holder[page.device]
@@ -56,7 +63,7 @@ transition_rule("PAGE-2", "A stale lease or page handle (older generation) is re
             'store contract: "replica.epoch=page.epoch \\quad\\land\\quad replica.coverage\\ge n"', scope="page",
             decisions="Every active holder needs a valid Device replica for the columns it has committed in "
                       "the page; a retained checkpoint needs one valid replica (Device or Host).")
-def page_3(st, page, full):
+def page_3(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or not page.holders:
         return None
     dev_ok = page.device >= 0 and page.dev_epoch == page.epoch
@@ -82,7 +89,7 @@ def page_3(st, page, full):
             decisions="Guards the model: reclamation and leases are the model's own bookkeeping (a trace reports no "
                       "descriptors). The audit builds the ownership graph (networkx) from live address spaces and open "
                       "transfers; every lease and Host slice must be reachable.")
-def page_4(st, page, full):
+def page_4(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive:
         if page.device >= 0 or page.host is not None or page.holders or page.pins:
             return f"reclaimed descriptor {page.handle} still holds references, replicas or pins"
@@ -94,7 +101,7 @@ def page_4(st, page, full):
     return True
 
 
-def distinct_identities(st):
+def distinct_identities(st: KVStore) -> str | bool | None:
     """Audit form of PAGE-5 over every space and pool."""
     for space in st.all_spaces():
         seen = set()
@@ -103,7 +110,7 @@ def distinct_identities(st):
                 return f"{space.owner!r} ({space.pool}) maps descriptor {page.handle} twice"
             seen.add(page)
     for store in st.page_stores.values():
-        epochs = {}
+        epochs: dict = {}
         for p in store.live_pages():
             if p.epoch in epochs:
                 return f"{store.pool}: pages {epochs[p.epoch].handle} and {p.handle} share epoch {p.epoch}"
@@ -118,7 +125,7 @@ def distinct_identities(st):
                       "Checked as: a page sits at its own block index in every holder (its physical id may "
                       "change, its identity does not); the audit also checks that a space never maps one "
                       "descriptor twice and that live pages of a pool have distinct content epochs.")
-def page_5(st, page, full):
+def page_5(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or not page.holders:
         return None
     b = page.block

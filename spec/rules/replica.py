@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import bisect
+from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store import transfers
 from kvsim.spec.catalogue import state_rule, transition_rule
+
+if TYPE_CHECKING:
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
+    from kvsim.kvmodel.store.transfers import Transfer
 
 transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, verify, publish, release source",
                 'store contract: "reserve destination -> copy page payload -> verify epoch and committed coverage"',
@@ -21,7 +27,7 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
                       "contract \"source/destination pins\"), are violations. Pins do not forbid reading: Fork or "
                       "Move from a checkpoint an in-flight copy pins is legal; only a page whose h2d restore is "
                       "still in flight (no Device replica yet) makes an activation wait (refusal `busy`).")
-def rep_2(st, page, full):
+def rep_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive:
         return None
     if not st.xfers and not page.pins:
@@ -46,7 +52,7 @@ def rep_2(st, page, full):
                       "the arena) and claims REP-3 only when no placement can hold them: the arena's free bytes, "
                       "which do not depend on placement, are short. It never blames the engine for the model's "
                       "own first-fit fragmentation.")
-def rep_3(st, touched, full):
+def rep_3(st: KVStore, touched: dict[int, int] | None, full: bool) -> str | bool | None:
     """Whole arena in the audit (`full`), else only the extents the last operation touched (`st.t_host`).
 
     Store contract: "Host arena 是有界 variable-size allocator" — every extent in bounds, disjoint from the
@@ -62,11 +68,11 @@ def rep_3(st, touched, full):
     return _rep_3_touched(st, touched)
 
 
-def _overlap(off, size, cap):
+def _overlap(off: int, size: int, cap: int) -> str:
     return f"host extent [{off}, {off + size}) overlaps another or leaves the arena of {cap} B"
 
 
-def _live_size(st, off):
+def _live_size(st: KVStore, off: int) -> int | str | None:
     """Size of the live extent starting at `off` (a slice or a pending d2h destination), None if none does,
     or the message if the slice there is not its page's replica."""
     page = st.host_slices.get(off)
@@ -80,7 +86,7 @@ def _live_size(st, off):
     return None
 
 
-def _rep_3_touched(st, touched):
+def _rep_3_touched(st: KVStore, touched: dict[int, int]) -> str | bool | None:
     arena = st.arena
     cap = arena.capacity
     order = st.host_order
@@ -133,13 +139,13 @@ def _rep_3_touched(st, touched):
     return True if st.host_slices else None
 
 
-def _rep_3_whole(st):
+def _rep_3_whole(st: KVStore) -> str | bool | None:
     arena = st.arena
     for off, page in st.host_slices.items():
         if page.host is None or page.host.offset != off:
             return f"host slice at {off} is not the replica of its page {page.handle}"
-    spans = [(off, page.host.size) for off, page in st.host_slices.items()]
-    pending = {}
+    spans = [(off, page.host.size) for off, page in st.host_slices.items()]  # type: ignore[union-attr]  # checked above
+    pending: dict[int, Transfer] = {}
     for x in st.xfers.values():
         if x.direction == "d2h" and x.phase in ("reserve", "copy", "verify"):
             stride = st.pools[x.pool].page_bytes
@@ -182,7 +188,7 @@ def _rep_3_whole(st):
                       "an active sequence still reads keeps its Device replica. An h2d transfer's `release_source` "
                       "frees the Host source only while the restored Device copy is valid; once that copy was "
                       "dropped again the Host replica is the last one and freeing it is the violation.")
-def rep_4(st, page, full):
+def rep_4(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or not page.holders:
         return None
     n = page.committed

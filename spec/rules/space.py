@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import activation
 from kvsim.kvmodel.store.config import PAGE_SIZE
 from kvsim.kvmodel.store.tables import HOLE
 from kvsim.spec.catalogue import state_rule, transition_rule
 
+if TYPE_CHECKING:
+
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    from kvsim.kvmodel.store.store import KVStore
+
 
 @state_rule("AS-1", "Inactive spaces hold no row; one active space per row; rows own no pages",
             'store contract: "Inactive address space不占execution row；execution row不拥有logical pages"',
             scope="space")
-def as_1(st, space, full):
+def as_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if not space.active:
         return f"inactive {space.owner!r} ({space.pool}) holds row {space.row}" if space.row >= 0 else None
     t = st.tables[space.pool]
@@ -23,7 +30,7 @@ def as_1(st, space, full):
 @state_rule("AS-2", "protected <= committed frontier <= mapped extent <= L·P, token-exact",
             'store contract: "Valid frontier精确到token；page boundary不改变Attention或checkpoint语义"', scope="space",
             decisions="Membership may exceed the committed frontier (pre-materialized chunk or speculative window).")
-def as_2(st, space, full):
+def as_2(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if not (0 <= space.protected <= space.committed <= len(space.pages) * PAGE_SIZE <= st.L * PAGE_SIZE
             and space.committed <= st.S):
         return (f"{space.owner!r} ({space.pool}): protected {space.protected}, committed {space.committed}, mapped "
@@ -36,7 +43,7 @@ def as_2(st, space, full):
             scope="row",
             decisions="Incrementally, the members a step touched and the first entry past the membership are "
                       "compared; the audit compares whole rows, leased or not.")
-def as_3(st, key, full):
+def as_3(st: KVStore, key: tuple[str, int], full: bool) -> str | bool | None:
     pool, row = key
     t = st.tables[pool]
     owner = t.owner[row]
@@ -62,7 +69,7 @@ def as_3(st, key, full):
             decisions="State form: an active bundle holds an active space in exactly the enabled pools. The "
                       "transition is plan-then-apply (kvmodel.store.activation), so a refusal or violation "
                       "changes nothing; an engine result covering only some pools is a violation.")
-def as_4(st, space, full):
+def as_4(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if not space.active:
         return None
     bundle = st.bundles.get(space.owner)
@@ -78,7 +85,7 @@ def as_4(st, space, full):
             '"Active sequence 不能按 request 临时关闭 selected backend"', scope="space",
             decisions="An operation naming a pool the bundle does not hold is a violation "
                       "(kvmodel.store.mapping.active_space).")
-def as_5(st, space, full):
+def as_5(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if space.active:
         bundle = st.bundles.get(space.owner)
         holder = None if bundle is None else bundle.spaces

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import settle, units
 from kvsim.spec.catalogue import clause_rule, state_rule, transition_rule
 
+if TYPE_CHECKING:
 
-def _units_hold_their_rows(st):
+    from kvsim.kvmodel.store.address_space import KVAddressSpace
+    from kvsim.kvmodel.store.store import KVStore
+
+
+def _units_hold_their_rows(st: KVStore) -> str | bool | None:
     """Audit form: every row of every in-flight unit is cached on its space (the other direction of unit_1)."""
     rows: dict = {}
     for u in st.units.values():
@@ -27,7 +34,7 @@ def _units_hold_their_rows(st):
                       "readers). map/grow/cow/truncate/finish on a space any unit holds are violations until the "
                       "last such unit completes or fails (kvmodel.store.mapping.frozen_check).",
             full=_units_hold_their_rows)
-def unit_1(st, space, full):
+def unit_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     r = space.in_flight
     if r is None:
         return None

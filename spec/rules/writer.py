@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kvsim.kvmodel.store import activation
 from kvsim.kvmodel.store.config import PAGE_SIZE
 from kvsim.spec.catalogue import state_rule, transition_rule
+
+if TYPE_CHECKING:
+
+    from kvsim.kvmodel.store.pages import LogicalKVPage
+    from kvsim.kvmodel.store.store import KVStore
 
 
 @state_rule("WR-1", "At most one writer per logical page, and only its sole active holder",
@@ -13,7 +20,7 @@ from kvsim.spec.catalogue import state_rule, transition_rule
                       "trace's write into a page with other holders is WR-2 and one into another space's page "
                       "cannot be named by a trace; only model state can fire WR-1. The writer is explicit state; it must be the page's only holder and active. A launch "
                       "writing a page it is not the writer of is a violation (kvmodel.store.units).")
-def wr_1(st, page, full):
+def wr_1(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     w = page.writer
     if not page.alive or w is None:
         return None
@@ -27,7 +34,7 @@ def wr_1(st, page, full):
             scope="page",
             decisions="A launch writing a block whose page has several references is the violation; `cow` "
                       "(a kvtrace/1 extension) replaces the member with a private copy first.")
-def wr_2(st, page, full):
+def wr_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or len(page.holders) <= 1:
         return None
     if page.writer is not None:
@@ -47,7 +54,7 @@ def wr_2(st, page, full):
                       "model (protected columns are committed content). Protected columns are derived from the holders' checkpoint-protected frontiers (a "
                       "retained checkpoint protects its committed frontier); they must be committed content. A "
                       "write or truncate below them is the transition violation.")
-def wr_3(st, page, full):
+def wr_3(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive:
         return None
     holders = page.holders

@@ -32,7 +32,7 @@ def test_post_init_holds_each_family_to_its_shape(kw):
 
 def test_a_state_group_has_no_page_size():
     with pytest.raises(TypeError):
-        state("m", 4).page_size
+        _ = state("m", 4).page_size
 
 
 def test_block_granularity_must_divide_prefix_granularity():

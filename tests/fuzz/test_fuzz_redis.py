@@ -52,7 +52,8 @@ def test_campaigns_share_a_found_bug_through_redis(redis_url, monkeypatch, tmp_p
     assert not run_campaign("store", budget_s=1.0, seed=5, database=url, found_dir=tmp_path).failed
     orig = activation.plan_activation
 
-    def crash_on_full_rows(st, seq, prompt, budget, source, keep_source, rows, pages):  # planted: a crash when every row is leased
+    # planted: a crash when every row is leased
+    def crash_on_full_rows(st, seq, prompt, budget, source, keep_source, rows, pages):
         out = orig(st, seq, prompt, budget, source, keep_source, rows, pages)
         if not isinstance(out, tuple) and out.reason == "rows":
             raise AssertionError("planted bug: the row check crashes")

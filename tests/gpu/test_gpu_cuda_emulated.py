@@ -1,7 +1,8 @@
 """The CUDA kernels run on the CPU under a small SIMT shim, against the NumPy path and the FP64 oracle.
 
 The kernel source of :mod:`gpu.cuda_source` is compiled by a host C++20 compiler with a shim that gives
-each block 256 real threads (reused block after block), ``__syncthreads`` as a block barrier, ``__shfl_xor_sync`` as a per-warp
+each block 256 real threads (reused block after block), ``__syncthreads`` as a block barrier, ``__shfl_xor_sync`` as a
+per-warp
 exchange, and ``__shared__`` as storage shared by the block's threads. The launch geometry and the split
 reduction are the device path's own (:mod:`gpu.splitkv`). This checks indexing, address translation,
 the online softmax and the split merge of the kernels without a GPU; timing and memory-model effects

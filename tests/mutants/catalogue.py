@@ -53,7 +53,8 @@ MUTANTS = [
          file="kvmodel/store/mapping.py",
          old="    if needed > space.entitlement:\n        return Refusal(\"entitlement\", f\"{pool}: {needed} pages "
              "needed, entitlement {space.entitlement}\")\n    new = needed - have",
-         new="    if needed > space.entitlement + 1:\n        return Refusal(\"entitlement\", f\"{pool}: {needed} pages "
+         new="    if needed > space.entitlement + 1:\n        return Refusal(\"entitlement\", "
+             "f\"{pool}: {needed} pages "
              "needed, entitlement {space.entitlement}\")\n    new = needed - have"),
     dict(name="map-while-unit-in-flight", machine="store",
          bug="a row's table is republished while its unit is in flight (frozen state not enforced)",
@@ -118,4 +119,26 @@ MUTANTS = [
          file="kvmodel/store/settle.py",
          old="    st.pools[space.pool].unreserve(space.reservation)  # the terminal release ENT-1 waits for\n",
          new=""),
+    # planted to need states the fuzzer rarely built (sim.fuzz.reach): busy, an h2d restore published on the
+    # MTP pool, appends into Host-backed pages after a Move
+    dict(name="restore-in-flight-not-busy", machine="store",
+         bug="refusal path under busy: an activation from a checkpoint whose h2d restore is still in flight is "
+             "granted (the unpublished destination is mapped) instead of refused as busy",
+         file="kvmodel/store/activation.py",
+         old="        if any(p.pins and p.device < 0 for s in ckpt.spaces.values() for p in s.pages):",
+         new="        if any(p.pins and p.device < 0 and p.host is None for s in ckpt.spaces.values() "
+             "for p in s.pages):"),
+    dict(name="mtp-h2d-publish-keeps-a-pin", machine="store",
+         bug="wrong pin count at an h2d publish on the MTP pool: the copy's source pin is never dropped, so the "
+             "restored page stays pinned (later drops, copies and writes of it are refused)",
+         file="kvmodel/store/transfers.py",
+         old="            page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_\n        page.pins -= 2\n",
+         new="            page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_\n"
+             "        page.pins -= 1 if x.direction == \"h2d\" and x.pool == \"mtp\" else 2\n"),
+    dict(name="append-keeps-host-current", machine="store",
+         bug="an append into a page that holds a Host copy (a checkpoint resumed by Move) does not invalidate "
+             "it: Host validity checks the content epoch only, not the committed coverage",
+         file="kvmodel/store/pages.py",
+         old="        return h is not None and h.epoch == self.epoch and h.coverage >= n",
+         new="        return h is not None and h.epoch == self.epoch"),
 ]

@@ -14,7 +14,7 @@ ts = pytest.importorskip("tokenspeed_scheduler")
 from kvsim.kvmodel.cache.config import CacheConfig  # noqa: E402
 from kvsim.kvmodel.cache.coordinator import CacheCoordinator  # noqa: E402
 from kvsim.kvmodel.cache.geometry import GroupGeometry  # noqa: E402
-from kvsim.kvmodel.cache.group_spec import full  # noqa: E402
+from kvsim.kvmodel.cache.group_spec import full, state  # noqa: E402
 from kvsim.kvmodel.cache.prefix_hash import hashed_pages, prefix_hashes  # noqa: E402
 from kvsim.sim.cli import main  # noqa: E402
 from kvsim.sim.peers import tokenspeed as T  # noqa: E402
@@ -108,7 +108,7 @@ def test_hasher_equals_the_wheels_prefix_hashes(p):
 def prompt_tree(rng, p, n):
     """Prompts sharing whole pages along a random tree, each ending in its own random tail."""
     prompts = []
-    for i in range(n):
+    for _ in range(n):
         base = rng.choice(prompts) if prompts and rng.random() < 0.8 else []
         keep = rng.randrange(0, len(base) // p + 1) * p
         new_pages = rng.randrange(0 if keep else 1, 4)
@@ -272,3 +272,128 @@ def test_hit_lengths_with_a_sliding_group_equal_the_models(seed, window):
             c.publish(r.id, seq, computed)
         c.free(r.id)
     assert out.contract.hits == want and any(want.values())
+
+
+@pytest.mark.parametrize("extra", [
+    {},                                                                      # the Host-tier false-alarm reproducer
+    {"ack_delay": 3, "seed": 1, "snapshot_pages": 16, "max_retracted": 4, "force_retraction": 5},
+    {"ack_delay": 3, "seed": 2, "snapshot_pages": 16, "max_retracted": 4, "force_retraction": 5,
+     "swa_replayable": True},
+])
+def test_host_tier_sliding_group_retraction_and_held_acks_judge_clean(extra):
+    """Host tier and a sliding-window group (each pair judged in its own group), ACKs held up to 3 plans,
+    forced retraction through the snapshot pool: only the documented tail-hit finding (TS-PFX-1) remains."""
+    reqs = read_mooncake(SAMPLES / "tiny_workload.jsonl")
+    out = T.run(reqs, T.RunConfig(pages=40, host_pages=64, swa_window=128, stagger=3, **extra))
+    assert rules(out.contract.findings) == ["TS-PFX-1"] and not out.stalled
+    l2 = out.contract.l2.stats
+    assert l2["pages_written_back"] > 0 and l2["pages_loaded"] + l2["pages_restored"] > 0
+    if extra:
+        assert l2["acks_held"] > 0 and l2["snapshots"] > 0 and l2["restores"] > 0 and l2["unpinned_stores"] > 0
+
+
+def test_recorded_host_tier_run_replays_to_the_same_judgement(tmp_path):
+    """Every field the wheel's ops carry is in the record: judging the file equals judging live."""
+    reqs = read_mooncake(SAMPLES / "tiny_workload.jsonl")
+    rec = tmp_path / "h.jsonl"
+    cfg = T.RunConfig(pages=32, host_pages=64, swa_window=128, stagger=3, ack_delay=3, seed=4, snapshot_pages=16,
+                      max_retracted=4, force_retraction=5, clear_every=9)
+    out = T.run(reqs, cfg, record=str(rec))
+    j = judge_cachetrace(rec)
+    assert j.contract.summary() == out.contract.summary()
+    assert [(f.rule, f.line) for f in j.contract.findings] == [(f.rule, f.line) for f in out.contract.findings]
+    again = tmp_path / "h2.jsonl"
+    T.run(reqs, cfg, record=str(again))
+    assert again.read_bytes() == rec.read_bytes()  # seeded ACK delays: same input, same bytes
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--max-retracted", "2"], "--max-retracted"),
+    (["--snapshot-pages", "8", "--max-retracted", "2", "--force-retraction", "-1"], "--force-retraction"),
+    (["--inject-fault", "nope", "--host-pages", "8"], "--inject-fault"),
+    (["--ack-delay", "2"], "--ack-delay"),
+    (["--swa-replayable"], "--swa-replayable"),
+])
+def test_peer_cli_bad_options_exit_2(argv, flag, capsys):
+    assert main(["peer", "tokenspeed", str(SAMPLES / "tiny_workload.jsonl"), *argv, "--quiet"]) == 2
+    assert flag in capsys.readouterr().err
+
+
+def _wheel_state_hits(prompts, p, m=3):
+    """Drive the wheel with a full group and its State group (block_granularity 0: a two-slot row, slot 0 the
+    input or aligned checkpoint, slot 1 the final state), one request at a time; each request's prefix hit."""
+    c = ts.SchedulerConfig()
+    c.prefix_granularity = p
+    pages = 4000
+    c.cache_groups = [ts.CacheGroupConfig("full", p, pages, ts.AttnKind.Full),
+                      ts.CacheGroupConfig("m", 0, pages, ts.AttnKind.State)]
+    c.num_device_pages, c.num_host_pages, c.disable_l2_cache = pages, 0, True
+    c.max_batch_size, c.max_scheduled_tokens, c.enable_mixed_prefill_decode = 8, 8192, True
+    c.num_snapshot_pages = 1
+    s = ts.Scheduler(c)
+    hits = {}
+    for i, x in enumerate(prompts):
+        rid = f"r{i}"
+        spec = ts.RequestSpec()
+        spec.request_id, spec.tokens, spec.max_new_tokens = rid, x, m
+        s.submit_requests([spec])
+        made = 0
+        while s.waiting_size() + s.prefilling_size() + s.decoding_size():
+            plan, ev = s.next_execution_plan(), ts.ExecutionEvent()
+            for b in plan.forward:
+                if not list(b.request_ids):
+                    continue
+                ext, pfx, inl, pre = b.num_extends(), list(b.extend_prefix_lens), list(b.input_lengths), \
+                    list(b.prefill_lengths)
+                if ext:
+                    hits.setdefault(rid, pfx[0])
+                er = ts.ForwardEvent.ExtendResult()
+                er.request_id = rid
+                if ext and pfx[0] + inl[0] < pre[0]:
+                    er.tokens = []
+                else:
+                    made += 1
+                    er.tokens = [5000 + made]
+                ev.add_event(er)
+                if made >= m and list(er.tokens):
+                    fin = ts.ForwardEvent.Finish()
+                    fin.request_id = rid
+                    ev.add_event(fin)
+            s.advance(ev)
+    return hits
+
+
+def _model_state_hits(prompts, p, m=3):
+    model = CacheCoordinator(CacheConfig(p, (full("full", p), state("m", p)), (1, 1), 4000))
+    hits = {}
+    for i, x in enumerate(prompts):
+        rid = f"r{i}"
+        hits[rid] = model.probe(x).hit_tokens
+        assert model.admit(rid, x, len(x), m) is not None
+        model.publish(rid, x, len(x))
+        model.free(rid, finished=True)
+    return hits
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_state_group_hits_equal_the_model_on_whole_page_prompts(seed):
+    """With whole-page prompts the wheel's State group and the model's sparse state group (checkpoint
+    granularity P; the wheel's slot 0/1 are the model's slots (before-1)//P and (after-1)//P) give every
+    request the same hit: Endpoint checkpoints at each prompt's end, Promoted ones where the full group
+    matched further than the state (the wheel cuts its prefill there)."""
+    p = 16
+    prompts = aligned_prompts(random.Random(seed), p, 25)
+    want = _model_state_hits(prompts, p)
+    assert _wheel_state_hits(prompts, p) == want and any(want.values())
+
+
+def test_state_endpoint_before_a_short_tail_is_not_published_by_the_wheel():
+    """Finding: the seed classifies "the prompt's last aligned checkpoint" as Endpoint "including before a
+    short final tail" (L78), so after a 40-token prompt (P = 16) a second prompt sharing its first 32 tokens
+    hits 32. The released wheel (0.1.42) keeps only the state at the prompt's end (40, the partial tail it
+    also reuses -- the TS-PFX-1 tail finding) and publishes no aligned checkpoint: the second request hits 0."""
+    p = 16
+    first = list(range(1000, 1040))
+    second = first[:32] + list(range(2000, 2020))
+    assert _model_state_hits([first, second], p) == {"r0": 0, "r1": 32}
+    assert _wheel_state_hits([first, second], p) == {"r0": 0, "r1": 0}

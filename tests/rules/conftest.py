@@ -48,7 +48,8 @@ def _whole_folder(config) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    ids = {r.id for r in all_rules() if r.kind != "clause" and r.scope != "cache"}  # clause: no checker; TS-*: tests/cache
+    # clause: no checker; TS-*: tests/cache
+    ids = {r.id for r in all_rules() if r.kind != "clause" and r.scope != "cache"}
     for item in items:
         if not _mine(item):
             continue

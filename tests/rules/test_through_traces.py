@@ -60,8 +60,9 @@ def test_rules_json_gives_the_evidence_kind(capsys):
 
 @pytest.mark.parametrize("path", BAD, ids=[p.name for p in BAD])
 def test_a_rejected_fact_is_not_applied(path):
-    """After every declared violation an `observe` states what the state was before the bad event, and the
-    replay agrees: the rejected fact (or result) changed nothing."""
+    """After every declared violation an `observe` states the state the replay holds after it, and the replay
+    agrees: what it was before the bad event, or, where error recovery adopted the engine's claim
+    (sim.replay `_adopt`), the claimed outcome."""
     events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[1:]]
     for _, event, _ in expected(path):
         assert event + 1 < len(events) and events[event + 1]["op"] == "observe", f"event {event}"

@@ -4,7 +4,8 @@
   array-like events, medium ``GPU``), block size 4, SHA-256 hashes in TokenSpeed's prefix framing (hex);
   two requests sharing a prefix, an eviction, a cache reset and a restore.
 * ``sglang_object_sha256.jsonl`` -- the same stream in object form (``{"ts", "events": [{"type": ...}]}``).
-* ``faulty/*.jsonl`` -- one crafted fault per check, named after the rule; ``expect.json`` says which finding
+* ``faulty/*.jsonl`` -- one crafted fault per check (EV-8: object batches carrying ``seq``), named after the
+  rule; ``expect.json`` says which finding
   each must produce at which line and under which options.
 
 ``tokenspeed_events.jsonl`` is not made here: it is the KV-event log of the real scheduler (see README.md).
@@ -58,7 +59,7 @@ def as_object(batch):
     ts, events, rank = batch
     names = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
              "BlockRemoved": ("block_hashes", "medium"), "AllBlocksCleared": ()}
-    return {"ts": ts, "events": [{"type": e[0], **dict(zip(names[e[0]], e[1:]))} for e in events],
+    return {"ts": ts, "events": [{"type": e[0], **dict(zip(names[e[0]], e[1:], strict=False))} for e in events],
             "data_parallel_rank": rank}
 
 
@@ -76,6 +77,8 @@ FAULTS = [
     ("EV-6_capacity", [CLEAN[0], CLEAN[1]], {"capacity": 3}, [["EV-6", 2]]),
     ("EV-7_hash_mismatch", [CLEAN[0], [2.0, [stored([HB[2][:-1] + "0" if HB[2][-1] != "0" else HB[2][:-1] + "1"],
                                                     HB[1], B[8:])], None]], {}, [["EV-7", 2]]),
+    # object batches numbered by "seq" (a subscriber's log of the publisher's sequence numbers): 2 is lost
+    ("EV-8_sequence_gap", [CLEAN[0], CLEAN[1], CLEAN[2]], {"seqs": [0, 1, 3]}, [["EV-8", 3]]),
 ]
 
 
@@ -90,6 +93,8 @@ def main() -> None:
     expect = {}
     for i, (name, batches, opts, want) in enumerate(FAULTS):
         lines = batches if i % 2 == 0 else [as_object(b) for b in batches]
+        if "seqs" in opts:
+            lines = [{**as_object(b), "seq": seq} for b, seq in zip(batches, opts.pop("seqs"), strict=True)]
         dump(HERE / "faulty" / f"{name}.jsonl", lines)
         expect[f"{name}.jsonl"] = {"options": {"block_size": BS, "hash": "sha256", **opts}, "expect": want}
     (HERE / "faulty" / "expect.json").write_text(json.dumps(expect, indent=2, sort_keys=True) + "\n",

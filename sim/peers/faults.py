@@ -1,0 +1,236 @@
+"""Named faults injected into a live peer run's records, so each TS-L2 rule can be shown firing on what a
+real scheduler's plans would look like if it broke that rule (``kvsim peer tokenspeed --inject-fault NAME``).
+
+A fault perturbs the recorded plan, answer or ClearCache record once, at the first place it applies, before
+the judge sees it; the scheduler itself is driven unchanged. ``get(name)`` returns a fresh fault; ``NAMES``
+lists them with the rule each breaks.
+"""
+
+from __future__ import annotations
+
+from kvsim.sim.trace import cachetrace as ct
+
+__all__ = ["NAMES", "Fault", "get"]
+
+_SPARE_ID = 1 << 40  # op ids a fault invents lie far above any the scheduler issues
+
+
+class Fault:
+    """Identity on every record; subclasses perturb one."""
+
+    name = ""
+    rule = ""
+    why = ""
+
+    def __init__(self, config: ct.Config) -> None:
+        self.config = config
+        self.groups = [g.id for g in config.groups]
+        self.fired = False
+        self.extra_done: list[int] = []
+
+    def plan(self, rec: ct.Plan) -> ct.Plan:
+        if not self.fired and self._plan(rec):
+            self.fired = True
+        return rec
+
+    def result(self, res: ct.Result) -> ct.Result:
+        if self.extra_done:
+            res.done = list(res.done) + self.extra_done
+            self.extra_done = []
+        return res
+
+    def clear(self, rec: ct.Clear) -> ct.Clear:
+        return rec
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        return False
+
+
+def _write_backs(rec: ct.Plan, pinned: bool | None = True) -> list[ct.CacheOp]:
+    return [op for op in rec.cache if op.kind == "WriteBackOp" and op.pages and
+            (pinned is None or (op.pinned is not False) == pinned)]
+
+
+class ZeroPinnedSource(Fault):
+    name, rule = "zero-pinned-source", "TS-L2-1"
+    why = "the plan that issues a pinned write-back also zeroes its first source"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in _write_backs(rec):
+            src = op.pages[0][0]
+            rec.zero = dict(rec.zero)
+            key = self.groups[op.groups[0] if op.groups else 0]
+            rec.zero[key] = list(rec.zero.get(key, [])) + [src]
+            return True
+        return False
+
+
+class UnpinnedStore(Fault):
+    name, rule = "unpinned-store", "TS-L2-2"
+    why = "a pinned write-back outside any retraction is marked unpinned"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        if any(op.kind == "SnapshotOp" for op in rec.cache):
+            return False
+        for op in _write_backs(rec):
+            op.pinned = False
+            return True
+        return False
+
+
+class RepeatTransfer(Fault):
+    name, rule = "repeat-transfer", "TS-L2-3"
+    why = "a write-back lists its first (group, source, destination) twice"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in _write_backs(rec, None):
+            op.pages = list(op.pages) + [op.pages[0]]
+            for name in ("groups", "keys", "offsets"):
+                v = getattr(op, name)
+                if v:
+                    setattr(op, name, list(v) + [v[0]])
+            return True
+        return False
+
+
+class StoreKeyTwice(Fault):
+    name, rule = "store-key-twice", "TS-L2-4"
+    why = "a second write-back of the same plan stores a keyed page's key again, to another Host page"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in _write_backs(rec):
+            for k, key in enumerate(op.keys):
+                if key:
+                    dst = op.pages[k][1] + 1 if op.pages[k][1] + 1 < self.config.num_host_pages else 1
+                    twin = ct.CacheOp("WriteBackOp", [_SPARE_ID], [(op.pages[k][0], dst)],
+                                      groups=[op.groups[k]] if op.groups else [], keys=[key],
+                                      offsets=[op.offsets[k]] if op.offsets else [], pinned=True)
+                    rec.cache = list(rec.cache) + [twin]
+                    self.extra_done.append(_SPARE_ID)
+                    return True
+        return False
+
+
+class KeyedHostLoad(Fault):
+    name, rule = "keyed-host-load", "TS-L2-5"
+    why = "a Host-only load-back carries a content key"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in rec.cache:
+            if op.kind == "LoadBackOp" and op.pages:
+                op.keys = ["ab" * 32] + list(op.keys[1:]) if op.keys else ["ab" * 32] + [""] * (len(op.pages) - 1)
+                return True
+        return False
+
+
+class WrongKey(Fault):
+    name, rule = "wrong-key", "TS-L2-6"
+    why = "a keyed write-back names another page's hash"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in _write_backs(rec):
+            for k, key in enumerate(op.keys):
+                if key:
+                    op.keys = list(op.keys)
+                    op.keys[k] = "cd" * 32
+                    return True
+        return False
+
+
+class ReplayableWriteBack(Fault):
+    name, rule = "replayable-write-back", "TS-L2-7"
+    why = "a write-back moves a page of the replayable group (the run needs one: --swa-replayable)"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        rep = [i for i, g in enumerate(self.config.groups) if g.replayable]
+        if not rep:
+            return False
+        for op in _write_backs(rec):
+            if op.groups:
+                op.groups = [rep[0]] + list(op.groups[1:])
+                return True
+        return False
+
+
+class AcceptClear(Fault):
+    name, rule = "accept-clear", "TS-L2-8"
+    why = "a ClearCache the scheduler refused (write-backs in flight) is recorded as accepted"
+
+    def clear(self, rec: ct.Clear) -> ct.Clear:
+        if not self.fired and not rec.accepted:
+            self.fired = True
+            return ct.Clear(rec.plan, True)
+        return rec
+
+
+class DecodeStream(Fault):
+    name, rule = "decode-stream", "TS-L2-9"
+    why = ("a decoding request's newest full-attention page, completed during decode, is streamed to Host "
+           "(the fault adds a pinned write-back of it to a spare Host page)")
+
+    def __init__(self, config: ct.Config) -> None:
+        super().__init__(config)
+        self.rows: dict[str, list[int]] = {}
+        self.prefill: dict[str, int] = {}
+        self.computed: dict[str, int] = {}
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        g0 = self.config.groups[0]
+        rows = (rec.tables or {}).get(g0.id, {})
+        self.rows.update(rows)
+        b = rec.batch
+        for k in range(b.extends, len(b.requests)):
+            rid = b.requests[k]
+            row = self.rows.get(rid, [])
+            done = self.computed.get(rid, 0) // g0.block_granularity
+            if done and done * g0.block_granularity > self.prefill.get(rid, 1 << 62) and done <= len(row):
+                blk = row[done - 1]
+                if blk > 0:
+                    rec.cache = list(rec.cache) + [ct.CacheOp("WriteBackOp", [_SPARE_ID], [(blk, 1)], groups=[0],
+                                                              pinned=True)]
+                    self.extra_done.append(_SPARE_ID)
+                    return True
+        for k, rid in enumerate(b.requests):
+            if k < b.extends:
+                self.prefill[rid] = b.prefill_lengths[k] if k < len(b.prefill_lengths) else 1 << 62
+                self.computed[rid] = b.prefix_lengths[k] + b.input_lengths[k]
+            else:
+                self.computed[rid] = self.computed.get(rid, 0) + b.input_lengths[k]
+        return False
+
+
+class FailedLoadPublished(Fault):
+    name, rule = "failed-load-published", "TS-L2-10"
+    why = "a load-back is acknowledged as failed (an L3 prefetch miss), yet its destination stays in a table"
+
+    def __init__(self, config: ct.Config) -> None:
+        super().__init__(config)
+        self.target: int | None = None
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in rec.cache:
+            if op.kind == "LoadBackOp" and op.pages:
+                self.target = op.op_ids[0]
+                return True
+        return False
+
+    def result(self, res: ct.Result) -> ct.Result:
+        res = super().result(res)
+        if self.target is not None and self.target in res.done:
+            res.failed = list(res.failed) + [self.target]
+            self.target = None
+        return res
+
+
+_FAULTS: dict[str, type[Fault]] = {f.name: f for f in (ZeroPinnedSource, UnpinnedStore, RepeatTransfer,
+                                                       StoreKeyTwice, KeyedHostLoad, WrongKey,
+                                                       ReplayableWriteBack, AcceptClear, DecodeStream,
+                                                       FailedLoadPublished)}
+NAMES: dict[str, str] = {name: f.rule for name, f in _FAULTS.items()}
+
+
+def get(name: str, config: ct.Config) -> Fault:
+    """A fresh fault by name, for a run under ``config`` (``KeyError`` names the known ones)."""
+    if name not in _FAULTS:
+        raise KeyError(f"unknown fault {name!r} (known: {', '.join(sorted(_FAULTS))})")
+    return _FAULTS[name](config)

@@ -1,0 +1,449 @@
+"""The Host (L2) tier of the observable contract: write-backs, load-backs, snapshots, restores, ClearCache.
+
+``sim.peers.contract.Contract`` owns one ``HostTier``; it hands over each plan's cache ops before the plan's
+copies and zeroing run (the order the cache concepts give: "an unpinned op's sources may be re-granted in
+the same plan, so it is launched first"), each answer's acknowledgements, and each ClearCache record.
+The tier keeps, per group ("Indices are pool-scoped: one index serves both the Device and Host tiers of its
+group"), what every Host page holds (the prefix key and last writer copied from its Device source) and
+whether its write-back was acknowledged, plus every op in flight and what it pins. It checks the TS-L2-*
+rules (catalogue: ``spec/rules/cache_l2.py``, where each cites its seed clause):
+
+* TS-L2-1 pinned until ACK: a pinned write-back's Device sources, and a load-back's or restore's Host
+  sources, are not re-granted (zeroed, copied into, loaded or restored into, written back into) nor written
+  by a forward before the op's acknowledgement.
+* TS-L2-2 unpinned stores: only a retraction's snapshot store leaves its sources unpinned; it is launched
+  before any op of its plan that writes into those sources.
+* TS-L2-3 op hygiene: at least one transfer per op; no (group, source, destination) twice in one plan;
+  group, Device, Host and snapshot-slot ids within range.
+* TS-L2-4 no key stored twice while its store is in flight.
+* TS-L2-5 load provenance: a load's (or L2 restore's) Host source holds a write-back that was acknowledged
+  (under the load's key when it names one); a Host-only load carries an empty key.
+* TS-L2-6 write-back keys: a keyed write-back names its source page's chained prefix hash and offset.
+* TS-L2-7 replayable groups never appear in a write-back, load-back or L2 restore (a retraction snapshot
+  of their private rows goes to the snapshot pool).
+* TS-L2-8 ClearCache is refused while a write-back is unacknowledged; once accepted, nothing cached
+  survives it (a later hit on a page computed before it is PEER-4).
+* TS-L2-9 write-back policy: a full-attention page completed during decode is not streamed to Host while
+  its request still runs (it is queued only at finish or retraction); sliding-window pages may stream.
+* TS-L2-10 L3 failures: a load whose L3 prefetch failed (acknowledged unsuccessfully) publishes nothing:
+  no later table names its destination as cached content and no write-back stores it under a key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kvsim.kvmodel.cache.prefix_hash import page_digest
+from kvsim.sim.trace import cachetrace as ct
+
+if TYPE_CHECKING:
+    from kvsim.sim.peers.contract import Contract
+
+__all__ = ["RULES", "HostTier"]
+
+RULES: dict[str, tuple[str, str]] = {
+    "TS-L2-1": ("pinned sources are not re-granted, overwritten or written before their op's ACK",
+                "A pinned op's sources stay cached and unevictable until the ACK"),
+    "TS-L2-2": ("only a retraction's snapshot store is unpinned, and it is launched first",
+                "every store but a retraction's snapshot pins its Device sources until the ACK"),
+    "TS-L2-3": ("every op carries a transfer; no (group, source, destination) twice in a plan; ids in range",
+                "every op on the wire carries at least one transfer, and no (group, source, destination) "
+                "repeats within one plan"),
+    "TS-L2-4": ("no key is stored twice while its store is in flight", "a store skips keys already in flight"),
+    "TS-L2-5": ("a load's Host source was written back and acknowledged under its key; Host-only loads carry "
+                "an empty key", "Host-only L2 load-backs leave BlockTransfer.key empty"),
+    "TS-L2-6": ("a write-back's key is its source page's chained prefix hash and offset",
+                "CacheKey = {namespace_id=0, group_id, content_hash, page_offset}"),
+    "TS-L2-7": ("replayable groups never appear in Host transfers",
+                "Replayable groups are outside match_order_ and skip publication on both tiers"),
+    "TS-L2-8": ("ClearCache is refused while write-backs are unacknowledged",
+                "ClearCache rejects in-flight Host writebacks"),
+    "TS-L2-9": ("full-attention pages do not stream to Host during decode",
+                "full-attention pages do not stream to Host during decode"),
+    "TS-L2-10": ("a failed L3 prefetch publishes nothing", "It never acknowledges or publishes a successful copy"),
+}
+
+WRITE_BACK, LOAD_BACK, SNAPSHOT, RESTORE = "WriteBackOp", "LoadBackOp", "SnapshotOp", "RestoreOp"
+
+
+@dataclass
+class HostPage:
+    """What one Host page holds: the prefix key and last writer of its Device source, and whether the
+    write-back that filled it was acknowledged."""
+    key: tuple | None
+    writer: tuple | None
+    op: int
+    acked: bool = False
+    stored_as: str = ""  # the key the write-back named ("" for an unkeyed store)
+
+
+@dataclass
+class InFlight:
+    """An issued, unacknowledged op and what it pins."""
+    kind: str
+    plan: int
+    device_pins: list[tuple[str, int]] = field(default_factory=list)   # (group, Device page)
+    host_pins: list[int] = field(default_factory=list)                 # Host pages it reads
+    keys: list[tuple[str, str, int]] = field(default_factory=list)     # (group, content hash, offset) stored
+    host_dst: list[tuple[str, int]] = field(default_factory=list)      # (group, Host page) it fills
+    device_dst: list[tuple[str, int]] = field(default_factory=list)    # (group, Device page) it fills
+
+
+class HostTier:
+    def __init__(self, contract: Contract):
+        self.c = contract
+        cfg = contract.config
+        self.gids = [g.id for g in cfg.groups]
+        self.host_pages = cfg.num_host_pages
+        self.max_slot = cfg.max_retracted_requests
+        self.snapshot_pages = cfg.num_snapshot_pages
+        self.any_replayable = any(g.replayable for g in cfg.groups)
+        self.host: dict[str, dict[int, HostPage]] = {g: {} for g in self.gids}
+        self.inflight: dict[int, InFlight] = {}
+        self.device_pins: dict[tuple[str, int], int] = {}   # pinned Device source -> op id
+        self.host_pins: dict[int, int] = {}                  # Host page read by an in-flight load -> op id
+        self.keys_in_flight: dict[tuple[str, str, int], int] = {}
+        self.failed_dst: dict[str, set[int]] = {g: set() for g in self.gids}
+        self.retracted: list[str] = []
+        self.l3_filled: dict[int, str] = {}                  # Host page -> object key an L3 prefetch fills it with
+        self.stats = {"write_backs": 0, "load_backs": 0, "snapshots": 0, "restores": 0, "unpinned_stores": 0,
+                      "pages_written_back": 0, "pages_loaded": 0, "pages_restored": 0, "acks_held": 0,
+                      "clears": 0, "clears_accepted": 0, "storage_ops": 0, "failed_loads": 0,
+                      "unpinned_regranted": 0}
+        self._unpinned_srcs: set[tuple[str, int]] = set()  # this plan's unpinned store sources
+        self.exercised = {r: 0 for r in RULES}
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+    def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
+        self.c._find(rule, line, message, **ctx)
+
+    def _pairs(self, op: ct.CacheOp, line: int) -> list[tuple[str | None, int, int, str, int]]:
+        """(group id or None when out of range, src, dst, key, offset) per pair; malformed lists are input
+        errors."""
+        n = len(op.pages)
+        for name in ("groups", "keys", "offsets"):
+            v = getattr(op, name)
+            if v and len(v) != n:
+                raise ValueError(f"cache op {op.op_ids} has {len(v)} {name} for {n} page pairs")
+        out = []
+        for k, (src, dst) in enumerate(op.pages):
+            gi = op.groups[k] if op.groups else 0
+            g = self.gids[gi] if gi < len(self.gids) else None
+            if g is None:
+                self._find("TS-L2-3", line, f"{op.kind} {op.op_ids[0]} names cache group {gi}, beyond the "
+                           f"{len(self.gids)} groups", op_id=op.op_ids[0])
+            out.append((g, src, dst, op.keys[k] if op.keys else "", op.offsets[k] if op.offsets else 0))
+        return out
+
+    def _device_id(self, g: str, blk: int, line: int, what: str, oid: int) -> bool:
+        total = self.c.groups[g].total_pages
+        if 0 < blk < total:
+            return True
+        self._find("TS-L2-3", line, f"op {oid}: {what} {blk} outside {g}'s Device pages [1, {total})",
+                   op_id=oid, group=g, block=blk)
+        return False
+
+    def _host_id(self, page: int, line: int, what: str, oid: int) -> bool:
+        if 0 < page < self.host_pages:
+            return True
+        self._find("TS-L2-3", line, f"op {oid}: {what} {page} outside the Host pages [1, {self.host_pages})",
+                   op_id=oid, page=page)
+        return False
+
+    def _grant(self, g: str, blk: int, line: int, how: str) -> None:
+        """A Device page is re-granted or overwritten: it must not be a pinned source in flight."""
+        oid = self.device_pins.get((g, blk))
+        if oid is not None:
+            self._find("TS-L2-1", line, f"{g} page {blk} is {how} while write-back {oid}, which pins it as a "
+                       "source, is unacknowledged", group=g, block=blk, op_id=oid)
+
+    # -- a plan's ops, before its copies and zeroing ----------------------------------------------------------
+    def ops(self, rec: ct.Plan, line: int) -> tuple[dict[str, list[int]], list[tuple[str, int, tuple]]]:
+        """Apply the plan's cache ops; returns the Device pages they fill (per group) and the (group, page,
+        key) of each filled page whose content carries a prefix key."""
+        c = self.c
+        filled: dict[str, list[int]] = {}
+        keyed: list[tuple[str, int, tuple]] = []
+        seen: set[tuple[str, str, int, int]] = set()
+        written: dict[tuple[str, int], int] = {}     # Device page -> index of the first op writing it
+        snapshots = {op.request for op in rec.cache if op.kind == SNAPSHOT and op.request is not None}
+        self._unpinned_srcs = set()
+        for idx, op in enumerate(rec.cache):
+            if op.kind.startswith("Storage"):
+                self.stats["storage_ops"] += 1
+                if op.kind == "StorageGetOp":  # an L3 prefetch fills these Host pages under these keys
+                    for page, skey in zip(op.host_blocks, op.storage_keys, strict=False):
+                        self.l3_filled[page] = skey
+                continue
+            oid = op.op_ids[0] if op.op_ids else -1
+            fl = InFlight(op.kind, rec.plan)
+            self.exercised["TS-L2-3"] += 1
+            pairs = self._pairs(op, line)
+            if op.kind == SNAPSHOT:
+                self.stats["snapshots"] += 1
+                self._snapshot(op, oid, line)
+            elif op.kind == RESTORE and op.request is not None and op.slot is not None and not pairs:
+                pass  # the request's image (snapshot slot -> pool index) is its transfer: every page was cached
+            elif not pairs:
+                self._find("TS-L2-3", line, f"{op.kind} {oid} carries no transfer (an op that never completes a "
+                           "copy would hold its tickets forever)", op_id=oid)
+            for k, (g, src, dst, key, off) in enumerate(pairs):
+                if g is None:
+                    continue
+                if (op.kind, g, src, dst) in seen:
+                    self._find("TS-L2-3", line, f"{op.kind} {oid} repeats ({g}, {src}, {dst}) within plan "
+                               f"{rec.plan}", op_id=oid, group=g)
+                    continue
+                seen.add((op.kind, g, src, dst))
+                tier = op.tiers[k] if k < len(op.tiers) else "L2"
+                if op.kind == SNAPSHOT:  # a retracted request's private image, to the snapshot pool
+                    self._device_id(g, src, line, "snapshot source", oid)
+                    if not 0 < dst < max(self.snapshot_pages, 2):
+                        self._find("TS-L2-3", line, f"snapshot {oid}: destination {dst} outside the snapshot pool "
+                                   f"[1, {self.snapshot_pages})", op_id=oid, page=dst)
+                    continue
+                self.exercised["TS-L2-7"] += self.any_replayable
+                if c.groups[g].replayable and tier == "L2":
+                    self._find("TS-L2-7", line, f"{op.kind} {oid} moves page {src} -> {dst} of replayable group "
+                               f"{g}", op_id=oid, group=g)
+                if op.kind == WRITE_BACK:
+                    self._write_back(op, oid, g, src, dst, key, off, fl, snapshots, written, line)
+                elif op.kind in (LOAD_BACK, RESTORE):
+                    self._load(op, oid, g, src, dst, key, tier, fl, filled, keyed, line)
+                    written.setdefault((g, dst), idx)
+            if op.kind == WRITE_BACK:
+                self.stats["write_backs"] += 1
+                if op.pinned is False:
+                    self.stats["unpinned_stores"] += 1
+                    self._unpinned_srcs.update((g, src) for g, src, _d, _k, _o in pairs if g is not None)
+                    self._unpinned(op, oid, pairs, snapshots, written, line)
+            elif op.kind == LOAD_BACK:
+                self.stats["load_backs"] += 1
+            elif op.kind == RESTORE:
+                self.stats["restores"] += 1
+            for oid2 in op.op_ids:
+                self.inflight[oid2] = fl
+        return filled, keyed
+
+    def _write_back(self, op, oid, g, src, dst, key, off, fl, snapshots, written, line) -> None:
+        c = self.c
+        self.stats["pages_written_back"] += 1
+        ok = self._device_id(g, src, line, "write-back source", oid)
+        if self._host_id(dst, line, "write-back destination", oid):
+            pin = self.host_pins.get(dst)
+            if pin is not None:
+                self._find("TS-L2-1", line, f"Host page {dst} is written back into while load {pin}, which "
+                           "reads it, is unacknowledged", page=dst, op_id=pin)
+        have = c.content[g].get(src) if ok else None
+        if key and src in self.failed_dst[g]:
+            self.exercised["TS-L2-10"] += 1
+            self._find("TS-L2-10", line, f"write-back {oid} stores {g} page {src}, the destination of a failed L3 "
+                       "prefetch, under a key (publishing what was never copied)", op_id=oid, group=g, block=src)
+        if key:
+            self.exercised["TS-L2-6"] += 1
+            want = (have[0].hex(), have[1]) if have is not None else None
+            if want != (key, off) and not self._tail_key(g, src, key):
+                self._find("TS-L2-6", line, f"write-back {oid} stores {g} page {src} under key {key[:12]}.. "
+                           f"offset {off}, but the page holds "
+                           + (f"key {want[0][:12]}.. offset {want[1]}" if want else "no completed prefix page"),
+                           op_id=oid, group=g, block=src)
+            k3 = (g, key, off)
+            self.exercised["TS-L2-4"] += 1
+            if k3 in self.keys_in_flight:
+                self._find("TS-L2-4", line, f"write-back {oid} stores key {key[:12]}.. of {g} while write-back "
+                           f"{self.keys_in_flight[k3]} of the same key is in flight", op_id=oid, group=g)
+            else:
+                self.keys_in_flight[k3] = oid
+                fl.keys.append(k3)
+        if op.pinned is not False:
+            self.exercised["TS-L2-1"] += 1  # premise: a source pinned until the ACK
+            self.device_pins[(g, src)] = oid
+            fl.device_pins.append((g, src))
+            self._policy(oid, g, src, line)
+        for other in self.host.values():
+            other.pop(dst, None)
+        self.host[g][dst] = HostPage(have, c.writer[g].get(src), oid, stored_as=key)
+        fl.host_dst.append((g, dst))
+
+    def _tail_key(self, g: str, src: int, key: str) -> bool:
+        """Whether ``key`` is the chained hash of a partial last page its source's last writer computed (the
+        scheduler publishes a prompt's partial tail under the hash of the tokens it holds)."""
+        c = self.c
+        w = c.writer[g].get(src)
+        if w is None:
+            return False
+        req, slot = w
+        p = c.p
+        page = slot * c.groups[g].block_granularity // p
+        prev = req.digest(page - 1, p) if page else b""
+        if prev is None:
+            return False
+        known = min(len(req.tokens) + len(req.generated), (page + 1) * p - 1, req.computed)
+        return any(page_digest(prev, req.token_slice(page * p, n)).hex() == key for n in range(page * p + 1, known + 1))
+
+    def _policy(self, oid: int, g: str, src: int, line: int) -> None:
+        """TS-L2-9: a full-attention page completed during decode streams only once its request stops."""
+        c = self.c
+        grp = c.groups[g]
+        if grp.attn_kind != "full":
+            return
+        w = c.writer[g].get(src)
+        if w is None or c.content[g].get(src) is None:
+            return
+        req, slot = w
+        end = (slot + 1) * grp.block_granularity
+        if end <= req.prefill:
+            return
+        self.exercised["TS-L2-9"] += 1
+        live = c.reqs.get(req.rid)
+        if live is not None and live is req and req.rows:
+            self._find("TS-L2-9", line, f"write-back {oid} streams {g} page {src} (slot {slot} of {req.rid}, "
+                       "completed during decode) while the request still decodes", op_id=oid, group=g, block=src)
+
+    def _unpinned(self, op, oid, pairs, snapshots, written, line) -> None:
+        """TS-L2-2: an unpinned store belongs to a retraction's snapshot and is launched first."""
+        c = self.c
+        self.exercised["TS-L2-2"] += 1
+        owners: set[tuple[str, int]] = set()
+        for rid in snapshots:
+            r = c.reqs.get(rid)
+            if r is not None:  # its rows, or (retracted again before it rejoined a batch) its image
+                owners.update((g, b) for g, row in r.rows.items() for b in row if b > 0)
+                owners.update((g, b) for g, blocks in r.image.items() for b in blocks)
+        for g, src, _dst, _key, _off in pairs:
+            if g is None:
+                continue
+            if (g, src) not in owners:
+                self._find("TS-L2-2", line, f"write-back {oid} leaves {g} page {src} unpinned, but the page "
+                           "belongs to no request this plan snapshots (only a retraction's snapshot store is "
+                           "stream-ordered)", op_id=oid, group=g, block=src)
+                return
+            if (g, src) in written:
+                self._find("TS-L2-2", line, f"unpinned write-back {oid} is launched after an op of the same plan "
+                           f"that writes its source {g} page {src}", op_id=oid, group=g, block=src)
+                return
+
+    def _load(self, op, oid, g, src, dst, key, tier, fl, filled, keyed, line) -> None:
+        c = self.c
+        self.stats["pages_restored" if op.kind == RESTORE else "pages_loaded"] += 1
+        if not self._device_id(g, dst, line, f"{op.kind} destination", oid):
+            return
+        self._grant(g, dst, line, "loaded into")
+        filled.setdefault(g, []).append(dst)
+        fl.device_dst.append((g, dst))
+        if op.kind == RESTORE and op.request in c.reqs:
+            c.reqs[op.request].image.setdefault(g, set()).add(dst)
+        c.content[g].pop(dst, None)
+        if tier == "snapshot":  # the snapshot pool is its own tier: its pages are the request's private image
+            c.writer[g].pop(dst, None)
+            return
+        if not self._host_id(src, line, f"{op.kind} source", oid):
+            return
+        self.host_pins[src] = oid
+        self.exercised["TS-L2-1"] += 1
+        fl.host_pins.append(src)
+        hp = self.host[g].get(src)
+        self.exercised["TS-L2-5"] += 1
+        if key and op.kind == LOAD_BACK:
+            if src not in self.l3_filled:
+                self._find("TS-L2-5", line, f"{op.kind} {oid} is a Host-only load but carries key {key[:12]}.. "
+                           "(only an L3 prefetch destination is keyed)", op_id=oid, group=g, page=src)
+        elif hp is None:
+            self._find("TS-L2-5", line, f"{op.kind} {oid} reads Host page {src} of {g}, which no write-back of "
+                       f"{g} filled", op_id=oid, group=g, page=src)
+        elif not hp.acked:
+            self._find("TS-L2-5", line, f"{op.kind} {oid} reads Host page {src} before write-back {hp.op} that "
+                       "fills it was acknowledged", op_id=oid, group=g, page=src)
+        elif key and key != hp.stored_as:  # a restore re-registers what it restores under the stored key
+            self._find("TS-L2-5", line, f"{op.kind} {oid} restores Host page {src} under key {key[:12]}.., which it "
+                       f"was not written back with", op_id=oid, group=g, page=src)
+        if hp is not None:
+            if hp.writer is not None:
+                c.writer[g][dst] = hp.writer
+            else:
+                c.writer[g].pop(dst, None)
+            if hp.key is not None:
+                keyed.append((g, dst, hp.key))
+        else:
+            c.writer[g].pop(dst, None)
+
+    def _snapshot(self, op: ct.CacheOp, oid: int, line: int) -> None:
+        c = self.c
+        if op.request is None or op.request not in c.reqs:
+            self._find("TS-L2-3", line, f"snapshot {oid} names no live request ({op.request!r})", op_id=oid)
+        elif op.slot is not None and self.max_slot and not 0 < op.slot <= self.max_slot:
+            self._find("TS-L2-3", line, f"snapshot {oid} uses slot {op.slot} outside [1, {self.max_slot}]",
+                       op_id=oid)
+        if op.request in c.reqs:
+            self.retracted.append(op.request)
+
+    # -- checks the contract calls ----------------------------------------------------------------------------
+    def granted(self, g: str, pages, line: int, how: str) -> None:
+        for blk in pages:
+            self._grant(g, blk, line, how)
+            if (g, blk) in self._unpinned_srcs:  # retract-and-grant: a snapshot's source re-granted at once
+                self.stats["unpinned_regranted"] += 1
+
+    def forward_write(self, g: str, blk: int, rid: str, slot: int, line: int) -> None:
+        oid = self.device_pins.get((g, blk))
+        if oid is not None:
+            self._find("TS-L2-1", line, f"{rid} writes {g} slot {slot} into block {blk} while write-back {oid} "
+                       "still copies it", request=rid, group=g, block=blk, op_id=oid)
+
+    def named(self, g: str, blk: int, rid: str, slot: int, line: int) -> None:
+        """A table names a block as cached content: a failed L3 destination must not be one."""
+        if blk in self.failed_dst[g]:
+            self.exercised["TS-L2-10"] += 1
+            self._find("TS-L2-10", line, f"{rid}'s {g} slot {slot} names block {blk}, the destination of a "
+                       "failed L3 prefetch", request=rid, group=g, block=blk)
+
+    def acked(self, oid: int, failed: bool) -> None:
+        fl = self.inflight.pop(oid, None)
+        if fl is None:
+            return
+        if fl.plan != self.c._plan:
+            self.stats["acks_held"] += 1
+        for pin in fl.device_pins:
+            if self.device_pins.get(pin) == oid:
+                del self.device_pins[pin]
+        for page in fl.host_pins:
+            if self.host_pins.get(page) == oid:
+                del self.host_pins[page]
+        for k in fl.keys:
+            if self.keys_in_flight.get(k) == oid:
+                del self.keys_in_flight[k]
+        for g, page in fl.host_dst:
+            hp = self.host[g].get(page)
+            if hp is not None and hp.op == oid:
+                if failed:
+                    del self.host[g][page]
+                else:
+                    hp.acked = True
+        if failed:
+            self.stats["failed_loads"] += 1
+            for g, blk in fl.device_dst:
+                self.failed_dst[g].add(blk)
+                self.c.content[g].pop(blk, None)
+                self.c.handed[g].discard(blk)  # nothing was loaded: naming it later is not taking a fresh page
+
+    def fresh(self, g: str, blk: int) -> None:
+        """A Device page handed out again: a failed prefetch's mark on it ends."""
+        self.failed_dst[g].discard(blk)
+
+    def clear(self, rec: ct.Clear, line: int) -> None:
+        self.stats["clears"] += 1
+        pending = sorted(oid for oid, fl in self.inflight.items() if fl.kind == WRITE_BACK)
+        self.exercised["TS-L2-8"] += bool(pending)
+        if not rec.accepted:
+            return
+        self.stats["clears_accepted"] += 1
+        if pending:
+            self._find("TS-L2-8", line, f"ClearCache accepted while {len(pending)} write-backs are "
+                       f"unacknowledged (first {pending[0]})", op_id=pending[0])
+        for g in self.host:
+            self.host[g].clear()
+
+    def take_retracted(self) -> list[str]:
+        out, self.retracted = self.retracted, []
+        return out

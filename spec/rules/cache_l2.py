@@ -1,0 +1,86 @@
+"""TS-L2-*: the Host (L2) tier, retraction snapshots and ClearCache, judged on a real scheduler's plans.
+
+The checkers are the peer judge's (sim.peers.host_tier.HostTier, named by dotted path: the catalogue never
+imports sim); they read cachetrace/1 records, so every one is evidence about the scheduler that made the
+plans. Quotes are from the cache concepts (seed 002), with its line numbers.
+"""
+
+from __future__ import annotations
+
+from kvsim.spec.catalogue import transition_rule
+
+_HT = "kvsim.sim.peers.host_tier.HostTier"
+
+
+def _rule(rule_id: str, title: str, clause: str, checker: str, decisions: str) -> None:
+    transition_rule(rule_id, title, clause, f"{_HT}.{checker}", decisions, scope="cache")
+
+
+_rule("TS-L2-1", "Pinned sources are not re-granted, overwritten or written before their op's ACK",
+      'cache concepts L108: "A pinned op\'s sources stay cached and unevictable until the ACK, so its copy overlaps '
+      'whatever the round does next"; L187: "every store but a retraction\'s snapshot pins its Device sources '
+      'until the ACK"', "_grant",
+      "A pinned write-back's Device sources may not be zeroed, copy destinations, load-back or restore "
+      "destinations, nor written by a forward, from the plan that issues it until its acknowledgement (the same "
+      "plan included: a pinned op is not fenced). A load-back's or restore's Host sources may not be written "
+      "back into before its acknowledgement (the Host side of the same ticket).")
+_rule("TS-L2-2", "Only a retraction's snapshot store is unpinned, and it is launched first",
+      'cache concepts L187: "the snapshot store is stream-ordered instead, because its sources are re-granted in '
+      'the same round"; L108: "An unpinned op\'s sources may be re-granted in the same plan, so it is launched '
+      'first"', "_unpinned",
+      "A write-back with source_pinned false must copy pages of a request a SnapshotOp of the same plan retracts "
+      "(its rows, or its image when it is retracted again before rejoining a batch), and no op listed before it "
+      "in the plan may write into one of its sources. Its sources are then free to be re-granted in that plan.")
+_rule("TS-L2-3", "Every op carries a transfer; no (group, source, destination) twice in a plan; ids in range",
+      'cache concepts L112: "every op on the wire carries at least one transfer, and no (group, source, '
+      'destination) repeats within one plan"; "the runtime refuses an op with nothing to copy"', "ops",
+      "Write-back, load-back and restore ops list at least one page pair; a snapshot (and a restore of a "
+      "request whose every page is still cached) moves the request image, its snapshot slot, instead. Group "
+      "ids index the configured groups, Device ids lie in [1, total_pages), Host ids in [1, num_host_pages), "
+      "snapshot slots in [1, max_retracted_requests]; a snapshot names a live request.")
+_rule("TS-L2-4", "No key is stored twice while its store is in flight",
+      'cache concepts L112: "a store skips keys already in flight"', "_write_back",
+      "A keyed write-back's (group, content hash, page offset) must not be the key of another unacknowledged "
+      "write-back, in the same plan or an earlier one.")
+_rule("TS-L2-5", "A load's Host source was written back and acknowledged under its key; Host-only loads are "
+      "unkeyed",
+      'cache concepts L185: "Host-only L2 load-backs leave BlockTransfer.key empty and stay on the admit-time '
+      'CacheFullBlocks path"; L80: "Host restores still use CacheFullBlocks"', "_load",
+      "A load-back or L2 restore reads a Host page of its group that a write-back filled and that write-back "
+      "was acknowledged. A load-back carries a key only when its Host page is an L3 prefetch destination; a "
+      "restore's key, when given, is the key its page was written back with. Snapshot-pool sources are the "
+      "request's own image and are not Host-tier content.")
+_rule("TS-L2-6", "A write-back's key is its source page's chained prefix hash and offset",
+      'cache concepts L154: "Indices are pool-scoped: one index serves both the Device and Host tiers of its '
+      'group"; research §3: CacheKey = {namespace_id=0, group_id, content_hash, page_offset}', "_write_back",
+      "The key must equal the SHA-256 chain (kvmodel.cache.prefix_hash) of the page the source block holds, "
+      "recomputed by the judge from the tokens, at the slot's offset in its prefix page -- or, for a published "
+      "partial tail page, the chain over the tokens the tail held. An unkeyed write-back (a private page of a "
+      "retraction) is not judged here.")
+_rule("TS-L2-7", "Replayable groups never appear in Host transfers",
+      'cache concepts L185: "Replayable groups are outside match_order_ and skip publication on both tiers -- '
+      'never registered, never streamed to Host"', "ops",
+      "No page pair of a write-back, load-back or restore names a group declared replayable.")
+_rule("TS-L2-8", "ClearCache is refused while write-backs are unacknowledged",
+      'cache concepts L189: "ClearCache rejects in-flight Host writebacks (pause drain does not wait for '
+      'those)"', "clear",
+      "An accepted ClearCache (cachetrace/1 'clear' record) with an unacknowledged write-back is a violation; "
+      "an accepted clear empties both tiers, so a later hit on a page computed before it is PEER-4.")
+_rule("TS-L2-9", "Full-attention pages do not stream to Host during decode",
+      'cache concepts L187: "Ordinary decode publishes history-cache Device entries but no state entries; '
+      'full-attention pages do not stream to Host during decode. At finish or retraction, eligible non-state '
+      'Device pages ... are queued"; "Ordinary sliding-window entries always stream when published"', "_policy",
+      "A pinned write-back of a full-attention page whose last writer completed it after its prompt (a decode "
+      "page) is a violation while that request still holds rows (runs); once it finishes or is retracted the "
+      "finish/retraction queue may stream it. Sliding-window pages are exempt. The other policy clauses (each "
+      "prefill boundary queues its newly published pages; sliding entries always stream) state what must be "
+      "queued, not when the drain runs, and are not judged.")
+_rule("TS-L2-10", "A failed L3 prefetch publishes nothing",
+      'cache concepts L112: "An L3 prefetch failure is an explicit unsuccessful completion ... It never '
+      'acknowledges or publishes a successful copy"; L189: "skips Device prefix publication for those prefetch '
+      'destinations"', "named",
+      "A load acknowledged unsuccessfully (cachetrace/1 result 'failed') leaves its Device destinations without "
+      "content: a table naming one as a cached page, or a keyed write-back storing one, before it is handed out "
+      "fresh again is a violation. The "
+      "released wheel's L3 ops need a storage backend the driver does not provide; the rule is judged on "
+      "recorded traces and injected faults.")

@@ -1,0 +1,319 @@
+"""TS-L2-*: the Host tier of the observable contract. Each rule keeps on a legal crafted cachetrace/1 and fires on
+a crafted violation (at its line); each also fires on the real TokenSpeed wheel's plans perturbed by one
+injected fault (tests at the end, skipped without the wheel).
+
+Crafted traces use P = 4, a full-attention group "full" (index 0) and a sliding-window group "swa" (index 1,
+window 8), 20 Device pages each, 16 Host pages. Request a prefills 9 tokens (full blocks 1-3, swa 4-6); its
+pages 0 and 1 are complete after plan 0.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsim.kvmodel.cache.prefix_hash import prefix_hashes
+from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.host_tier import RULES
+from kvsim.sim.trace import cachetrace as ct
+from kvsim.spec.catalogue import all_rules
+
+A = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+B = [1, 2, 3, 4, 5, 6, 7, 8, 40, 41]
+H = prefix_hashes(A, 4)  # a's two whole pages
+WB, LB = "WriteBackOp", "LoadBackOp"
+
+
+def contract(replayable=False):
+    return Contract(ct.Config(scheduler="test", prefix_granularity=4, num_device_pages=20, num_host_pages=16,
+                              num_snapshot_pages=4, max_retracted_requests=2,
+                              groups=[ct.Group("full", 4, 20), ct.Group("swa", 4, 20, "sliding", 8,
+                                                                        replayable=replayable)]))
+
+
+def plan(n, ids=(), ext=0, inl=(), pfx=(), full=None, swa=None, zero=None, cache=(), copy=None):
+    tables = {k: v for k, v in (("full", full), ("swa", swa)) if v}
+    return ct.Plan(n, ct.Batch(list(ids), ext, list(inl), list(pfx), [len(A) if r == "a" else len(B) for r in ids]),
+                   tables, zero or {}, copy or {}, list(cache))
+
+
+def wb(oid, pairs, groups, keys=None, pinned=True):
+    return ct.CacheOp(WB, [oid], pairs, groups=groups, keys=keys if keys is not None else [""] * len(pairs),
+                      offsets=[0] * len(pairs), pinned=pinned)
+
+
+def lb(oid, pairs, groups, keys=None):
+    return ct.CacheOp(LB, [oid], pairs, groups=groups, keys=keys if keys is not None else [""] * len(pairs),
+                      offsets=[0] * len(pairs))
+
+
+STORE = wb(1, [(1, 1), (2, 2), (4, 3), (5, 4)], [0, 0, 1, 1], [H[0], H[1], H[0], H[1]])
+
+
+def prefix(store=STORE, done1=(1,), finish1=()):
+    """a computes its prompt (plan 0), decodes once while its pages 0, 1 stream to Host (plan 1)."""
+    return [(ct.Submit("a", A, 5), 2), (ct.Submit("b", B, 1), 3),
+            (plan(0, ["a"], 1, [9], [0], {"a": [1, 2, 3]}, {"a": [4, 5, 6]}, {"full": [1, 2, 3], "swa": [4, 5, 6]}), 4),
+            (ct.Result(0, [[50]]), 5),
+            (plan(1, ["a"], 0, [1], [], cache=[store] if store else []), 6),
+            (ct.Result(1, [[51]], list(finish1), list(done1)), 7)]
+
+
+def load_b(load=None, extra=()):
+    """b (sharing a's first 8 tokens) is admitted with a 8-token hit loaded from Host into fresh pages."""
+    load = load or lb(2, [(1, 7), (2, 8), (3, 10), (4, 11)], [0, 0, 1, 1])
+    return [(plan(2, ["b"], 1, [2], [8], {"b": [7, 8, 9]}, {"b": [10, 11, 12]}, {"full": [9], "swa": [12]},
+                  [load, *extra]), 8),
+            (ct.Result(2, [[60]], ["b"], [load.op_ids[0]] + [op.op_ids[0] for op in extra]), 9)]
+
+
+def run(steps, c=None):
+    c = c or contract()
+    for rec, line in steps:
+        {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result, ct.Clear: c.clear}[type(rec)](rec, line)
+    c.finish(999)
+    return c
+
+
+def found(c, rule=None):
+    return sorted({(f.rule, f.line) for f in c.findings if rule is None or f.rule == rule})
+
+
+def test_every_l2_rule_is_catalogued_and_tested_both_ways():
+    ids = {r.id for r in all_rules() if r.id.startswith("TS-L2-")}
+    assert ids == set(RULES)
+    marks = {(m.args[0], m.args[1]) for f in globals().values() if callable(f)
+             for m in getattr(f, "pytestmark", []) if m.name == "rule"}
+    assert {(rid, k) for rid in ids for k in ("keeps", "fires")} <= marks
+
+
+@pytest.mark.rule("TS-L2-1", "keeps")
+@pytest.mark.rule("TS-L2-4", "keeps")
+@pytest.mark.rule("TS-L2-5", "keeps")
+@pytest.mark.rule("TS-L2-6", "keeps")
+@pytest.mark.rule("TS-L2-7", "keeps")
+def test_store_then_load_is_clean():
+    c = run(prefix() + load_b())
+    assert c.findings == []
+    assert c.l2.stats["pages_written_back"] == 4 and c.l2.stats["pages_loaded"] == 4
+    for rid in ("TS-L2-1", "TS-L2-4", "TS-L2-5", "TS-L2-6"):
+        assert c.l2.exercised[rid] or rid == "TS-L2-1", rid
+
+
+@pytest.mark.rule("TS-L2-1", "keeps")
+def test_pinned_source_regranted_after_its_ack_is_clean():
+    # a finishes in plan 1; the store is acknowledged in plan 2's answer; plan 3 re-grants block 1 to b
+    steps = prefix(done1=(), finish1=("a",)) + [
+        (plan(2), 8), (ct.Result(2, [], [], [1]), 9),
+        (plan(3, ["b"], 1, [10], [0], {"b": [1, 13, 14]}, {"b": [15, 16, 17]},
+              {"full": [1, 13, 14], "swa": [15, 16, 17]}), 10)]
+    assert found(run(steps)) == []
+
+
+@pytest.mark.rule("TS-L2-1", "fires")
+def test_pinned_source_regranted_before_its_ack_fires():
+    steps = prefix(done1=(), finish1=("a",)) + [
+        (plan(2, ["b"], 1, [10], [0], {"b": [1, 13, 14]}, {"b": [15, 16, 17]},
+              {"full": [1, 13, 14], "swa": [15, 16, 17]}), 8)]
+    assert found(run(steps)) == [("PEER-3", 999), ("TS-L2-1", 8)]  # (and the op is never acknowledged)
+
+
+@pytest.mark.rule("TS-L2-1", "fires")
+def test_forward_writing_a_pinned_source_fires():
+    # the store copies a's partial tail block 3 while a's decode writes into it
+    store = wb(1, [(3, 5)], [0])
+    assert found(run(prefix(store))) == [("TS-L2-1", 6)]
+
+
+@pytest.mark.rule("TS-L2-1", "fires")
+def test_host_page_rewritten_while_a_load_reads_it_fires():
+    load = lb(2, [(1, 7), (2, 8), (3, 10), (4, 11)], [0, 0, 1, 1])
+    again = wb(3, [(1, 1)], [0], [H[0]])
+    steps = prefix() + [(plan(2, ["b"], 1, [2], [8], {"b": [7, 8, 9]}, {"b": [10, 11, 12]},
+                              {"full": [9], "swa": [12]}, [load, again]), 8), (ct.Result(2, [[60]], ["b"], [2, 3]), 9)]
+    assert found(run(steps)) == [("TS-L2-1", 8)]
+
+
+@pytest.mark.rule("TS-L2-2", "keeps")
+def test_retraction_snapshot_store_is_unpinned_and_its_sources_regranted():
+    snap = ct.CacheOp("SnapshotOp", [3], request="a", pool_index=1, slot=1)
+    store = wb(2, [(3, 9), (6, 10)], [0, 1], pinned=False)
+    steps = prefix() + [(plan(2, ["b"], 1, [10], [0], {"b": [3, 13, 14]}, {"b": [6, 16, 17]},
+                              {"full": [3, 13, 14], "swa": [6, 16, 17]}, [store, snap]), 8),
+                        (ct.Result(2, [[60]], [], [2, 3]), 9)]
+    c = run(steps)
+    assert found(c) == [] and c.l2.exercised["TS-L2-2"] == 1 and c.l2.stats["snapshots"] == 1
+
+
+@pytest.mark.rule("TS-L2-2", "fires")
+def test_unpinned_store_outside_a_retraction_fires():
+    store = wb(1, [(1, 1), (4, 3)], [0, 1], [H[0], H[0]], pinned=False)
+    assert found(run(prefix(store))) == [("TS-L2-2", 6)]
+
+
+@pytest.mark.rule("TS-L2-2", "fires")
+def test_unpinned_store_launched_after_a_load_into_its_source_fires():
+    snap = ct.CacheOp("SnapshotOp", [4], request="a", pool_index=1, slot=1)
+    load = lb(2, [(1, 3)], [0])  # writes a's block 3 before the snapshot store reads it
+    store = wb(3, [(3, 9)], [0], pinned=False)
+    steps = prefix() + [(plan(2, cache=[load, store, snap]), 8), (ct.Result(2, [], [], [2, 3, 4]), 9)]
+    assert ("TS-L2-2", 8) in found(run(steps))
+
+
+@pytest.mark.rule("TS-L2-3", "keeps")
+def test_op_hygiene_keeps_on_legal_ops():
+    c = run(prefix() + load_b())
+    assert found(c, "TS-L2-3") == [] and c.l2.stats["write_backs"] == 1
+
+
+@pytest.mark.rule("TS-L2-3", "fires")
+@pytest.mark.parametrize("store", [
+    wb(1, [], []),                                             # no transfer
+    wb(1, [(1, 1), (1, 1)], [0, 0], [H[0], H[0]]),             # (group, source, destination) twice
+    wb(1, [(1, 1)], [5], [H[0]]),                              # group id out of range
+    wb(1, [(1, 16)], [0], [H[0]]),                             # Host page out of range
+    wb(1, [(20, 1)], [0], [""]),                               # Device page out of range
+])
+def test_op_hygiene_fires(store):
+    assert ("TS-L2-3", 6) in found(run(prefix(store)))
+
+
+@pytest.mark.rule("TS-L2-4", "fires")
+def test_key_stored_twice_while_in_flight_fires():
+    again = wb(2, [(1, 9)], [0], [H[0]])
+    steps = prefix(done1=()) + [(plan(2, ["a"], 0, [1], [], cache=[again]), 8), (ct.Result(2, [[52]], [], [1, 2]), 9)]
+    assert found(run(steps)) == [("TS-L2-4", 8)]
+
+
+@pytest.mark.rule("TS-L2-4", "keeps")
+def test_key_stored_again_after_its_ack_is_clean():
+    again = wb(2, [(1, 9)], [0], [H[0]])
+    steps = prefix() + [(plan(2, ["a"], 0, [1], [], cache=[again]), 8), (ct.Result(2, [[52]], [], [2]), 9)]
+    assert found(run(steps)) == []
+
+
+@pytest.mark.rule("TS-L2-5", "fires")
+@pytest.mark.parametrize("load,done1", [
+    (lb(2, [(9, 7)], [0]), (1,)),                 # Host page 9 was never written back
+    (lb(2, [(1, 7)], [0]), ()),                   # its write-back is not acknowledged yet
+    (lb(2, [(1, 7)], [0], [H[0]]), (1,)),         # a Host-only load carrying a key
+    (lb(2, [(3, 7)], [0]), (1,)),                 # Host page 3 holds group swa's copy, not full's
+])
+def test_load_provenance_fires(load, done1):
+    late = [1] if not done1 else []
+    steps = prefix(done1=done1) + [(plan(2, cache=[load]), 8), (ct.Result(2, [], [], [2] + late), 9)]
+    assert ("TS-L2-5", 8) in found(run(steps))
+
+
+@pytest.mark.rule("TS-L2-6", "fires")
+@pytest.mark.parametrize("keys", [[H[1], H[0], H[0], H[1]],     # pages 0 and 1 stored under each other's hash
+                                  [H[0], H[1], "00" * 32, H[1]]])  # a made-up hash
+def test_write_back_key_fires(keys):
+    store = wb(1, [(1, 1), (2, 2), (4, 3), (5, 4)], [0, 0, 1, 1], keys)
+    assert found(run(prefix(store))) == [("TS-L2-6", 6)]
+
+
+@pytest.mark.rule("TS-L2-7", "keeps")
+def test_replayable_group_snapshot_to_the_snapshot_pool_is_clean():
+    store = wb(1, [(1, 1), (2, 2)], [0, 0], [H[0], H[1]])
+    snap = ct.CacheOp("SnapshotOp", [3], [(6, 1)], groups=[1], request="a", pool_index=1, slot=1)
+    steps = prefix(store) + [(plan(2, cache=[snap]), 8), (ct.Result(2, [], [], [3]), 9)]
+    assert found(run(steps, contract(replayable=True))) == []
+
+
+@pytest.mark.rule("TS-L2-7", "fires")
+def test_replayable_group_in_a_write_back_fires():
+    assert found(run(prefix(), contract(replayable=True))) == [("TS-L2-7", 6)]
+
+
+@pytest.mark.rule("TS-L2-8", "keeps")
+def test_clear_refused_in_flight_then_accepted_is_clean():
+    steps = prefix(done1=()) + [(ct.Clear(1, False), 8), (plan(2), 9), (ct.Result(2, [], [], [1]), 10),
+                                (ct.Clear(2, True), 11)]
+    c = run(steps)
+    assert found(c) == [] and c.l2.exercised["TS-L2-8"] == 1 and c.l2.stats["clears_accepted"] == 1
+
+
+@pytest.mark.rule("TS-L2-8", "fires")
+def test_clear_accepted_with_a_write_back_in_flight_fires():
+    steps = prefix(done1=()) + [(ct.Clear(1, True), 8), (plan(2), 9), (ct.Result(2, [], [], [1]), 10)]
+    assert found(run(steps)) == [("TS-L2-8", 8)]
+
+
+def test_accepted_clear_forgets_every_cached_page():
+    steps = prefix(finish1=("a",)) + [(plan(2), 8), (ct.Result(2, []), 9), (ct.Clear(2, True), 10),
+                                      (plan(3, ["b"], 1, [2], [8], {"b": [1, 2, 13]}, {"b": [4, 5, 14]},
+                                            {"full": [13], "swa": [14]}), 11)]
+    assert ("PEER-4", 11) in found(run(steps))
+
+
+def _decode_to_page_2(store_plan4):
+    """a decodes tokens 10, 11, 12 (plans 1-3), completing its page 2 (block 3) during decode."""
+    steps = prefix()
+    for n in (2, 3):
+        steps += [(plan(n, ["a"], 0, [1], []), 6 + 2 * n), (ct.Result(n, [[50 + n]]), 7 + 2 * n)]
+    steps += [(plan(4, ["a"], 0, [1], [], cache=[store_plan4]), 20), (ct.Result(4, [[60]], [], [9]), 21)]
+    return steps
+
+
+@pytest.mark.rule("TS-L2-9", "keeps")
+def test_sliding_window_decode_page_may_stream():
+    c = contract()
+    steps = _decode_to_page_2(wb(9, [(6, 9)], [1], [prefix_hashes(A + [50, 51, 52], 4)[2]]))
+    assert found(run(steps, c)) == [] and c.l2.stats["pages_written_back"] == 5
+
+
+@pytest.mark.rule("TS-L2-9", "fires")
+def test_full_attention_decode_page_streamed_during_decode_fires():
+    steps = _decode_to_page_2(wb(9, [(3, 9)], [0], [prefix_hashes(A + [50, 51, 52], 4)[2]]))
+    assert found(run(steps)) == [("TS-L2-9", 20)]
+
+
+@pytest.mark.rule("TS-L2-10", "keeps")
+def test_failed_load_destination_handed_out_again_is_clean():
+    steps = prefix() + [(plan(2, cache=[lb(2, [(1, 7)], [0])]), 8), (ct.Result(2, [], [], [2], failed=[2]), 9),
+                        (plan(3, ["b"], 1, [10], [0], {"b": [7, 13, 14]}, {"b": [15, 16, 17]},
+                              {"full": [7, 13, 14], "swa": [15, 16, 17]}), 10)]
+    c = run(steps)
+    assert found(c) == [] and c.l2.stats["failed_loads"] == 1
+
+
+@pytest.mark.rule("TS-L2-10", "fires")
+def test_failed_load_destination_named_as_cached_fires():
+    steps = prefix() + [(plan(2, cache=[lb(2, [(1, 7)], [0])]), 8), (ct.Result(2, [], [], [2], failed=[2]), 9),
+                        (plan(3, ["b"], 1, [6], [4], {"b": [7, 13, 14]}, {"b": [15, 16, 17]},
+                              {"full": [13, 14], "swa": [15, 16, 17]}), 10)]
+    assert ("TS-L2-10", 10) in found(run(steps))
+
+
+def test_failed_but_unacknowledged_is_an_input_error():
+    steps = prefix() + [(plan(2, cache=[lb(2, [(1, 7)], [0])]), 8), (ct.Result(2, [], [], [], failed=[2]), 9)]
+    with pytest.raises(ValueError, match="failed but not"):
+        run(steps)
+
+
+# -- injected faults on the real wheel -------------------------------------------------------------------------
+
+FAULT_RUNS = {
+    "zero-pinned-source": {}, "unpinned-store": {}, "repeat-transfer": {}, "store-key-twice": {},
+    "keyed-host-load": {}, "wrong-key": {}, "decode-stream": {}, "failed-load-published": {},
+    "replayable-write-back": {"swa_replayable": True},
+    "accept-clear": {"ack_delay": 3, "clear_every": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAULT_RUNS))
+def test_injected_fault_fires_its_rule_on_the_wheel(name):
+    pytest.importorskip("tokenspeed_scheduler")
+    from pathlib import Path
+
+    from kvsim.sim.peers import faults
+    from kvsim.sim.peers import tokenspeed as T
+    from kvsim.sim.peers.workload import read_mooncake
+
+    reqs = read_mooncake(Path(__file__).resolve().parents[2] / "sim" / "peers" / "samples" / "tiny_workload.jsonl")
+    kw = {"pages": 40, "host_pages": 64, "swa_window": 128, "stagger": 3, **FAULT_RUNS[name]}
+    clean = T.run(reqs, T.RunConfig(**kw))
+    bad = T.run(reqs, T.RunConfig(**kw, fault=name))
+    rule = faults.NAMES[name]
+    assert clean.contract.counts[rule] == 0
+    assert bad.contract.counts[rule] >= 1, (name, bad.contract.summary()["violations_by_rule"])
