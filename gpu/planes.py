@@ -176,13 +176,28 @@ class PagedKVBatchLayerView:
         return out
 
 
-def _aligned_zeros(xp, shape, dtype, align: int = 256):
-    """Zero-filled C-order array whose base is ``align``-byte aligned (device pools already are)."""
+SLAB_ALIGNMENT = 256  # plane bases are 256-byte aligned
+
+
+def slab_footprint(nbytes: int) -> int:
+    """Bytes one plane slab takes: its exact span plus one alignment allowance.
+
+    Store contract: "Startup physical bytes 由各 plane slab 的完整 span 与 alignment 得到" and the affine
+    capacity curve (L57-68): the allowance is constant in the page count, so the footprint is affine in N for
+    every geometry (rounding the span up to the alignment is not: an FP8 scale plane of an odd KV-head count
+    holds 128·H bytes per page). The model's layout builder charges the same (kvmodel.store.planes).
+    """
+    return nbytes + SLAB_ALIGNMENT
+
+
+def _aligned_zeros(xp, shape, dtype, align: int = SLAB_ALIGNMENT):
+    """Zero-filled C-order array whose base is ``align``-byte aligned (device pools already are), carved from a
+    buffer of `slab_footprint` bytes."""
     dtype = np.dtype(dtype)
     if xp is not np:
         return xp.zeros(shape, dtype=dtype)
     nbytes = int(np.prod(shape)) * dtype.itemsize
-    raw = np.zeros(nbytes + align, dtype=np.uint8)
+    raw = np.zeros(slab_footprint(nbytes) if align == SLAB_ALIGNMENT else nbytes + align, dtype=np.uint8)
     start = (-raw.ctypes.data) % align
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
@@ -229,6 +244,13 @@ class PagedKVPool:
     def page_bytes(self) -> int:
         """PageBytes = sum over planes of bytes per token * P, for every head of every layer."""
         return self.bytes_per_token_per_head * PAGE_SIZE * self.kv_heads * self.layers
+
+    @property
+    def startup_bytes(self) -> int:
+        """Startup bytes of the plane slabs: each plane's span plus its alignment allowance (`slab_footprint`),
+        affine in the page count for every profile and head count."""
+        return sum(slab_footprint(s.bytes_per_token_per_head * PAGE_SIZE * self.kv_heads * self.num_pages)
+                   for s in self.schema) * self.layers
 
     # --- views ------------------------------------------------------------------------------------------
     def _plane_args(self, layer: int):

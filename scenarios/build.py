@@ -22,13 +22,15 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # run as a script: find tracebook 
 import conformance_scenarios as conformance  # noqa: E402
 import legal_scenarios as legal  # noqa: E402
 import recovery_scenarios as recovery  # noqa: E402
+import round_two_scenarios as round_two  # noqa: E402
 import violation_scenarios as violations  # noqa: E402
 
 
 def scenarios():
     """(subfolder, Trace) for every scenario, in a fixed order."""
-    out = ([("", t) for t in legal.build() + conformance.legal()]
-           + [("violations", t) for t in violations.build() + conformance.violations() + recovery.build()])
+    out = ([("", t) for t in legal.build() + conformance.legal() + round_two.legal()]
+           + [("violations", t) for t in violations.build() + conformance.violations() + recovery.build()
+              + round_two.violations()])
     names = [(sub, t.name) for sub, t in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -205,11 +205,11 @@ def fp8_counters_off_capacity() -> Trace:
 
 def context_ceiling() -> Trace:
     t = Trace("context_ceiling",
-              'Activations up to the per-sequence ceiling S = 4096 are admitted; one whose prompt + budget exceeds '
+              'Activations up to the per-sequence ceiling S = 4096 are admitted; one whose prompt alone exceeds '
               'S is refused (store contract "Page rounding 只增加 physical padding， 不会扩大单 sequence 的 logical '
-              'ceiling (S)")', config(kv_capacity=M128))
+              'ceiling (S)"; a budget beyond S - prompt is clamped, decision 18)', config(kv_capacity=M128))
     t.activate("s0", 4000, 96)  # exactly S
-    t.activate("s1", 4000, 200, result={"ok": False, "error": "context"})
+    t.activate("s1", 4100, 0, result={"ok": False, "error": "context"})
     t.pool(allocated=0, reserved=64, available=64)
     t.finish("s0")
     return t
@@ -217,13 +217,11 @@ def context_ceiling() -> Trace:
 
 def activation_beyond_max_context() -> Trace:
     t = Trace("AS-6_activation_beyond_max_context",
-              'The engine admits a request whose prompt + budget (4200) exceeds max_context S = 4096 (store '
+              'The engine admits a request whose prompt alone (4100) exceeds max_context S = 4096 (store '
               'contract "不会扩大单 sequence 的 logical ceiling (S)")', config(kv_capacity=M128))
-    t.activate("s1", 4000, 200, result={"ok": True, "rows": {"main": 0}, "pages": {"main": []}}, expect="AS-6")
-    # error recovery adopts the engine's claim (s1 is active) at the model's ceiling S: 64 pages reserved; the
-    # rest of s1's life is judged as usual (one cause, one finding)
-    t.pool(allocated=0, reserved=64, available=64)
-    t.prefill("s1", 4000)
+    t.activate("s1", 4100, 0, result={"ok": True, "rows": {"main": 0}, "pages": {"main": []}}, expect="AS-6")
+    t.pool(allocated=0, reserved=0, available=128)  # nothing was admitted
+    t.activate("s1", 4000, 96)
     t.finish("s1")
     return t
 
@@ -439,16 +437,18 @@ GROWTH = dict(max_concurrency=2, kv_capacity=M64, prefill_chunk=128,
 
 def growth_engine_steps() -> Trace:
     t = Trace("growth_engine_steps",
-              'kv_lease_growth with the engine\'s own step sizes: it grows s0 to 26 pages, then to 30, where the '
-              'model\'s rungs would have asked for 25 (store contract "在每个 decode-round 边界按需扩充该 window")',
-              config(**GROWTH))
+              'kv_lease_growth with the engine\'s own step sizes: it grows s0 one page at a time (to 24, then to 26) '
+              'where the model\'s rung would take the whole window, never beyond frontier + window + cushion '
+              '(store contract "在每个 decode-round 边界按需扩充该 window"; decision 25)', config(**GROWTH))
     t.activate("s0", 1280, 2816)  # ceil(1408/64) + 1 = 23 pages
     t.prefill("s0", 1280)
-    t.grow("s0", result={"ok": True, "entitlement": {"main": 26}})
-    t.pool(allocated=20, reserved=6, available=38)
     t.advance("s0", 1280, 1344)
-    t.grow("s0", result={"ok": True, "entitlement": {"main": 30}})
-    t.pool(allocated=21, reserved=9, available=34)
+    t.advance("s0", 1344, 1408)  # 22 pages
+    t.grow("s0", result={"ok": True, "entitlement": {"main": 24}})  # bound ceil(1536/64) + 1 = 25
+    t.pool(allocated=22, reserved=2, available=40)
+    t.advance("s0", 1408, 1472)  # 23 pages
+    t.grow("s0", result={"ok": True, "entitlement": {"main": 26}})  # bound ceil(1600/64) + 1 = 26
+    t.pool(allocated=23, reserved=3, available=38)
     t.finish("s0")
     t.pool(allocated=0, reserved=0, available=64)
     return t
@@ -678,16 +678,17 @@ def write_while_read() -> Trace:
 
 def growth_step_from_counters() -> Trace:
     t = Trace("growth_step_from_counters",
-              'An accepted growth of unstated size: the engine leases 4 pages at a time, the model\'s own rung '
-              'would take 1; the pool counters the engine reports next show its step, which is adopted (store '
-              'contract "在每个 decode-round 边界按需扩充该 window")', config(**GROWTH))
+              'An accepted growth of unstated size: the engine leases 1 page, the model\'s own rung would take the '
+              'whole window (2 pages); the pool counters the engine reports next show its step, which is adopted '
+              '(store contract "在每个 decode-round 边界按需扩充该 window"; decision 25)', config(**GROWTH))
     t.activate("s0", 1280, 2816)  # ceil(1408/64) + 1 = 23 pages
     t.prefill("s0", 1280)
     t.advance("s0", 1280, 1344)
-    t.grow("s0", result={"ok": True})  # the engine: 23 -> 27 pages (the model's rung: 24)
-    t.pool(allocated=21, reserved=6, available=37)
-    t.advance("s0", 1344, 1408)
-    t.pool(allocated=22, reserved=5, available=37)
+    t.advance("s0", 1344, 1408)  # 22 pages
+    t.grow("s0", result={"ok": True})  # the engine: 23 -> 24 pages (the model's rung: the bound, 25)
+    t.pool(allocated=22, reserved=2, available=40)
+    t.advance("s0", 1408, 1472)
+    t.pool(allocated=23, reserved=1, available=40)
     t.finish("s0")
     t.pool(allocated=0, reserved=0, available=64)
     return t

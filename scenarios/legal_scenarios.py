@@ -367,9 +367,9 @@ def prefix_chain_four_sequences() -> Trace:
 
 
 def auto_capacity() -> Trace:
-    # B(M) = B_min + (M - M_min) B_step with B_min = 64 pages * 131072 B + the I32 block table
-    # (4 rows * 64 * 4 B = 1024 B) = 8389632 B and B_step = 131072 B. With F = 22610944 B and
-    # R = 1048576 B: M = min(256, 64 + floor((22610944 - 1048576 - 8389632)/131072)) = 64 + 100 = 164.
+    # B(M) = B_min + (M - M_min) B_step with B_min = 64 pages * 131072 B + two 256 B slab alignment allowances
+    # + the I32 block table (4 rows * 64 * 4 B = 1024 B) = 8390144 B and B_step = 131072 B. With F = 22610944 B
+    # and R = 1048576 B: M = min(256, 64 + floor((22610944 - 1048576 - 8390144)/131072)) = 64 + 100 = 164.
     t = Trace("auto_capacity",
               'Automatic kv_capacity: M = min(M_max, M_min + floor((F - R - B_min)/B_step)) = 164 pages from '
               'free and headroom bytes, and the pool admits exactly that much (store contract "Automatic '

@@ -14,7 +14,6 @@ This module knows nothing of report formats; `sim.report.build` turns results in
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.store import ContractViolation, Finding, Refusal, units
@@ -42,6 +41,15 @@ class InternalError(Exception):
         self.path, self.index, self.line, self.op = path, index, line, op
         super().__init__(f"{path}:{line}: internal error while applying event {index} ({op}): "
                          f"{type(exc).__name__}: {exc}")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during a run; ``done`` says how far it got ("12,288 events"), ``events`` counts the
+    events when that is what it counted."""
+
+    def __init__(self, done: str, events: int | None = None):
+        self.done, self.events = done, events
+        super().__init__(done)
 
 
 @dataclass
@@ -256,7 +264,8 @@ class TraceReplay:
     def _unapplied(self, ev, op: str) -> None:
         """A fact the engine says did not take effect is not applied, but the checks that do not depend on
         its effect still run: stale handles (TRACE-2) and, for a launch, the write set itself (a unit that
-        never ran still shows the engine tried an illegal write)."""
+        never ran still shows the engine tried an illegal write). A `verify` that failed does take effect: the
+        copy is abandoned, never published (decision 27, kvmodel.store.transfers.verify_failed)."""
         st = self.st
         try:
             self._stale_or_illegal(ev, op)
@@ -265,6 +274,8 @@ class TraceReplay:
             for f in exc.findings:
                 st.cov.violate(f.rule)
             raise
+        if op == "xfer" and ev.phase == "verify":  # a failed verify abandons the copy (kvmodel.store.transfers)
+            st.xfer_verify_failed(ev.xfer, ev.dir, ev.ckpt, ev.pool, ev.blocks)
 
     def _stale_or_illegal(self, ev, op: str) -> None:
         st = self.st
@@ -318,6 +329,9 @@ class TraceReplay:
             return refusal
         pages = None if res is None or res.pages is None else list(res.pages)
         out = st.map(ev.seq, ev.pool, ev.tokens, pages)
+        if isinstance(out, Refusal) and res is not None and out.reason == "busy":  # decision 26
+            raise self._diverged("REP-2", f"engine mapped {ev.seq!r} ({ev.pool}) to {ev.tokens} tokens onto a page "
+                                 f"group a copy still pins ({out.detail})", seq=ev.seq, pool=ev.pool, tokens=ev.tokens)
         if isinstance(out, Refusal) and res is not None:
             raise self._diverged("ENT-2", f"engine mapped {ev.seq!r} ({ev.pool}) to {ev.tokens} tokens beyond the "
                                  f"entitlement ({out.detail})", seq=ev.seq, pool=ev.pool, tokens=ev.tokens)
@@ -404,29 +418,33 @@ _RENEWS = {"activate": lambda ev: ("seq", ev.seq), "launch": lambda ev: ("unit",
 
 
 def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVERY, observer_factory=None,
-                 progress=None, recover: bool = True) -> TraceResult:
-    """Replay one trace file; raises TraceInputError for malformed input (exit code 2). With `recover`, a
-    finding's consequences are reported apart (sim.recovery), not as violations."""
-    path = os.fspath(path)
-    with open_trace(path) as reader:
+                 progress=None, recover: bool = True, stream=None) -> TraceResult:
+    """Replay one trace file (``-``: standard input; ``stream``: the input already opened, which ``path``
+    names); raises TraceInputError for malformed input (exit code 2). With `recover`, a finding's
+    consequences are reported apart (sim.recovery), not as violations."""
+    with open_trace(path, stream) as reader:
+        path = reader.path
         rep = TraceReplay(path, reader.header, stop_at_first, audit_every, observer_factory, recover)
         step = rep.step
         n = 0
-        for index, line, ev in reader:
-            n = index + 1
-            try:
-                go_on = step(index, line, ev)
-            except (TraceInputError, InternalError):
-                raise
-            except Exception as exc:  # a crash inside the model or a checker: classified, never "violations"
-                raise InternalError(path, index, line, type(ev).__struct_config__.tag, exc) from exc
-            if not go_on:
-                break
-            if progress is not None and not n & 4095:
-                progress(4096)
+        try:
+            for index, line, ev in reader:
+                n = index + 1
+                try:
+                    go_on = step(index, line, ev)
+                except (TraceInputError, InternalError):
+                    raise
+                except Exception as exc:  # a crash inside the model or a checker: classified, never "violations"
+                    raise InternalError(path, index, line, type(ev).__struct_config__.tag, exc) from exc
+                if not go_on:
+                    break
+                if progress is not None and not n & 4095:
+                    progress(4096)
+        except KeyboardInterrupt:
+            raise Interrupted(f"{n:,} events", n) from None
         sha = reader.sha256
         events = reader.events if not rep.result.stopped else n
     return rep.finish(events, sha)
 
 
-__all__ = ["InternalError", "TraceResult", "TraceReplay", "replay_trace", "TraceInputError"]
+__all__ = ["InternalError", "Interrupted", "TraceResult", "TraceReplay", "replay_trace", "TraceInputError"]

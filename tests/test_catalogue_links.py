@@ -77,3 +77,38 @@ def test_a_focus_naming_no_rule_fails(monkeypatch):
 def test_a_model_tuple_naming_no_rule_fails():
     with pytest.raises(InvalidRule, match="WR-77"):
         require(("WR-1", "WR-77"), "a tuple")
+
+
+def test_cons2_and_cons3_judge_kvsims_own_kernels_not_the_engine():
+    """Decision 19: a trace never shows an engine's kernels, so these rules are kvsim self-checks."""
+    from kvsim.spec.catalogue import get
+
+    for rid in ("CONS-2", "CONS-3"):
+        assert get(rid).evidence == "model", rid
+    assert all(r.evidence != "engine" for r in all_rules() if r.id in ("CONS-2", "CONS-3"))
+
+
+# The plane-order and address clauses of the store contract (its 4.3 closed orders, the Device replica's
+# plane layout and the consumer's translation): each has a rule or a not-checkable entry (decision 20).
+PLANE_CLAUSES = ("所有 registered growing pools 使用 (P=64)，并选择两种 closed orders 之一",
+                 "Main Text 与 MTP 使用 page-major", "DFlash Full 使用 head-major page run", "Page-major 地址为",
+                 "Head-major 地址为",
+                 "Code 与 scale planes 使用同一个 (g)", "Device replica 使用 4 的 consumer-native plane layout",
+                 "logical_block = position >> 6")
+
+
+@pytest.mark.parametrize("phrase", PLANE_CLAUSES)
+def test_plane_order_and_address_clauses_are_catalogued(phrase):
+    holders = [r for r in all_rules() if phrase in r.clause]
+    assert holders, f"no catalogue entry cites {phrase!r}"
+    assert all(r.kind == "clause" and r.not_checkable or r.kind == "state" for r in holders)
+
+
+def test_plane_clauses_are_the_seeds_words():
+    seeds = ROOT.parent / "shared" / "seeds"
+    texts = sorted(seeds.glob("000_*.txt")) if seeds.is_dir() else []
+    if not texts:
+        pytest.skip("the seeds are not beside the repository")
+    text = texts[0].read_text(encoding="utf-8")
+    for phrase in PLANE_CLAUSES:
+        assert phrase in text, phrase

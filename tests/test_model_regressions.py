@@ -52,3 +52,42 @@ def test_two_incarnations_that_truncate_and_rewrite_write_distinct_content_keys(
         st.finish("a", None)
     assert tokens[0] != tokens[2] and tokens[1] != tokens[3]
     assert tokens[0] == tokens[1]  # the rewritten column carries the post-truncate token
+
+
+def _cut_while_copying():
+    """`kvsim fuzz --machine host --budget 300 --seed 1`: a D2H copy is reserved and copying when its
+    checkpoint is Move-activated and truncated through a pinned page (a new content epoch)."""
+    st = KVStore(StoreConfig(1024, 2, host_arena_bytes=8 * PAGE_BYTES))
+    st.activate("a", 100, 28)
+    st.map("a", "main", 100)
+    st.launch("u", [("a", "main", (0, 100))])
+    st.complete("u", [("a", "main", 100)])
+    st.finish("a", "k")
+    for phase in ("reserve", "copy"):
+        st.xfer("x", "d2h", "k", "main", [0, 1], phase)
+    st.activate("a", 100, 28, "k", keep_source=False)
+    st.truncate("a", "main", 90)  # block 1 cut from 36 to 26 columns: new epoch while pinned
+    return st
+
+
+def test_verify_after_a_cut_fails_and_a_failed_verify_abandons_the_copy():
+    """Decision 27: the cut is legal; verify must fail (PAGE-3 when reported passed); a failed verify ends the
+    transfer unpublished, freeing its Host extent and dropping its pins."""
+    import pytest
+
+    from kvsim.kvmodel.store import ContractViolation
+
+    st = _cut_while_copying()
+    ck = Checker(st)
+    assert ck.incremental() == []
+    with pytest.raises(ContractViolation) as info:
+        st.xfer("x", "d2h", "k", "main", [0, 1], "verify")
+    assert "PAGE-3" in info.value.rules
+    st.xfer_verify_failed("x", "d2h", "k", "main", [0, 1])
+    pages = st.space_of("a", "main").pages
+    assert not st.xfers and all(p.pins == 0 and p.host is None for p in pages)
+    assert st.arena.free_bytes == st.arena.capacity
+    st.map("a", "main", 128)
+    st.launch("v", [("a", "main", (90, 128))])  # the pins are gone: the tail takes writes
+    st.complete("v", [("a", "main", 128)])
+    assert ck.incremental() == [] and ck.audit() == []

@@ -12,7 +12,8 @@ import pytest
 from kvsim.sim.cli import main
 from kvsim.sim.trace.generate import generate
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def _using_it() -> dict[str, set[str]]:
@@ -37,6 +38,8 @@ def traces(tmp_path, monkeypatch):
     paths = [tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "tiny.jsonl"]
     for seed, (p, n) in enumerate(zip(paths, (120, 120, 12))):  # the lockstep runs take the tiny one
         generate(p, n, seed=seed, max_context=1024, concurrency=3)
+    rows = (ROOT / "sim" / "workloads" / "excerpts" / "mooncake_conversation_500.jsonl").read_bytes().split(b"\n")
+    (tmp_path / "conversation.txt").write_bytes(b"\n".join(rows[:10]) + b"\n")  # a name that does not say its format
     return [str(p) for p in paths]
 
 
@@ -62,6 +65,7 @@ def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
                      ["simulate", "excerpt:conversation", "--requests", "10", "--hbm-bytes", "16G",
                       "--sweep", "profile=bf16,fp8", "--executor", "thread", "--json", f"{tmp}/sweep.json",
                       "--quiet"],
+                     ["simulate", f"{tmp}/conversation.txt", "--format", "mooncake", "--pages", "4096", "--quiet"],
                      ["simulate", "excerpt:synthetic", "--requests", "10", "--backend", "mtp", "--draft-window", "3",
                       "--accept-rate", "0.6", "--seed", "1", "--host-bytes", "1G", "--fault", "all",
                       "--fault-every", "50", "--quiet"],

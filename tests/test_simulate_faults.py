@@ -158,4 +158,4 @@ def test_cli_simulate_fault_input_errors_are_one_line(capsys):
     assert main(base + ["--fault", "all", "--fault-every", "0"]) == 2
     assert main(base + ["--fault", "all", "--sweep", "pages=4096,8192"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 6 and all(line.startswith("--fault:0: ") for line in err)
+    assert len(err) == 6 and all(line.startswith("kvsim simulate: --fault") for line in err), err

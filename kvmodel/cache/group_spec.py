@@ -79,7 +79,8 @@ class CacheGroupSpec:
         """Tokens one block-table slot covers: the single folding point of both declaration shapes."""
         if self.checkpoint_granularity is not None:
             return self.checkpoint_granularity
-        assert self.rows_per_page is not None and self.entry_stride_tokens is not None  # checked at construction
+        if self.rows_per_page is None or self.entry_stride_tokens is None:  # __post_init__ requires one shape
+            raise CacheConfigError(f"group {self.group_id!r}: neither row geometry nor checkpoint_granularity")
         return self.rows_per_page * self.entry_stride_tokens
 
     @property

@@ -100,7 +100,8 @@ class HostTier:
         if not todo:
             return None
         pages = self.pool.acquire(len(todo))
-        assert pages is not None
+        if pages is None:  # todo was cut to the pool's free pages above
+            raise RuntimeError(f"the Host pool refused {len(todo)} pages it reported free")
         transfers = []
         for (key, block), page in zip(todo, pages, strict=True):
             self.refs.retain(key.group, block)  # the store ticket: unevictable until the ACK

@@ -78,7 +78,7 @@ _FRAME_FIRST = _U32.pack(0)
 _FRAME_NEXT = _U32.pack(DIGEST_BYTES)
 
 
-def chain_digests(prior: bytes, framed: bytes, granularity: int, pages: int) -> list[bytes]:
+def chain_digests(prior: bytes, framed: bytes | memoryview, granularity: int, pages: int) -> list[bytes]:
     """Digests of ``pages`` whole pages of already-framed tokens (``token_bytes``), chained onto ``prior``:
     the same values as ``page_digest`` page by page, without re-framing each page's tokens."""
     step = 4 * granularity

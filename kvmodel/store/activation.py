@@ -137,10 +137,14 @@ def plan_activation(st: KVStore, seq: str, prompt: int, budget: int, source: str
                 raise violation("CKPT-2", f"activation from checkpoint {source!r} after its release", seq=seq, ckpt=source)
             raise violation("TRACE-2", f"activation from checkpoint {source!r}, which "
                             + ("was consumed by a Move" if why else "is unknown"), seq=seq, ckpt=source)
+    # "默认 entitlement 预留 prompt 加整个 effective output 预算" (decision 18, AS-6 / ENT-1 entries): the effective
+    # output budget is min(budget, S - prompt), so S only caps the request; an engine that logs the raw
+    # max_tokens and clamps it is correct. Only a prompt beyond S cannot be admitted ("不会扩大单 sequence 的
+    # logical ceiling (S)"); a write or commit beyond S is AS-6 at that write (kvmodel.store.units).
     cov.check("AS-6", exercised=True)
-    if prompt + budget > cfg.max_context:  # "不会扩大单 sequence 的 logical ceiling (S)"
-        return Refusal("context", f"prompt {prompt} + budget {budget} exceeds max_context S = {cfg.max_context}")
-    ceiling = prompt + budget
+    if prompt > cfg.max_context:
+        return Refusal("context", f"prompt {prompt} exceeds max_context S = {cfg.max_context}")
+    ceiling = min(cfg.max_context, prompt + budget)
     if ckpt is not None:
         # a hit reuses only a complete continuation (evaluated here; `finish` never retains another)
         cov.check("CKPT-1", exercised=True)
@@ -172,6 +176,10 @@ def _plan_rows_and_pages(st: KVStore, seq: str, ceiling: int, plans: list[PoolPl
         pool = st.pools[plan.pool]
         if plan.need > pool.available:
             return Refusal("capacity", f"{plan.pool}: needs {plan.need} pages, {pool.available} available")
+        short = st.pinned_short(plan.pool, plan.restores + plan.cows)
+        cov.check("REP-2", exercised=short)
+        if short:
+            return Refusal("busy", f"{plan.pool}: the only free capacity left is still pinned by a copy")
     for i, plan in enumerate(plans):
         table = st.tables[plan.pool]
         cov.check("AS-1", exercised=rows is not None)

@@ -112,7 +112,7 @@ class SequenceKVBundle:
         self.bounded_at: int | None = None  # kv_lease_growth: frontier of bounded completion once growth failed
         # {pool: entitlement before} while an accepted growth of unstated size is the model's guess
         # (kvmodel.store.mapping.grow); the engine's pool counters at `observe` settle it
-        self.growth_guess: dict[str, int] | None = None
+        self.growth_guess: dict[str, tuple[int, int]] | None = None  # pool -> (entitlement before, ENT-5 bound)
 
     def snapshot(self) -> tuple:
         return (self.seq, tuple((k, s.uid) for k, s in self.spaces.items()), self.prompt, self.budget,

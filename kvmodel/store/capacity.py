@@ -126,11 +126,11 @@ def resolve_capacity(config: StoreConfig) -> CapacityResolution:
     curve = capacity_curve(config)
     policy = config.capacity.kind
     if policy == "explicit":
-        assert config.capacity.tokens is not None  # the explicit policy's defining field
-        m = resolve_explicit(config.capacity.tokens, config.max_context, curve.m_min, curve.m_max)
+        m = resolve_explicit(config.capacity.tokens or 0,  # the explicit policy's defining field: never None here
+                             config.max_context, curve.m_min, curve.m_max)
     elif policy == "automatic":
-        assert config.capacity.free_bytes is not None and config.capacity.headroom_bytes is not None
-        m = resolve_automatic(curve, config.capacity.free_bytes, config.capacity.headroom_bytes)
+        # the automatic policy's defining fields: never None here
+        m = resolve_automatic(curve, config.capacity.free_bytes or 0, config.capacity.headroom_bytes or 0)
     else:
         m = curve.m_max
     layout = build_layout(config, m)

@@ -13,12 +13,13 @@ from __future__ import annotations
 class Cell:
     """One rule's counters. Writers: the transaction that evaluates the rule, or the checker running it."""
 
-    __slots__ = ("checked", "exercised", "violated")
+    __slots__ = ("checked", "exercised", "violated", "partial")
 
     def __init__(self) -> None:
         self.checked = 0  # evaluations of the rule
         self.exercised = 0  # evaluations whose premise held (a non-vacuous pass or a violation)
         self.violated = 0  # evaluations that found the rule broken
+        self.partial = 0  # evaluations that could check only part of the premise (e.g. a layout the trace hid)
 
     def as_tuple(self) -> tuple[int, int, int]:
         return self.checked, self.exercised, self.violated
@@ -64,6 +65,14 @@ class Coverage:
     def violate(self, rule: str) -> None:
         self.cell(rule).violated += 1
 
+    def partial(self, rule: str) -> None:
+        """One evaluation of `rule` could check only part of what the rule requires (reported beside it)."""
+        self.cell(rule).partial += 1
+
+    @property
+    def partials(self) -> dict[str, int]:
+        return {r: c.partial for r, c in self._cells.items() if c.partial}
+
     def counts(self, rule: str) -> tuple[int, int, int]:
         c = self._cells.get(rule)
         return (0, 0, 0) if c is None else c.as_tuple()
@@ -86,3 +95,4 @@ class Coverage:
             mine.checked += c.checked
             mine.exercised += c.exercised
             mine.violated += c.violated
+            mine.partial += c.partial

@@ -84,6 +84,10 @@ def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: l
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
     new = needed - have
     pp = st.pools[pool]
+    short = st.pinned_short(pool, new)
+    st.cov.check("REP-2", exercised=short)
+    if short:
+        return Refusal("busy", f"{pool}: {new} new pages, but the only free capacity left is still pinned by a copy")
     if engine_pages is not None:
         if len(engine_pages) != new:
             raise violation("ENT-2", f"ensure_mapped_to_tokens({tokens}) needs {new} new pages, the engine "
@@ -208,6 +212,7 @@ def check_engine_growth(st: KVStore, seq: str, ok: bool, entitlement: dict | Non
         if not _fits(st, bundle, target):
             raise violation("TRACE-1", f"accepted growth to {target} does not fit global available capacity",
                             seq=seq)
+        _check_bounded(st, seq, full, target)
         return target
     need = [p for p, s in spaces.items() if full[p] > s.entitlement]
     main = spaces["main"]
@@ -220,6 +225,29 @@ def check_engine_growth(st: KVStore, seq: str, ok: bool, entitlement: dict | Non
         room = min(st.pools[p].available for p in need)
         planned = {p: min(full[p], s.entitlement + room) for p, s in spaces.items()}
     return planned
+
+
+def growth_bound(st: KVStore, seq: str) -> dict[str, int]:
+    """{pool: the most pages kv_lease_growth may lease now}: ceil((frontier + window)/P) + cushion, capped by the
+    request's ceiling, never below the current entitlement (pure; for `observe` to judge a growth read from
+    counters)."""
+    bundle, full = _growth_frame(st, seq)
+    return {p: s.entitlement for p, s in bundle.spaces.items()} if isinstance(full, Refusal) else full
+
+
+def _check_bounded(st: KVStore, seq: str, bound: dict[str, int], target: dict[str, int]) -> None:
+    """ENT-5: a growth leases at most the current frontier + the bounded window + the per-lane cushion.
+
+    Store contract: "Generation 只租用「当前 frontier 加一个 bounded window（约 4096 tokens）加一个 per-lane
+    cushion」的 page count，并在每个 decode-round 边界按需扩充该 window；window 之外、尚未取得的 output budget 不计入
+    active entitlement" (L196-199) and "启用 kv_lease_growth 时它只在 decode-round边界按需增大" (L342)."""
+    st.cov.check("ENT-5", exercised=True)
+    over = [p for p in target if target[p] > bound[p]]
+    if over:
+        p = over[0]
+        raise violation("ENT-5", f"growth leases {target[p]} {p} pages for {seq!r}; kv_lease_growth leases at most "
+                        f"the frontier + the bounded window + the cushion = {bound[p]} pages", seq=seq, pool=p,
+                        entitlement=target[p], bound=bound[p])
 
 
 def grow(st: KVStore, seq: str, engine_bounded_at: int | None = None, engine: tuple | None = None) -> Any:
@@ -242,7 +270,8 @@ def grow(st: KVStore, seq: str, engine_bounded_at: int | None = None, engine: tu
             bundle.bounded_at = plan.bounded_at
         return plan
     if engine is not None and engine[0] and engine[1] is None:  # the engine's step is unknown: a guess
-        before = {p: s.entitlement for p, s in bundle.spaces.items()}
+        bound = growth_bound(st, seq)  # what the engine may hold at most (ENT-5), judged at `observe`
+        before = {p: (s.entitlement, bound[p]) for p, s in bundle.spaces.items()}
         bundle.growth_guess = before if bundle.growth_guess is None else bundle.growth_guess
     elif engine is not None:
         bundle.growth_guess = None  # the engine said what it holds
@@ -261,6 +290,8 @@ def would_map(st: KVStore, seq: str, pool: str, tokens: int) -> Refusal | None:
     needed = ceil_div(tokens, st.P)
     if needed > len(space.pages) and needed > space.entitlement:
         return Refusal("entitlement", f"{pool}: {needed} pages needed, entitlement {space.entitlement}")
+    if needed > len(space.pages) and st.pinned_short(pool, needed - len(space.pages)):
+        return Refusal("busy", f"{pool}: the only free capacity left is still pinned by a copy")
     return None
 
 
@@ -278,6 +309,8 @@ def would_cow(st: KVStore, seq: str, pool: str, block: int) -> int | Refusal | N
         return old.device
     if st.pools[pool].available < 1:
         return Refusal("capacity", f"{pool}: no page available for the COW destination")
+    if st.pinned_short(pool, 1):
+        return Refusal("busy", f"{pool}: the only free capacity left is still pinned by a copy")
     return None
 
 

@@ -54,7 +54,12 @@ def observe_pool(st: KVStore, pool: str, allocated: int | None = None, reserved:
         space.reservation += delta
         st.pools[pool].reserved += delta
         st.touch_space(space)
-    for b in st.bundles.values():  # counters seen: a guessed growth in this pool is settled either way
+    _settle_growth_guesses(st, pool)
+
+
+def _settle_growth_guesses(st: KVStore, pool: str) -> None:
+    """Counters seen: a guessed growth in this pool is settled either way."""
+    for b in st.bundles.values():
         if b.growth_guess is not None and pool in b.growth_guess:
             del b.growth_guess[pool]
             if not b.growth_guess:
@@ -66,7 +71,8 @@ def _growth_settled_by(st: KVStore, pool: str, seen: dict, mine: dict
     """(space, reservation delta) when the only difference is the size of one sequence's accepted growth whose
     step the trace did not state (the contract fixes none: "按需扩充"): allocated agrees, reserved and
     available differ by the same amount, and the engine's entitlement lies between the one before the
-    growth and L. None otherwise."""
+    growth and L. None otherwise; the ENT-5 violation when that entitlement exceeds the bounded window the
+    growth could lease ("当前 frontier 加一个 bounded window ... 加一个 per-lane cushion")."""
     if "reserved" not in seen or seen.get("allocated", mine["allocated"]) != mine["allocated"]:
         return None
     delta = seen["reserved"] - mine["reserved"]
@@ -77,10 +83,15 @@ def _growth_settled_by(st: KVStore, pool: str, seen: dict, mine: dict
         return None
     space = guessed[0].spaces[pool]
     ent = space.entitlement + delta
-    gg = guessed[0].growth_guess
-    assert gg is not None  # filtered on growth_guess above
-    if not gg[pool] <= ent <= st.L or space.reservation + delta < 0 or mine["available"] - delta < 0:
+    gg = guessed[0].growth_guess or {}  # filtered on growth_guess above: never empty here
+    before, bound = gg[pool]
+    if not before <= ent <= st.L or space.reservation + delta < 0 or mine["available"] - delta < 0:
         return None
+    st.cov.check("ENT-5", exercised=True)
+    if ent > bound:  # the counters show a lease beyond the bounded window (ENT-5, kvmodel.store.mapping)
+        raise violation("ENT-5", f"engine's {pool} counters show {space.owner!r} leasing {ent} pages after its "
+                        f"growth; kv_lease_growth leases at most the frontier + the bounded window + the cushion = "
+                        f"{bound} pages", seq=space.owner, pool=pool, entitlement=ent, bound=bound)
     return space, delta
 
 

@@ -43,7 +43,8 @@ class HostReplica:
 
 class LogicalKVPage:
     __slots__ = ("pool", "index", "generation", "block", "epoch", "committed", "holders", "writer",
-                 "device", "dev_epoch", "dev_cov", "host", "pins", "segments", "alive")
+                 "device", "dev_epoch", "dev_cov", "host", "pins", "segments", "alive",
+                 "drained")
     block: int
     epoch: int
     committed: int
@@ -55,6 +56,7 @@ class LogicalKVPage:
     host: HostReplica | None
     pins: int
     segments: list[list[int]]
+    drained: bool
 
     def __init__(self, pool: str, index: int, generation: int) -> None:
         self.pool = pool
@@ -74,6 +76,9 @@ class LogicalKVPage:
         self.dev_cov = 0
         self.host = None  # HostReplica or None
         self.pins = 0  # transaction pins (REP-2)
+        # its Device lease went back to a reservation while a copy still pins it (ENT-4, decision 26): the
+        # page group stays the copy's until the pin goes, but no longer counts as allocated
+        self.drained = False
         self.segments = []  # [[start_col, writer_token], ...] over committed columns
 
     # -- derived views --------------------------------------------------------------------------
@@ -138,7 +143,7 @@ class LogicalKVPage:
                 None if (w := getattr(self, "writer", None)) is None else w.uid,
                 getattr(self, "device", None), getattr(self, "dev_epoch", None), getattr(self, "dev_cov", None),
                 None if (h := getattr(self, "host", None)) is None else h.key(), getattr(self, "pins", None),
-                tuple(tuple(s) for s in getattr(self, "segments", ())))
+                tuple(tuple(s) for s in getattr(self, "segments", ())), getattr(self, "drained", None))
 
 
 class LogicalPageStore:

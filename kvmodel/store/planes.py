@@ -17,7 +17,7 @@ from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
 
 PAGE_MAJOR = "page_major"  # [X, P, H, N]
 HEAD_MAJOR = "head_major"  # [X, P, N, H]
-SLAB_ALIGNMENT = 256  # plane slab bases are 256-byte aligned
+SLAB_ALIGNMENT = 256  # plane slab bases are 256-byte aligned: each slab is charged this much on top of its span
 
 # dtype name -> bytes per element (u8x2 = two FP4 E2M1 codes per byte)
 DTYPE_BYTES = {"bf16": 2, "f16": 2, "i8": 1, "e4m3fn": 1, "u8x2": 1, "ue4m3": 1}
@@ -97,13 +97,19 @@ class PoolGeometry:
 
     @property
     def startup_bytes(self) -> int:
-        """Σ over layers and planes of the slab span rounded up to the slab alignment."""
-        per_layer = sum(_align(self.slab_bytes(p)) for p in self.planes)
+        """Σ over layers and planes of the slab span plus one alignment allowance per slab.
+
+        Store contract: "Startup physical bytes 由各 plane slab 的完整 span 与 alignment 得到" and the affine
+        SequenceCapacityCurve "B(M)=B_{min}+(M-M_{min})B_{step}" (L57-68). The seed names no alignment value;
+        rounding each span up to SLAB_ALIGNMENT bends the curve wherever a slab's per-page bytes are no
+        multiple of it (an FP8-row256 scale plane holds 128·H bytes per page: odd H gives a zig-zag), and
+        the automatic policy would refuse a legal geometry. So each slab is charged its exact span plus
+        SLAB_ALIGNMENT bytes, which covers any padding that aligns its base (at most SLAB_ALIGNMENT - 1) and
+        is constant in N: B(M) is affine by construction for every geometry (decision 21, CAP-1). The
+        physical implementation allocates each plane exactly so (gpu.planes.PagedKVPool.startup_bytes).
+        """
+        per_layer = sum(self.slab_bytes(p) + SLAB_ALIGNMENT for p in self.planes)
         return per_layer * self.layers
-
-
-def _align(n: int) -> int:
-    return -(-n // SLAB_ALIGNMENT) * SLAB_ALIGNMENT
 
 
 def pool_geometry(config: StoreConfig, name: str, pages: int) -> PoolGeometry:

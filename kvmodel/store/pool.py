@@ -36,7 +36,7 @@ class DeviceKVPageLease:
 
 class DevicePagePool:
     __slots__ = ("name", "capacity", "page_bytes", "allocated", "reserved", "_free_heap", "_is_free",
-                 "generation", "holder")
+                 "generation", "holder", "draining")
 
     def __init__(self, name: str, capacity: int, page_bytes: int) -> None:
         self.name = name
@@ -48,6 +48,9 @@ class DevicePagePool:
         self._is_free = bytearray(b"\x01") * capacity
         self.generation = [1] * capacity  # advances on every release (PAGE-2)
         self.holder: list = [None] * capacity  # logical page carried by each leased id (PAGE-1)
+        # leased ids whose units already went back to a reservation while a copy pins them (`drain`): not
+        # allocated, not yet free; leased ids = allocated + draining
+        self.draining = 0
 
     @property
     def available(self) -> int:
@@ -91,17 +94,36 @@ class DevicePagePool:
             self.reserved -= 1
         return page_id
 
-    def release(self, page_id: int, to_reservation: bool = False) -> None:
-        """End a lease: back to global available, or dematerialized into the same reservation."""
+    def release(self, page_id: int, to_reservation: bool = False, drained: bool = False) -> None:
+        """End a lease: back to global available, or dematerialized into the same reservation. A `drained`
+        lease's unit went back already (`drain`): only the id becomes free."""
         if self._is_free[page_id]:
             raise InvariantError("a page is released once", f"{self.name}: double release of page {page_id}")
         self._is_free[page_id] = 1
         self.holder[page_id] = None
         self.generation[page_id] += 1
         heapq.heappush(self._free_heap, page_id)
+        if drained:
+            self.draining -= 1
+            return
         self.allocated -= 1
         if to_reservation:
             self.reserved += 1
+
+    def drain(self, page_id: int) -> None:
+        """Dematerialize a lease into the same reservation while a copy still pins its page group: the unit
+        counts as reserved at once ("dematerialize 把 lease 还回同一 reservation"), the id stays taken until
+        the pin goes (`release(drained=True)`)."""
+        if self._is_free[page_id]:
+            raise InvariantError("drain takes a leased page", f"{self.name}: page {page_id} is not leased")
+        self.allocated -= 1
+        self.reserved += 1
+        self.draining += 1
+
+    @property
+    def free_ids(self) -> int:
+        """Ids a lease can take now: capacity minus every leased id (allocated and draining)."""
+        return self.capacity - self.allocated - self.draining
 
     def vacate(self, page_id: int) -> None:
         """Take a *guessed* lease off its id without ending it (allocated unchanged): the model chose the id
@@ -129,5 +151,5 @@ class DevicePagePool:
         return (i for i in range(self.capacity) if not self._is_free[i])
 
     def snapshot(self) -> tuple:
-        return (self.name, self.capacity, self.allocated, self.reserved, bytes(self._is_free),
+        return (self.name, self.capacity, self.allocated, self.reserved, self.draining, bytes(self._is_free),
                 tuple(self.generation), tuple(h.handle if h is not None else None for h in self.holder))

@@ -20,7 +20,7 @@ from kvsim.kvmodel.store.config import PAGE_SIZE, StoreConfig
 from kvsim.kvmodel.store.coverage import Coverage
 from kvsim.kvmodel.store.effects import FreeLease
 from kvsim.kvmodel.store.ended import EndedHandles
-from kvsim.kvmodel.store.errors import ContractViolation, violation
+from kvsim.kvmodel.store.errors import ContractViolation, InvariantError, violation
 from kvsim.kvmodel.store.host_arena import HostKVArena
 from kvsim.kvmodel.store.pages import LogicalPageStore
 from kvsim.kvmodel.store.pool import DevicePagePool
@@ -145,6 +145,23 @@ class KVStore:
         space.forced_used = False
         space.token = writer_token(seq, space.pool, self.activations)
 
+    def pinned_short(self, pool: str, n: int) -> bool:
+        """Whether n new leases find fewer free page groups than the counters grant: the rest of the counted
+        capacity is a page group an in-flight copy still pins (its lease went back to a reservation, decision
+        26). A request then waits (refusal `busy`); only possible while a pinned lease is draining. Reads only
+        and counts nothing (planners call it)."""
+        pp = self.pools[pool]
+        return bool(pp.draining) and pp.free_ids < n
+
+    def check_free_ids(self, pool: str, n: int, **ctx: object) -> None:
+        """REP-2 when a fact (an h2d restore's reserve) takes n page groups and fewer are free: it takes one an
+        in-flight copy still pins ("pinned pages are not evicted or reused")."""
+        pp = self.pools[pool]
+        if pp.draining and pp.free_ids < n:
+            self.cov.check("REP-2", exercised=True)
+            raise violation("REP-2", f"{pool}: {n} new pages, but {pp.free_ids} page groups are free: the rest of "
+                            "the counted capacity is still pinned by an in-flight copy", pool=pool, **ctx)
+
     def lease_device(self, page: LogicalKVPage, page_id: int | None = None, from_reservation: bool = False) -> int:
         pid = self.pools[page.pool].lease(page, page_id, from_reservation)
         if page_id is None:  # the trace did not say which id: the model's guess, adopted at first sighting
@@ -156,14 +173,16 @@ class KVStore:
     def free_device(self, page: LogicalKVPage, to_reservation: bool = False) -> None:
         self.emit(FreeLease(page.pool, page.device))
         self.guessed.discard((page.pool, page.device))
-        self.pools[page.pool].release(page.device, to_reservation)
+        self.pools[page.pool].release(page.device, to_reservation, page.drained)
+        page.drained = False
         page.device = -1
         page.dev_epoch = page.dev_cov = 0
         self.t_pools[page.pool] = None
 
     def free_host(self, page: LogicalKVPage) -> None:
         h = page.host
-        assert h is not None, "free_host of a page without a Host replica"
+        if h is None:
+            raise InvariantError("free_host frees a Host replica", f"{page.handle} has none (the caller is at fault)")
         host_place.release(self, h.offset, h.size)
         del self.host_slices[h.offset]
         page.host = None
@@ -174,9 +193,11 @@ class KVStore:
         "Release 逐个解除 logical references，并只在最后引用消失时释放 physical replicas"
         With `to_reservation` (an active space unmapping a block), the entitlement unit goes back to the
         same reservation ("解除的 Device leases 回到同一 active reservation"): a freed lease is
-        dematerialized into it. For a page others still hold (a forked, shared member: kvtrace/1's
-        destructive truncate into a forked prefix) or one a copy still pins, no lease is freed; the
-        decision recorded in ENT-4's entry is that the entitlement then shrinks by that page, always:
+        dematerialized into it, and so is the lease of a private page a copy still pins (decision 26: the
+        unit is reserved at once, the page group stays the copy's until publish, `DevicePagePool.drain`).
+        For a page others still hold (a forked, shared member: kvtrace/1's destructive truncate into a
+        forked prefix) no lease is freed; the decision recorded in ENT-4's entry is that the entitlement
+        then shrinks by that page, always:
         nothing moves between the reservation and global available, so other requests' global capacity
         never changes ("两者不改变其他 requests 可用的 global capacity"), and the outcome never depends on
         how much the pool has left. A page left with a single active holder becomes its private page.
@@ -197,6 +218,11 @@ class KVStore:
                 self.free_device(page, to_reservation)
                 if to_reservation:
                     space.reservation += 1
+            elif to_reservation and page.device >= 0 and not page.drained:  # pinned by a copy (decision 26)
+                self.pools[page.pool].drain(page.device)
+                page.drained = True
+                space.reservation += 1
+                self.t_pools[page.pool] = None
             self.maybe_reclaim(page)
             return
         if len(holders) == 1 and holders[0].active:
@@ -330,6 +356,9 @@ class KVStore:
     def xfer(self, xid: str, direction: str, ckpt: str, pool: str, blocks: Sequence[int], phase: str,
              pages: list | None = None, offsets: Sequence[int] | None = None) -> None:
         return self._run(transfers.xfer, xid, direction, ckpt, pool, blocks, phase, pages, offsets)
+
+    def xfer_verify_failed(self, xid: str, direction: str, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
+        return self._run(transfers.verify_failed, xid, direction, ckpt, pool, blocks)
 
     def observe_pool(self, pool: str, allocated: int | None = None, reserved: int | None = None,
                      available: int | None = None) -> None:

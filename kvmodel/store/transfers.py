@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store import adopt, host_place
-from kvsim.kvmodel.store.effects import DeviceToHost, HostToDevice
+from kvsim.kvmodel.store.effects import DeviceToHost, FreeLease, HostToDevice
 from kvsim.kvmodel.store.errors import violation
 from kvsim.kvmodel.store.pages import HostReplica
 
@@ -35,8 +35,7 @@ PHASES = ("reserve", "copy", "verify", "publish", "release_source")
 class Transfer:
     """A phase-by-phase Host/Device replacement copy ("reserve destination -> copy ... -> release source")."""
 
-    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "blocks", "generations", "phase", "dest", "snap",
-                 "pinned_source")
+    __slots__ = ("xid", "direction", "ckpt", "pool", "pages", "blocks", "generations", "phase", "dest", "snap")
 
     def __init__(self, xid: str, direction: str, ckpt: str, pool: str, pages: list[LogicalKVPage]) -> None:
         self.xid, self.direction, self.ckpt, self.pool, self.pages = xid, direction, ckpt, pool, pages
@@ -45,7 +44,6 @@ class Transfer:
         self.phase: str | None = None  # last completed phase
         self.dest: list[int] = []  # d2h: host offsets; h2d: device page ids
         self.snap: list[tuple[int, int]] = []  # (epoch, coverage) copied per page
-        self.pinned_source = False
 
 
 def _not_pinned(st: KVStore, pages: Sequence[LogicalKVPage], op: str, ckpt: str, pool: str) -> None:
@@ -87,7 +85,7 @@ def offload(st: KVStore, ckpt: str, pool: str, blocks: Sequence[int], offsets: S
         offsets = [o for o, page in zip(offsets, pages) if page in todo]
     if not todo:
         return
-    dest = host_place.place(st, pool, len(todo), offsets, ckpt=ckpt)
+    dest = host_place.place(st, pool, len(todo), offsets, [p.block for p in todo], ckpt=ckpt)
     stride = st.pools[pool].page_bytes
     for page, off in zip(todo, dest):
         st.emit(DeviceToHost(pool, page.device, off))
@@ -161,6 +159,50 @@ def xfer(st: KVStore, xid: str, direction: str, ckpt: str, pool: str, blocks: Se
     _touch_extents(st, x)
 
 
+def verify_failed(st: KVStore, xid: str, direction: str, ckpt: str, pool: str, blocks: Sequence[int]) -> None:
+    """The engine reports that `verify` failed: the copy is abandoned, never published.
+
+    Store contract: "reserve destination -> copy page payload -> verify epoch and committed coverage -> publish
+    replica" (L173-176). Decision 27 (PAGE-3 entry): a page may change while a copy of it is in flight (a
+    destructive truncate cuts it to a new epoch; pins forbid releasing or writing it, not cutting its frontier),
+    and verify is where the copy is found stale. A `verify` with `result.ok == false` ends the transfer: its
+    destination goes back (the Host extent of a D2H copy, the Device lease of an H2D restore), its pins drop,
+    the source stays the page's replica. The engine may fail a verify the model would pass (it found what it
+    found); a `verify` reported as passed over a stale copy is PAGE-3."""
+    cov = st.cov
+    cov.check("TRACE-2")
+    x = st.xfers.get(xid)
+    if x is None:
+        raise violation("TRACE-2", f"transfer {xid!r} phase verify: the transfer "
+                        + ("has ended" if xid in st.ended_xfers else "was never reserved"), xfer=xid)
+    cov.check("REP-1", exercised=True)
+    if x.phase != "copy":
+        raise violation("REP-1", f"transfer {xid!r}: phase verify after {x.phase} (the order is reserve -> copy -> "
+                        "verify -> publish -> release_source)", xfer=xid, phase="verify", after=x.phase)
+    if (direction, ckpt, pool, list(blocks)) != (x.direction, x.ckpt, x.pool, x.blocks):
+        raise violation("TRACE-2", f"transfer {xid!r} phase verify names other pages than its reserve", xfer=xid)
+    _touch_extents(st, x)
+    if x.direction == "d2h":
+        stride = st.pools[x.pool].page_bytes
+        for d in x.dest:
+            st.host_dests.pop(d, None)
+            host_place.release(st, d, stride)
+    else:
+        pp = st.pools[x.pool]
+        for d in x.dest:
+            st.emit(FreeLease(x.pool, d))
+            st.guessed.discard((x.pool, d))
+            pp.release(d)
+        st.t_pools[x.pool] = None
+    for page in x.pages:
+        page.pins -= 2
+        st.t_pages[page] = None
+    for page in x.pages:
+        st.maybe_reclaim(page)
+    del st.xfers[xid]
+    st.ended_xfers.add(xid)
+
+
 def _reserve(st: KVStore, x: Transfer, engine_pages: list | None = None, engine_offsets: Sequence[int] | None = None) -> None:
     cov = st.cov
     for page in x.pages:
@@ -173,13 +215,14 @@ def _reserve(st: KVStore, x: Transfer, engine_pages: list | None = None, engine_
             raise violation("REP-1", f"transfer {x.xid!r}: block {page.block} already has a Device replica",
                             xfer=x.xid, block=page.block)
     if x.direction == "d2h":
-        x.dest = host_place.place(st, x.pool, len(x.pages), engine_offsets, xfer=x.xid)
+        x.dest = host_place.place(st, x.pool, len(x.pages), engine_offsets, x.blocks, xfer=x.xid)
     else:
         pool = st.pools[x.pool]
         cov.check("CAP-3", exercised=True)
         if pool.available < len(x.pages):
             raise violation("CAP-3", f"transfer {x.xid!r}: {len(x.pages)} Device pages reserved with "
                             f"{pool.available} available", xfer=x.xid, pool=x.pool)
+        st.check_free_ids(x.pool, len(x.pages), xfer=x.xid)
         if engine_pages is not None:
             engine_pages = list(engine_pages)
             seen = set()
@@ -201,7 +244,10 @@ def _reserve(st: KVStore, x: Transfer, engine_pages: list | None = None, engine_
             st.guessed.update((x.pool, d) for d in x.dest)
         st.t_pools[x.pool] = None
     for page in x.pages:
-        page.pins += 1  # destination pin
+        # Decision 24 (REP-2): the transaction pins the page from its first step, "reserve destination", until
+        # publish: a source pin and a destination pin ("Copy 进行时 source 与 destination 都被 pin"; "Copy 完成前
+        # ... 唯一有效 source 也不能先释放" covers the reserve -> copy window too)
+        page.pins += 2
         st.t_pages[page] = None
     x.phase = "reserve"
     st.xfers[x.xid] = x
@@ -226,11 +272,8 @@ def _touch_extents(st: KVStore, x: Transfer) -> None:
 
 def _copy(st: KVStore, x: Transfer) -> None:
     for page, dest in zip(x.pages, x.dest):
-        page.pins += 1  # source pin while the payload is copied
-        st.t_pages[page] = None
         st.emit(DeviceToHost(x.pool, page.device, dest) if x.direction == "d2h"
                 else HostToDevice(x.pool, page.host.offset, dest))  # type: ignore[union-attr]  # h2d: _reserve checked the replica
-    x.pinned_source = True
     x.snap = [(page.epoch, page.committed) for page in x.pages]
 
 
@@ -252,7 +295,6 @@ def _publish(st: KVStore, x: Transfer) -> None:
             page.device, page.dev_epoch, page.dev_cov = dest, epoch, cov_
         page.pins -= 2
         st.t_pages[page] = None
-    x.pinned_source = False
     for page in x.pages:
         st.maybe_reclaim(page)
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from kvsim.kvmodel.store.config import PAGE_SIZE
-from kvsim.kvmodel.store.errors import ContractViolation, Finding, violation
+from kvsim.kvmodel.store.errors import ContractViolation, Finding, InvariantError, violation
 from kvsim.kvmodel.store.mapping import lookup_active
 
 if TYPE_CHECKING:
@@ -308,7 +308,8 @@ def plan_complete(st: KVStore, unit: str, commits: Sequence[CommitRow]) -> Compl
         if r is None or r.unit != unit:
             raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) although it is not a row of the "
                             "unit", unit=unit, seq=seq, pool=pool)
-        assert sp is not None  # r is one of its rows
+        if sp is None:  # r is one of its rows, so its space exists
+            raise InvariantError("a unit row has its space", f"unit {unit!r}: {seq!r} ({pool})")
         if sp in committed:  # spaces hash by identity
             raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) twice", unit=unit, seq=seq,
                             pool=pool)

@@ -6,6 +6,7 @@ inventory (kvmodel.store.planes): the same figures the replay uses.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -16,32 +17,38 @@ from kvsim.kvmodel.store import (
     PROFILES,
     BackendConfig,
     CapacityPolicy,
-    ConfigError,
     KVStore,
     ModelGeometry,
     StoreConfig,
     bytes_per_token_head,
 )
+from kvsim.sim.cli.argtypes import byte_size, integer
 from kvsim.sim.cli.common import InputError, output_style
 from kvsim.sim.report.console import print_table
-from kvsim.sim.trace.config import store_for
+from kvsim.sim.trace.config import store_for, store_for_config
 from kvsim.sim.trace.stream import open_trace
 
 
 def add_parser(sub) -> None:
-    cap = sub.add_parser("capacity", help="capacity and byte tables for a configuration")
-    cap.add_argument("trace", nargs="?", help="take the configuration from this trace's header")
-    cap.add_argument("--max-context", type=int, default=4096)
-    cap.add_argument("--concurrency", type=int, default=4)
-    cap.add_argument("--profile", default="bf16")
-    cap.add_argument("--backend", default="off", help="off | mtp:K | dflash:FULL_LAYERS | dflash2")
-    cap.add_argument("--layers", type=int, default=1, help="full-attention layers")
-    cap.add_argument("--kv-heads", type=int, default=2)
-    cap.add_argument("--kv-tokens", type=int, help="explicit kv_capacity in tokens")
-    cap.add_argument("--free-bytes", type=int, help="automatic kv_capacity: free Device bytes")
-    cap.add_argument("--headroom-bytes", type=int, default=0)
-    cap.add_argument("--reserved-bytes", type=int, default=0)
-    cap.add_argument("--json", action="store_true")
+    cap = sub.add_parser("capacity", help="capacity and byte tables for a configuration",
+                         description="Capacity resolution and byte tables of a store configuration: from a "
+                         "trace's header, or from the options below (model geometry: --layers full-attention "
+                         "layers of --kv-heads KV heads at head_dim 256).")
+    cap.add_argument("trace", nargs="?", metavar="TRACE",
+                     help="take the configuration from this trace's header ('-': standard input)")
+    cap.add_argument("--max-context", type=integer(1), default=4096, help="S, the longest sequence in tokens")
+    cap.add_argument("--concurrency", type=integer(1), default=4, help="C, execution rows (max_concurrency)")
+    cap.add_argument("--profile", default="bf16", choices=PROFILES, help="KV plane profile")
+    cap.add_argument("--backend", default="off", type=backend_spec, help="off | mtp:K | dflash:FULL_LAYERS | dflash2")
+    cap.add_argument("--layers", type=integer(1), default=1, help="full-attention layers of the model")
+    cap.add_argument("--kv-heads", type=integer(1), default=2, help="KV heads per layer (head_dim is 256)")
+    cap.add_argument("--kv-tokens", type=integer(1), help="explicit kv_capacity in tokens (default: M_max = "
+                     "concurrency·ceil(max_context/64) pages, unless --free-bytes)")
+    cap.add_argument("--free-bytes", type=byte_size, help="automatic kv_capacity: free Device bytes, e.g. 40G "
+                     "(default: none)")
+    cap.add_argument("--headroom-bytes", type=byte_size, default=0, help="automatic kv_capacity: bytes kept free")
+    cap.add_argument("--reserved-bytes", type=byte_size, default=0, help="Device bytes reserved outside the pools")
+    cap.add_argument("--json", action="store_true", help="print the figures as JSON")
     cap.set_defaults(fn=run)
 
 
@@ -49,19 +56,30 @@ def run(args) -> int:
     return capacity_command(args, Console())
 
 
-def config_from_args(args) -> StoreConfig:
-    kind, _, n = args.backend.partition(":")
+def backend_spec(text: str) -> BackendConfig:
+    """``off`` | ``mtp:K`` (draft window K >= 1, default 1) | ``dflash:N`` (N >= 0 full layers, default 1) |
+    ``dflash2``."""
+    kind, _, n = text.partition(":")
     try:
         if kind == "mtp":
-            backend = BackendConfig("mtp", draft_window=int(n or 1))
-        elif kind in ("dflash", "dflash2"):
-            backend = BackendConfig(kind, full_layers=int(n or (1 if kind == "dflash" else 0)))
-        elif kind == "off":
-            backend = BackendConfig("off")
-        else:
-            raise ValueError(kind)
+            k = int(n or 1)
+            if k < 1:
+                raise ValueError(k)
+            return BackendConfig("mtp", draft_window=k)
+        if kind in ("dflash", "dflash2"):
+            layers = int(n or (1 if kind == "dflash" else 0))
+            if layers < 0:
+                raise ValueError(layers)
+            return BackendConfig(kind, full_layers=layers)
+        if kind == "off" and not n:
+            return BackendConfig("off")
     except ValueError:
-        raise InputError(f"--backend:0: expected off | mtp:K | dflash:N | dflash2, got {args.backend!r}") from None
+        pass
+    raise argparse.ArgumentTypeError(f"must be off, mtp:K (K >= 1), dflash:N (N >= 0) or dflash2 (got {text!r})")
+
+
+def config_from_args(args) -> StoreConfig:
+    backend = args.backend if isinstance(args.backend, BackendConfig) else backend_spec(args.backend)
     if args.kv_tokens is not None:
         cap = CapacityPolicy(tokens=args.kv_tokens)
     elif args.free_bytes is not None:
@@ -94,12 +112,13 @@ def capacity_facts(st: KVStore) -> dict:
 def capacity_command(args, console) -> int:
     if args.trace:
         with open_trace(args.trace) as r:
-            st = store_for(r.header, args.trace)
+            st = store_for(r.header, r.path)
     else:
+        from kvsim.sim.trace.stream import TraceInputError
         try:
-            st = KVStore(config_from_args(args))
-        except ConfigError as exc:
-            raise InputError(f"capacity:0: unsupported config: {exc}") from None
+            st = store_for_config(config_from_args(args))
+        except TraceInputError as exc:
+            raise InputError(f"kvsim capacity: {exc.reason}") from None
     facts = capacity_facts(st)
     if args.json:
         sys.stdout.write(json.dumps(facts, indent=2) + "\n")

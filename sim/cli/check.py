@@ -17,7 +17,9 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from kvsim.sim.cli.argtypes import folder
 from kvsim.sim.cli.common import (
+    InputError,
     add_output_options,
     output_style,
     remember,
@@ -34,9 +36,10 @@ from kvsim.sim.trace.stream import open_trace
 
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="replay every bundled scenario and write all reports (the main job)")
-    c.add_argument("--scenarios", default=None, help="scenario folder (default: the bundled scenarios)")
-    c.add_argument("--out", default=None, help="report folder (default: reports/)")
-    c.add_argument("--lockstep", action="store_true")
+    c.add_argument("--scenarios", type=folder, default=None, metavar="DIR",
+                   help="scenario folder: *.jsonl legal, violations/*.jsonl declared (default: the bundled scenarios)")
+    c.add_argument("--out", default=None, metavar="DIR", help="report folder (default: reports/, or $KVSIM_REPORTS)")
+    c.add_argument("--lockstep", action="store_true", help="run the physical implementation beside the model")
     add_output_options(c)
     c.set_defaults(fn=run)
 
@@ -101,6 +104,9 @@ def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: C
               style: Style | None = None) -> int:
     style = style or Style.of(console)
     legal, bad = scenario_files(scenarios)
+    if not legal and not bad:
+        raise InputError(f"kvsim check: no scenarios in {scenarios} (expected *.jsonl, and violations/*.jsonl for "
+                         "the declared violations): nothing to judge")
     paths = [display_path(p) for p in legal + bad]
     results = run_traces(paths, lockstep=lockstep)
     mismatches: list[dict[str, Any]] = []

@@ -7,13 +7,16 @@ This module knows no command; the command modules import it, never each other.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
-from kvsim.sim.replay import replay_trace
+from kvsim.sim.files import STDIN, Source, label, open_source, write_atomic
+from kvsim.sim.replay import Interrupted, TraceResult, replay_trace
 from kvsim.sim.report.console import Style
 from kvsim.sim.report.kvreport import dumps_report
 
@@ -34,17 +37,21 @@ def scenarios_dir() -> Path:
     return Path(str(resources.files("kvsim.scenarios")))
 
 
+WRITTEN: list[str] = []
+"""Every file this run has written, in order (an interrupted run says which)."""
+
+
 def write(path: str | Path, data: bytes | str) -> None:
-    """Write a file, creating its folder; an unwritable path is an input error (exit 2)."""
+    """Write a whole file atomically (a temporary name renamed into place), creating its folder; an
+    unwritable path is an input error (exit 2)."""
     p = Path(path)
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, str):
-        data = data.encode("utf-8")
     try:
-        p.write_bytes(data)
+        if p.parent and not p.parent.exists():
+            p.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(p, data)
     except OSError as exc:
         raise InputError(f"{p}:0: cannot write: {exc.strerror or exc}") from None
+    WRITTEN.append(str(p))
 
 
 def write_reports(report: dict, timelines: dict, json_path=None, junit=None, markdown=None, html=None) -> None:
@@ -77,10 +84,46 @@ def remember(report: dict) -> Path | None:
     place cannot be written: it must not fail a run)."""
     path = last_run_path()
     try:
-        write(path, dumps_report(report))
-    except (InputError, OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, dumps_report(report))  # not a report the user asked for: not in WRITTEN
+    except OSError:
         return None
     return path
+
+
+def open_input(path: str | Path) -> Source:
+    """Open a FILE argument once (``-``: standard input); an unreadable one is an input error (exit 2)."""
+    try:
+        return open_source(path)
+    except OSError as exc:
+        raise InputError(f"{label(path)}:0: cannot read: {exc.strerror or exc}") from None
+
+
+def once_stdin(command: str, paths: list[str]) -> None:
+    """Standard input can be named once per command."""
+    if sum(str(p) == STDIN for p in paths) > 1:
+        raise InputError(f"kvsim {command}: standard input ('{STDIN}') can be read only once")
+
+
+def progress_bar(console: Console, what: str, unit: str = "") -> Any:
+    """A rich progress bar with its total and ETA, on a terminal only (None otherwise: CI logs get none).
+    ``unit`` "bytes" shows sizes read (a task added with ``bytes=False`` counts instead); otherwise counts
+    (M of N ``unit``). ``what`` may name ``{task.description}``."""
+    if not console.is_terminal:
+        return None
+    from rich import progress as rp
+
+    class Count(rp.ProgressColumn):
+        sizes, counts = rp.DownloadColumn(), rp.MofNCompleteColumn()
+
+        def render(self, task: rp.Task) -> Any:
+            if task.fields.get("bytes", unit == "bytes"):
+                return self.sizes.render(task)
+            return self.counts.render(task)
+
+    return rp.Progress(rp.SpinnerColumn(), rp.TextColumn(what), rp.BarColumn(), Count(),
+                       rp.TextColumn("" if unit == "bytes" else unit), rp.TimeElapsedColumn(),
+                       rp.TimeRemainingColumn(), console=console, transient=True)
 
 
 def add_output_options(parser, findings: bool = True, coverage: bool = False) -> None:
@@ -108,30 +151,45 @@ def output_style(args, console: Console | None = None) -> Style:
                  coverage=bool(getattr(args, "coverage", False)))
 
 
-def run_traces(paths, stop_at_first: bool = False, lockstep: bool = False, console=None, lockstep_profile=None):
+def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = False, console: Console | None = None,
+               lockstep_profile: str | None = None, streams: list[Source] | None = None) -> list[TraceResult]:
     """Replay traces in order; returns the results (stops after the first violating trace if asked).
 
-    A progress bar shows on a terminal only (never in CI logs).
+    Each input is read once, as a stream (``streams``, beside ``paths``: each one already opened; ``-`` is
+    standard input). On a terminal only (never in CI logs) a progress bar shows the bytes read of the trace
+    (its total and ETA when it is a file) and, for several traces, how many are done. Ctrl-C raises
+    `Interrupted` counting the events of every trace replayed so far.
     """
     observer = None
     if lockstep:
         from kvsim.sim.lockstep import lockstep_factory
 
-        def observer(st):
+        def observer(st: Any) -> Any:
             return lockstep_factory(st, lockstep_profile)
-    results = []
+    results: list[TraceResult] = []
     err = console if console is not None else Console(stderr=True)
-    for path in paths:
-        if err.is_terminal:
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-            with Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("{task.completed:,} events"),
-                          TimeElapsedColumn(), console=err, transient=True) as prog:
-                task = prog.add_task(str(path), total=None)
-                r = replay_trace(path, stop_at_first, observer_factory=observer,
-                                 progress=lambda n, task=task: prog.advance(task, n))
-        else:
-            r = replay_trace(path, stop_at_first, observer_factory=observer)
-        results.append(r)
-        if stop_at_first and r.violations:
-            break
+    prog = progress_bar(err, "{task.description}", "bytes")
+    with prog if prog is not None else contextlib.nullcontext():
+        every = prog.add_task("traces", total=len(paths), bytes=False) if prog is not None and len(paths) > 1 else None
+        for i, path in enumerate(paths):
+            stream = streams[i] if streams is not None else None
+            try:
+                if prog is not None:
+                    src = stream if stream is not None else open_input(path)
+                    task = prog.add_task(label(path), total=src.size)
+
+                    def advance(n: int, task: Any = task, src: Source = src) -> None:
+                        prog.update(task, completed=src.consumed)
+                    r = replay_trace(path, stop_at_first, observer_factory=observer, stream=src, progress=advance)
+                    prog.remove_task(task)
+                    if every is not None:
+                        prog.advance(every, 1)
+                else:
+                    r = replay_trace(path, stop_at_first, observer_factory=observer, stream=stream)
+            except Interrupted as exc:
+                n = sum(x.events for x in results) + (exc.events or 0)
+                raise Interrupted(f"{n:,} events", n) from None
+            results.append(r)
+            if stop_at_first and r.violations:
+                break
     return results

@@ -16,12 +16,22 @@ findings as they happen until Ctrl-C (exit 130, with the summary) or ``--duratio
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
 from rich.console import Console
 
-from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
+from kvsim.sim.cli.argtypes import integer, output_path, real
+from kvsim.sim.cli.common import (
+    InputError,
+    add_output_options,
+    once_stdin,
+    open_input,
+    output_style,
+    progress_bar,
+    write,
+)
 from kvsim.sim.report.console import print_findings, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import stamp
@@ -35,11 +45,12 @@ def add_parser(sub: Any) -> None:
 
     p = sub.add_parser("events", help="judge KV-event logs or a live stream (BlockStored / BlockRemoved / "
                                       "AllBlocksCleared)")
-    p.add_argument("logs", nargs="*", help="JSON Lines event logs (or cachetrace/1 files)")
+    p.add_argument("logs", nargs="*", metavar="LOG", help="JSON Lines event logs (or cachetrace/1 files); '-' reads "
+                   "standard input")
     p.add_argument("--engine", choices=sorted(PRESETS), default=None,
                    help="the engine that wrote the stream: presets block size, hash scheme, tail policy and its "
                         "documented allowances (default: guess, and say what was guessed)")
-    p.add_argument("--block-size", type=int, default=None,
+    p.add_argument("--block-size", type=integer(1), default=None,
                    help="every BlockStored must declare this size (default: the preset's, else each group's "
                         "first store)")
     p.add_argument("--hash", choices=SCHEMES, default=None,
@@ -48,9 +59,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--hash-seed", default="vllm-none-hash",
                    help="vLLM's NONE_HASH seed: PYTHONHASHSEED when the engine ran with it set (default: "
                         "%(default)s)")
-    p.add_argument("--hash-block-size", type=int, default=None,
+    p.add_argument("--hash-block-size", type=integer(1), default=None,
                    help="vLLM's hash block size when a group's blocks are wider (default: the block size)")
-    p.add_argument("--capacity", type=int, default=None,
+    p.add_argument("--capacity", type=integer(0), default=None,
                    help="live blocks (per medium and group) may not exceed this (default: unchecked)")
     p.add_argument("--partial-tails", action="store_true",
                    help="accept a partial last block per store (an engine that documents growing tails)")
@@ -59,9 +70,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--replay", metavar="ENDPOINT", default=None,
                    help="the publisher's replay socket: lost batches are fetched from it before they count as gaps")
     p.add_argument("--topic", default="", help="ZMQ topic to subscribe to (default: every topic)")
-    p.add_argument("--duration", type=float, default=None,
+    p.add_argument("--duration", type=real(0.0, lo_open=True, what="a number of seconds"), default=None,
                    help="stop a live run after this many seconds (default: until Ctrl-C)")
-    p.add_argument("--json", help="write the kvreport/1-style report")
+    p.add_argument("--json", type=output_path, metavar="F", help="write the kvreport/1-style report")
     add_output_options(p)
     p.set_defaults(fn=run)
 
@@ -76,18 +87,14 @@ def _checker(args: Any) -> Any:
 
 
 def _validate(args: Any) -> None:
-    for name, low in (("block_size", 1), ("capacity", 0), ("hash_block_size", 1)):
-        v = getattr(args, name)
-        if v is not None and v < low:
-            raise InputError(f"--{name.replace('_', '-')}: {v} is out of range (at least {low})")
-    if args.duration is not None and not args.duration > 0:
-        raise InputError(f"--duration: {args.duration} must be a positive number of seconds")
+    """What the option types cannot see alone (their ranges are checked while parsing)."""
     if args.zmq and args.logs:
-        raise InputError("--zmq: judge either logs or a live stream, not both")
+        raise InputError("kvsim events: --zmq: judge either logs or a live stream, not both")
     if not args.zmq and not args.logs:
-        raise InputError("events: name a log (or --zmq ENDPOINT for a live stream)")
+        raise InputError("kvsim events: name a log ('-': standard input), or --zmq ENDPOINT for a live stream")
     if (args.replay or args.duration is not None) and not args.zmq:
-        raise InputError(f"--{'replay' if args.replay else 'duration'}: only with --zmq")
+        raise InputError(f"kvsim events: --{'replay' if args.replay else 'duration'}: only with --zmq")
+    once_stdin("events", args.logs)
 
 
 def _advice(args: Any, checker: Any) -> list[str]:
@@ -131,25 +138,36 @@ def run(args: Any) -> int:
     if args.zmq:
         return _run_live(args)
     from kvsim.sim.peers.events import EventLogError, read_event_log_seq
-    from kvsim.sim.peers.report import build, file_sha256
+    from kvsim.sim.peers.report import build
 
     reports = []
     advice: list[str] = []
-    for path in args.logs:
+    prog = progress_bar(Console(stderr=True), "{task.description}", "bytes")
+    for arg in args.logs:
+        src = open_input(arg)  # read once, as a stream; its SHA-256 taken in the same pass
+        path = src.name
         try:
-            form, batches = read_event_log_seq(path)
-            if form == "empty":
-                raise InputError(f"{path}:0: no event batch in the log")
-            checker = _checker(args)
-            if form == "cachetrace/1" and not args.engine:
-                checker.partial_tails = True  # TokenSpeed's recorded streams: its scheduler documents them
-            for line, events, seq in batches:
-                if seq is not None:
-                    checker.sequence(seq, line)
-                checker.batch(events, line)
+            with prog if prog is not None else contextlib.nullcontext():
+                task = prog.add_task(path, total=src.size) if prog is not None else None
+                form, batches = read_event_log_seq(path, src)
+                if form == "empty":
+                    raise InputError(f"{path}:1: empty log: no KV-event batch to judge")
+                checker = _checker(args)
+                if form == "cachetrace/1" and not args.engine:
+                    checker.partial_tails = True  # TokenSpeed's recorded streams: its scheduler documents them
+                for n, (line, events, seq) in enumerate(batches):
+                    if seq is not None:
+                        checker.sequence(seq, line)
+                    checker.batch(events, line)
+                    if prog is not None and not n % 256:
+                        prog.update(task, completed=src.consumed)
+                if prog is not None:
+                    prog.remove_task(task)
         except EventLogError as exc:
             raise InputError(str(exc)) from None
-        inputs = [{"path": path, "sha256": file_sha256(path), "events": checker.stats["batches"]}]
+        if not checker.stats["batches"]:
+            raise InputError(f"{path}:1: empty log: no KV-event batch to judge")
+        inputs = [{"path": path, "sha256": src.sha256(), "events": checker.stats["batches"]}]
         log = {"form": form, "hash": checker.scheme, "engine": args.engine}
         reports.append(build(inputs, path, None, checker, {"log": log}))
         advice += [f"{path}: {a}" if len(args.logs) > 1 else a for a in _advice(args, checker)]

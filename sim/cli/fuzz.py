@@ -11,9 +11,11 @@ Exit 1 when a failure was found. A progress bar shows on a terminal only.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rich.console import Console
 
+from kvsim.sim.cli.argtypes import integer, output_path, real
 from kvsim.sim.cli.common import InputError, add_output_options, output_style, reports_dir, write
 from kvsim.sim.report.console import print_verdict
 from kvsim.sim.report.verdict import fuzz_verdict
@@ -23,13 +25,14 @@ def add_parser(sub) -> None:
     from kvsim.sim.fuzz.campaign import MACHINES
     from kvsim.sim.fuzz.profiles import PROFILES
     f = sub.add_parser("fuzz", help="fuzz the store model against the abstract oracle (stateful Hypothesis machines)")
-    f.add_argument("--machine", default="all", choices=(*MACHINES, "all"))
-    f.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
-                   help="time budget (split evenly between machines with --machine all)")
-    f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--profile", default="ci", choices=tuple(PROFILES))
+    f.add_argument("--machine", default="all", choices=(*MACHINES, "all"), help="the state machine to run")
+    f.add_argument("--budget", type=real(0.0, lo_open=True, what="a number of seconds"), default=60.0,
+                   metavar="SECONDS", help="time budget (split evenly between machines with --machine all)")
+    f.add_argument("--seed", type=integer(0), default=0, help="Hypothesis seed")
+    f.add_argument("--profile", default="ci", choices=tuple(PROFILES), help="Hypothesis settings profile")
     f.add_argument("--database", metavar="DIR|redis://HOST:PORT", help="shared Hypothesis example database")
-    f.add_argument("--json", metavar="F", help="write the result here (default: reports/fuzz.json)")
+    f.add_argument("--json", type=output_path, metavar="F", help="write the result here (default: "
+                   "reports/fuzz.json)")
     f.add_argument("--found", metavar="DIR", help="where counterexamples go (default: reports/found)")
     f.add_argument("--coverage", action="store_true",
                    help="print the reachability table: refusal reasons, transfers left open in each phase while "
@@ -42,12 +45,10 @@ def run(args) -> int:
     from kvsim.sim.fuzz.campaign import MACHINES, run_campaign
     from kvsim.sim.fuzz.database import open_database
     from kvsim.sim.fuzz.reach import render
-    if args.budget <= 0:
-        raise InputError(f"--budget:0: must be positive, got {args.budget}")
     try:
         db = open_database(args.database)
     except ValueError as exc:
-        raise InputError(f"--database:0: {exc}") from None
+        raise InputError(f"kvsim fuzz: --database: {exc}") from None
     names = MACHINES if args.machine == "all" else (args.machine,)
     found = args.found or str(reports_dir() / "found")
     console = Console(stderr=True)
@@ -55,14 +56,15 @@ def run(args) -> int:
     for name in names:
         budget = args.budget / len(names)
         if console.is_terminal:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             with Progress(TextColumn(f"fuzz {name}"), BarColumn(), TextColumn("{task.fields[what]}"),
-                          TimeElapsedColumn(), console=console, transient=True) as prog:
+                          TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as prog:
                 task = prog.add_task(name, total=budget, what="")
-                r = run_campaign(name, budget, args.seed, args.profile, db, found,
-                                 progress=lambda t, ex, steps, task=task, budget=budget: prog.update(
-                                     task, completed=min(t, budget),
-                                                                           what=f"{ex} examples, {steps} steps"))
+
+                def advance(t: float, ex: int, steps: int, prog: Progress = prog, task: Any = task,
+                            budget: float = budget) -> None:
+                    prog.update(task, completed=min(t, budget), what=f"{ex} examples, {steps} steps")
+                r = run_campaign(name, budget, args.seed, args.profile, db, found, progress=advance)
         else:
             r = run_campaign(name, budget, args.seed, args.profile, db, found)
         results.append(r)

@@ -10,19 +10,25 @@ from __future__ import annotations
 import json
 import sys
 
+from kvsim.sim.cli.argtypes import integer, output_path
 from kvsim.sim.cli.common import EXIT_OK, InputError
+from kvsim.sim.files import atomic_output
 from kvsim.sim.trace.faults import FAULTS
 from kvsim.sim.trace.generate import generate_with, options_for
 
 
 def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="write a generated kvtrace/1 workload, optionally with an engine fault")
-    g.add_argument("out", nargs="?", help="the trace file to write")
-    g.add_argument("--events", type=int, default=10_000)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--fault", choices=sorted(FAULTS), help="inject this engine bug class")
-    g.add_argument("--concurrency", type=int, default=8)
-    g.add_argument("--max-context", type=int, default=4096)
+    g.add_argument("out", nargs="?", type=output_path, metavar="OUT",
+                   help="the trace file to write (renamed into place when complete)")
+    g.add_argument("--events", type=integer(1), default=10_000, help="events to write (at least)")
+    g.add_argument("--seed", type=integer(0), default=0, help="seed of the workload and of the fault's position")
+    g.add_argument("--fault", choices=sorted(FAULTS), help="inject this engine bug class (default: none, a legal "
+                   "trace)")
+    g.add_argument("--concurrency", type=integer(2), default=8,
+                   help="execution rows (max_concurrency; a fault needs at least 4)")
+    g.add_argument("--max-context", type=integer(64), default=4096,
+                   help="S, the longest sequence in tokens (a fault needs at least 2048)")
     g.add_argument("--list-faults", action="store_true", help="print the fault catalogue and exit")
     g.set_defaults(fn=run)
 
@@ -33,18 +39,17 @@ def run(args) -> int:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return EXIT_OK
     if not args.out:
-        raise InputError("generate:0: an output path is required (or --list-faults)")
-    if args.events < 1:
-        raise InputError(f"generate:0: --events must be positive, not {args.events}")
+        raise InputError("kvsim generate: the trace file to write (OUT) is required, or --list-faults")
     try:
         opts = options_for(args.events, args.seed, args.fault, concurrency=args.concurrency,
                            max_context=args.max_context)
-        out = open(args.out, "wb")
-    except (ValueError, OSError) as exc:
-        raise InputError(f"{args.out}:0: {exc}") from None
+    except ValueError as exc:
+        raise InputError(f"kvsim generate: --fault {args.fault}: {exc}") from None
     try:
-        with out:
+        with atomic_output(args.out) as out:  # a truncated trace never appears under its name
             g = generate_with(out, opts)
+    except OSError as exc:
+        raise InputError(f"{args.out}:0: cannot write: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise InputError(f"{args.out}:0: {exc}") from None
     summary = {"path": args.out, "events": g.events, "seed": args.seed, "fault": g.fault, "rule": g.rule,

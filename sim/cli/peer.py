@@ -4,103 +4,116 @@ every plan against the observable contract and its KV events (extra ``peers``: t
 The report (kvreport/1 shape) carries the verdict, every violation, hit ratio against the trace's own bound,
 and -- under ``stats.timing``, the only wall-clock figures, left out with ``--no-timing`` -- the scheduler's
 per-plan cost percentiles and the ratio of judging time to scheduler-call time.
+
+`kvsim peer vllm|sglang` and `kvsim peer compare` live in ``sim.cli.peer_engine`` (engines in their own venvs).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
-from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
+from kvsim.sim.cli.argtypes import integer, output_path
+from kvsim.sim.cli.common import WRITTEN, InputError, add_output_options, open_input, output_style, progress_bar, write
+from kvsim.sim.files import atomic_path
 from kvsim.sim.report.console import Style, print_findings, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import stamp
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("peer", help="drive a real scheduler (tokenspeed) with a workload and judge every plan")
-    p.add_argument("peer", choices=["tokenspeed"])
-    p.add_argument("workload", help="Mooncake JSON Lines (input_length, output_length, hash_ids)")
-    p.add_argument("--requests", type=int, default=None, help="first N rows (default: all)")
-    p.add_argument("--pages", type=int, default=None,
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("peer", help="drive a real scheduler (tokenspeed, vllm, sglang) with a workload and judge "
+                       "every step; compare: their hit ratios beside kvsim simulate's")
+    p.add_argument("peer", choices=["tokenspeed", "vllm", "sglang", "compare"], help="the scheduler to drive")
+    p.add_argument("workload", metavar="WORKLOAD", help="Mooncake JSON Lines (input_length, output_length, "
+                   "hash_ids); '-' reads standard input")
+    p.add_argument("--requests", type=integer(1), default=None, metavar="N", help="first N rows (default: all)")
+    p.add_argument("--pages", type=integer(2), default=None,
                    help="num_device_pages, null page 0 included (default: unbounded, never evicts)")
-    p.add_argument("--host-pages", type=int, default=0,
+    p.add_argument("--host-pages", type=integer(0), default=0,
                    help="Host (L2) pages: enables write-back / load-back cache ops, each acknowledged once")
-    p.add_argument("--swa-window", type=int, default=None,
-                   help="add a sliding-window group 'swa' (window in tokens) beside the full-attention group")
-    p.add_argument("--max-output", type=int, default=None, help="cap each request's output tokens")
-    p.add_argument("--prefix-granularity", type=int, default=64)
-    p.add_argument("--max-plans", type=int, default=None, help="stop after N plans")
-    p.add_argument("--stagger", type=int, default=0,
-                   help="submit request i before plan i*K (default 0: all at once; -1: one at a time, "
-                   "each once the scheduler is idle)")
+    p.add_argument("--swa-window", type=integer(1), default=None,
+                   help="add a sliding-window group 'swa' (window in tokens) beside the full-attention group "
+                   "(default: none)")
+    p.add_argument("--max-output", type=integer(1), default=None,
+                   help="cap each request's output tokens (default: the workload's)")
+    p.add_argument("--prefix-granularity", type=integer(1), default=64, help="tokens per prefix-cache block")
+    p.add_argument("--max-plans", type=integer(1), default=None, help="stop after N plans (default: until done)")
+    p.add_argument("--stagger", type=integer(-1), default=0, help="submit request i before plan i*K (0: all at "
+                   "once; -1: one at a time, each once the scheduler is idle)")
     p.add_argument("--swa-replayable", action="store_true",
                    help="declare the sliding-window group replayable (re-fed before a hit, never cached)")
-    p.add_argument("--ack-delay", type=int, default=0,
+    p.add_argument("--ack-delay", type=integer(0), default=0,
                    help="hold each cache op's acknowledgement for 0..N plans (drawn from --seed)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the --ack-delay draws")
-    p.add_argument("--snapshot-pages", type=int, default=1,
+    p.add_argument("--seed", type=integer(0), default=0, help="seed of the --ack-delay draws")
+    p.add_argument("--snapshot-pages", type=integer(1), default=1,
                    help="num_snapshot_pages, the retraction snapshot pool (1: none, retraction off)")
-    p.add_argument("--max-retracted", type=int, default=0,
+    p.add_argument("--max-retracted", type=integer(0), default=0,
                    help="max_retracted_requests (needs --snapshot-pages > 1)")
-    p.add_argument("--force-retraction", type=int, default=0,
-                   help="the wheel's debug_force_retraction_interval: retract a decode every N plans")
-    p.add_argument("--clear-every", type=int, default=0, help="request ClearCache after every N-th answer")
+    p.add_argument("--force-retraction", type=integer(0), default=0,
+                   help="the wheel's debug_force_retraction_interval: retract a decode every N plans (0: never)")
+    p.add_argument("--clear-every", type=integer(0), default=0,
+                   help="request ClearCache after every N-th answer (0: never)")
     p.add_argument("--inject-fault", default=None, metavar="NAME",
                    help="perturb the recorded plans with one named fault (sim.peers.faults), to see its rule fire")
-    p.add_argument("--record", help="write every plan as cachetrace/1")
-    p.add_argument("--events-log", help="write the scheduler's KV events as JSON Lines batches (object form)")
-    p.add_argument("--json", help="write the kvreport/1-style report")
+    p.add_argument("--record", type=output_path, metavar="F", help="tokenspeed: write every plan as cachetrace/1; "
+                   "vllm/sglang: write the engine's KV-event batches as a subscriber log (wire form, ts = step)")
+    p.add_argument("--engine-python", metavar="PYTHON",
+                   help="vllm/sglang: the engine venv's python (scripts/install-engine ENGINE VENV)")
+    p.add_argument("--blocks", type=integer(1), default=None,
+                   help="vllm/sglang/compare: usable KV blocks of the pool (default: unbounded, never evicts)")
+    p.add_argument("--block-size", type=integer(1), default=None,
+                   help="vllm/sglang/compare: tokens per block (default 16)")
+    p.add_argument("--vllm-python", metavar="PYTHON", help="compare: vLLM's venv python (vLLM skipped without it)")
+    p.add_argument("--sglang-python", metavar="PYTHON",
+                   help="compare: SGLang's venv python (SGLang skipped without it)")
+    p.add_argument("--html", type=output_path, metavar="F", help="vllm/sglang: write the report as an HTML page")
+    p.add_argument("--events-log", type=output_path, metavar="F",
+                   help="write the scheduler's KV events as JSON Lines batches (object form)")
+    p.add_argument("--json", type=output_path, metavar="F", help="write the kvreport/1-style report")
     p.add_argument("--no-timing", action="store_true", help="leave wall-clock figures out of the report")
     add_output_options(p)
     p.set_defaults(fn=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    if args.peer in ("vllm", "sglang", "compare"):
+        from kvsim.sim.cli.peer_engine import run_compare, run_engine_peer
+        return run_compare(args) if args.peer == "compare" else run_engine_peer(args)
     from kvsim.sim.peers import tokenspeed as ts
-    from kvsim.sim.peers.report import build, file_sha256, percentiles
+    from kvsim.sim.peers.report import build, percentiles
     from kvsim.sim.peers.workload import WorkloadError, read_mooncake
 
     if not ts.available():
-        raise InputError("tokenspeed-scheduler:0: not installed (pip install 'kvsim[peers]')")
-    for name in ("requests", "pages", "max_output", "max_plans"):
-        v = getattr(args, name)
-        if v is not None and v < (2 if name == "pages" else 1):
-            raise InputError(f"--{name.replace('_', '-')}:0: must be at least {2 if name == 'pages' else 1}")
+        raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")
+    src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
     try:
-        reqs = read_mooncake(args.workload, args.requests, args.max_output)
+        reqs = read_mooncake(src.name, args.requests, args.max_output, src)
     except WorkloadError as exc:
         raise InputError(str(exc)) from None
     if not reqs:
-        raise InputError(f"{args.workload}:1: no requests")
+        raise InputError(f"{src.name}:1: no requests: nothing to drive the scheduler with")
+    sha = src.sha256()
     p = args.prefix_granularity
     pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, p, 1 + (args.swa_window is not None))
-    if args.stagger < -1:
-        raise InputError("--stagger:0: must be at least -1")
-    if args.host_pages < 0:
-        raise InputError("--host-pages:0: must be at least 0")
     if args.swa_replayable and args.swa_window is None:
-        raise InputError("--swa-replayable:0: needs --swa-window")
-    if args.swa_window is not None and args.swa_window < 1:
-        raise InputError("--swa-window:0: must be at least 1")
-    for name in ("ack_delay", "seed", "max_retracted", "force_retraction", "clear_every"):
-        if getattr(args, name) < 0:
-            raise InputError(f"--{name.replace('_', '-')}:0: must be at least 0")
-    if args.snapshot_pages < 1:
-        raise InputError("--snapshot-pages:0: must be at least 1 (the null page)")
+        raise InputError("kvsim peer: --swa-replayable needs --swa-window")
     if (args.snapshot_pages > 1) != (args.max_retracted > 0):
-        raise InputError("--max-retracted:0: a snapshot pool (--snapshot-pages > 1) and --max-retracted > 0 go "
-                         "together")
+        raise InputError("kvsim peer: --max-retracted: a snapshot pool (--snapshot-pages > 1) and --max-retracted > 0 "
+                         "go together")
     if args.force_retraction and args.max_retracted == 0:
-        raise InputError("--force-retraction:0: needs --max-retracted > 0")
+        raise InputError("kvsim peer: --force-retraction needs --max-retracted > 0")
     if args.ack_delay and args.host_pages == 0 and args.max_retracted == 0:
-        raise InputError("--ack-delay:0: no cache ops to delay without --host-pages")
+        raise InputError("kvsim peer: --ack-delay: no cache ops to delay without --host-pages")
     from kvsim.sim.peers import faults
     if args.inject_fault is not None and args.inject_fault not in faults.NAMES:
-        raise InputError(f"--inject-fault:0: unknown fault {args.inject_fault!r} (known: "
+        raise InputError(f"kvsim peer: --inject-fault: unknown fault {args.inject_fault!r} (known: "
                          f"{', '.join(sorted(faults.NAMES))})")
     cfg = ts.RunConfig(pages=pages, prefix_granularity=p, stagger=args.stagger, host_pages=args.host_pages,
                        swa_window=args.swa_window, swa_replayable=args.swa_replayable, ack_delay=args.ack_delay,
@@ -108,16 +121,23 @@ def run(args) -> int:
                        snapshot_pages=args.snapshot_pages, max_retracted=args.max_retracted,
                        force_retraction=args.force_retraction, clear_every=args.clear_every,
                        fault=args.inject_fault)
-    meta = {"workload": Path(args.workload).name, "requests": len(reqs),
+    meta = {"workload": Path(src.name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
-    for target in (args.record, args.events_log, args.json):
-        if target and not Path(target).parent.exists():
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        out = ts.run(reqs, cfg, record=args.record, meta=meta, max_plans=args.max_plans,
-                     events_log=args.events_log)
-    except OSError as exc:
-        raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
+    prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
+    with contextlib.ExitStack() as stack:  # outputs written under temporary names, renamed when complete
+        record = stack.enter_context(atomic_path(args.record)) if args.record else None
+        events_log = stack.enter_context(atomic_path(args.events_log)) if args.events_log else None
+        try:
+            if prog is not None:
+                with prog:
+                    task = prog.add_task("requests", total=len(reqs))
+                    out = ts.run(reqs, cfg, record=record, meta=meta, max_plans=args.max_plans,
+                                 events_log=events_log, progress=lambda n: prog.advance(task, n))
+            else:
+                out = ts.run(reqs, cfg, record=record, meta=meta, max_plans=args.max_plans, events_log=events_log)
+        except OSError as exc:
+            raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
+    WRITTEN.extend(t for t in (args.record, args.events_log) if t)
     stats = {"peer": {"scheduler": f"tokenspeed-scheduler {ts.version()}", "requests": len(reqs),
                       "num_device_pages": pages, "num_host_pages": args.host_pages, "pool": meta["pool"],
                       "prefix_granularity": p,
@@ -136,9 +156,9 @@ def run(args) -> int:
             "plan_cost_ms": percentiles(out.plan_costs_ms),
             "plan_cost_mean_ms": round(sum(out.plan_costs_ms) / len(out.plan_costs_ms), 3) if out.plan_costs_ms
             else None}
-    inputs = [{"path": str(args.workload), "sha256": file_sha256(args.workload), "events": out.plans}]
+    inputs = [{"path": src.name, "sha256": sha, "events": out.plans}]
     # violations name the cachetrace/1 line (the recorded file when --record is given)
-    report = build(inputs, args.record or str(args.workload), out.contract, out.events, stats)
+    report = build(inputs, args.record or src.name, out.contract, out.events, stats)
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
     if args.json:
         write(args.json, dumps_report(report))

@@ -15,31 +15,45 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
+from kvsim.sim.cli.argtypes import integer, output_path, real
+from kvsim.sim.cli.common import InputError, add_output_options, output_style, progress_bar, write
 from kvsim.sim.report.console import print_table, print_verdict
 from kvsim.sim.report.verdict import selfcheck_verdict
 
 
 def add_parser(sub) -> None:
     s = sub.add_parser("selfcheck", help="seeded model bugs killed by the fuzz machines; engine faults flagged")
-    s.add_argument("--json", help="also write the result here")
-    s.add_argument("--budget", type=float, default=60.0, help="seconds of fuzzing per mutant at most")
-    s.add_argument("--workers", type=int, default=2, help="mutants fuzzed in parallel processes")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--only", nargs="+", metavar="MUTANT", help="run only these mutants")
+    s.add_argument("--json", type=output_path, metavar="F", help="also write the result here")
+    s.add_argument("--budget", type=real(0.0, lo_open=True, what="a number of seconds"), default=60.0,
+                   help="seconds of fuzzing per mutant at most")
+    s.add_argument("--workers", type=integer(1), default=2, help="mutants fuzzed in parallel processes")
+    s.add_argument("--seed", type=integer(0), default=0, help="seed of the fuzz campaigns")
+    s.add_argument("--only", nargs="+", metavar="MUTANT", help="run only these mutants (default: every mutant)")
     s.add_argument("--no-faults", action="store_true", help="skip the engine faults")
     add_output_options(s, findings=False)
     s.set_defaults(fn=run)
 
 
 def run(args) -> int:
-    from kvsim.sim.selfcheck import MutantError, selfcheck
+    from kvsim.sim.selfcheck import MutantError, load_mutants, selfcheck
     console = Console()
     style = output_style(args, console)
     try:
-        result = selfcheck(args.budget, args.workers, args.seed, args.only, not args.no_faults)
+        known = [m.name for m in load_mutants()]
+        unknown = [name for name in args.only or () if name not in known]
+        if unknown:
+            raise InputError(f"kvsim selfcheck: --only: unknown mutant {unknown[0]!r} (known: {', '.join(known)})")
+        total = len(set(args.only)) if args.only else len(known)
+        prog = progress_bar(Console(stderr=True), "selfcheck", "mutants")
+        if prog is not None:
+            with prog:
+                task = prog.add_task("mutants", total=total)
+                result = selfcheck(args.budget, args.workers, args.seed, args.only, not args.no_faults,
+                                   progress=lambda row: prog.advance(task, 1))
+        else:
+            result = selfcheck(args.budget, args.workers, args.seed, args.only, not args.no_faults)
     except MutantError as exc:
-        raise InputError(f"selfcheck:0: {exc}") from None
+        raise InputError(f"kvsim selfcheck: {exc}") from None
     table = Table(title="kvsim selfcheck")
     for col in ("kind", "name", "caught", "rule", "steps / event", "seconds"):
         table.add_column(col, overflow="fold")

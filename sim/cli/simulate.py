@@ -19,15 +19,33 @@ events replay (`kvsim replay`) to the same violations. `--backend mtp` runs spec
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import itertools
 import json
+import os
+import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from kvsim.kvmodel.store import PROFILES
-from kvsim.sim.cli.common import InputError, add_output_options, output_style, write
+from kvsim.sim.cli.argtypes import byte_size, integer, output_path, real
+from kvsim.sim.cli.common import (
+    WRITTEN,
+    InputError,
+    add_output_options,
+    open_input,
+    output_style,
+    progress_bar,
+    write,
+)
+from kvsim.sim.files import STDIN, atomic_path, label
+from kvsim.sim.replay import Interrupted
 from kvsim.sim.report.build import build_report
 from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
@@ -35,10 +53,11 @@ from kvsim.sim.report.verdict import stamp, sweep_verdict
 from kvsim.sim.simulate.engine import ADMISSION, HOST_EXTENTS, SimConfig, Simulation, unbounded_config
 from kvsim.sim.simulate.inject import DEFAULT_EVERY, plan_faults
 from kvsim.sim.simulate.latency import METRICS
-from kvsim.sim.simulate.sweep import UNBOUNDED, parse_axis, parse_bytes, run_sweep
+from kvsim.sim.simulate.sweep import UNBOUNDED, parse_axis, run_sweep
 from kvsim.sim.simulate.timing import Timing, TimingFileError, load_timing
-from kvsim.sim.workloads import WorkloadInputError, open_workload
-from kvsim.sim.workloads.open import resolve, workload_notes
+from kvsim.sim.trace.stream import TraceInputError
+from kvsim.sim.workloads import Request, WorkloadInputError, open_workload
+from kvsim.sim.workloads.open import FORMATS, WorkloadFormatError, resolve, workload_notes
 
 SHOWN = ("requests", "rejected", "prompt_pages", "reused_pages", "workload_blocks", "reused_workload_blocks",
          "hit_ratio", "evictions", "checkpoints_evicted", "pages_freed", "host_evictions", "host_bytes_out",
@@ -57,26 +76,49 @@ SHORT = {"capacity_pages": "capacity", "hit_ratio": "hit", "evictions": "evict",
          "throughput_rps": "req/s", "violations": "viol"}
 
 
-def _bytes(text: str) -> int:
+def pages_arg(text: str) -> int | str:
+    """``max``, ``unbounded`` or a page count >= 1."""
+    if text.strip() in ("max", UNBOUNDED):
+        return text.strip()
     try:
-        return parse_bytes(text)
-    except ValueError as exc:
-        raise InputError(f"simulate:0: {exc}") from None
+        return integer(1)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a page count >= 1, 'max' or 'unbounded' (got {text!r})") from None
 
 
-def add_parser(sub) -> None:
-    s = sub.add_parser("simulate", help="simulate a request workload through the store model (every rule checked)")
-    s.add_argument("workload", help="a Mooncake .jsonl or Azure .csv file, excerpt:NAME, or synthetic[:SEED]")
-    s.add_argument("--requests", type=int, help="only the first N requests")
+def executor_arg(text: str) -> str:
+    """``process``, ``thread``, ``serial`` or ``dask://HOST:PORT``."""
+    if text in ("process", "thread", "serial"):
+        return text
+    if text.startswith("dask://"):
+        host, sep, port = text[len("dask://"):].rpartition(":")
+        if sep and host and port.isdigit() and 0 < int(port) < 65536:
+            return text
+    raise argparse.ArgumentTypeError(f"must be process, thread, serial or dask://HOST:PORT (got {text!r})")
+
+
+def add_parser(sub: Any) -> None:
+    s = sub.add_parser("simulate", help="simulate a request workload through the store model (every rule checked)",
+                       description="Serve a request workload through the store model with every rule checked, "
+                       "or sweep capacities and profiles (--sweep). The target model's geometry: --layers "
+                       "full-attention layers of --kv-heads KV heads at head_dim 256.")
+    s.add_argument("workload", metavar="WORKLOAD", help="a Mooncake .jsonl or Azure .csv file ('-': standard input, "
+                   "with --format), excerpt:NAME, or synthetic[:SEED]")
+    s.add_argument("--format", choices=FORMATS, help="the workload file's format, for a file whose name does not "
+                   "say it ('-', /dev/stdin, <(...)) (default: from the extension)")
+    s.add_argument("--requests", type=integer(1), metavar="N",
+                   help="only the first N requests (default: all; 1000 for synthetic)")
     cap = s.add_mutually_exclusive_group()
-    cap.add_argument("--pages", help="Main pool pages (explicit kv_capacity = pages·64 tokens; default 65536); "
-                     "'max': M_max = C·L, the most the store allows at this concurrency C (L = "
+    cap.add_argument("--pages", type=pages_arg, help="Main pool pages (explicit kv_capacity = pages·64 tokens; "
+                     "default: 65536); 'max': M_max = C·L, the most the store allows at this concurrency C (L = "
                      "ceil(max_context/64); 524,288 pages at the defaults), not unbounded: a long trace's cached "
                      "prefixes can need more; 'unbounded': sized to the workload so that nothing is ever evicted "
                      "(the report gives the size and the peak)")
-    cap.add_argument("--hbm-bytes", help="free Device bytes: the store model resolves the capacity (e.g. 40G)")
-    s.add_argument("--profile", default="bf16", choices=PROFILES)
-    s.add_argument("--host-bytes", default="0", help="Host arena bytes for offload (default 0: evictions release)")
+    cap.add_argument("--hbm-bytes", type=byte_size, metavar="B",
+                     help="free Device bytes: the store model resolves the capacity (e.g. 40G)")
+    s.add_argument("--profile", default="bf16", choices=PROFILES, help="KV plane profile")
+    s.add_argument("--host-bytes", type=byte_size, default="0", metavar="B",
+                   help="Host arena bytes for offload (0: evictions release)")
     s.add_argument("--host-extents", default="run", choices=HOST_EXTENTS,
                    help="how an offload is cut into Host extents: run = runs of consecutive pages, each fitting a "
                    "free extent (default); checkpoint = one extent per checkpoint and pool")
@@ -85,120 +127,148 @@ def add_parser(sub) -> None:
                    f"{Timing.base_s}), prefill_token_s ({Timing.prefill_token_s}), decode_lane_s "
                    f"({Timing.decode_lane_s}) and host_link_bytes_per_s ({Timing.host_link_bytes_per_s:.0f}), "
                    "each >= 0 (bandwidth > 0); keys left out keep their defaults")
-    s.add_argument("--max-context", type=int, default=131072)
-    s.add_argument("--concurrency", type=int, default=256, help="execution rows (max_concurrency)")
-    s.add_argument("--layers", type=int, default=16, help="full-attention layers of the target model")
-    s.add_argument("--kv-heads", type=int, default=4)
-    s.add_argument("--prefill-chunk", type=int, default=8192, help="prompt tokens per iteration")
+    s.add_argument("--max-context", type=integer(1), default=131072, help="S, the longest sequence in tokens")
+    s.add_argument("--concurrency", type=integer(2), default=256,
+                   help="execution rows (max_concurrency; at least a prefill and a decode)")
+    s.add_argument("--layers", type=integer(1), default=16, help="full-attention layers of the target model")
+    s.add_argument("--kv-heads", type=integer(1), default=4, help="KV heads per layer (head_dim is 256)")
+    s.add_argument("--prefill-chunk", type=integer(1), default=8192, help="prompt tokens per iteration")
     s.add_argument("--admission", default="evict", choices=ADMISSION,
-                   help="evict: least-recently-used checkpoints give way to an admission (default); wait: "
+                   help="evict: least-recently-used checkpoints give way to an admission; wait: "
                    "they are evicted only for what running requests will not return")
     s.add_argument("--backend", default="off", choices=("off", "mtp"),
                    help="speculative backend: mtp = speculative decode rounds over the Main and MTP pools")
-    s.add_argument("--draft-window", type=int, default=4, help="MTP draft window K (positions verified per round)")
-    s.add_argument("--accept-rate", type=float, default=0.7,
+    s.add_argument("--draft-window", type=integer(1), default=4, help="MTP draft window K (positions verified per "
+                   "round)")
+    s.add_argument("--accept-rate", type=real(0.0, 1.0, what="a probability"), default=0.7,
                    help="MTP: probability that each draft token is accepted (seeded draws)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the MTP acceptance draws and the fault placement")
+    s.add_argument("--seed", type=integer(0), default=0, help="seed of the MTP acceptance draws and the fault "
+                   "placement")
     s.add_argument("--fault", action="append", metavar="NAME",
                    help="inject this engine fault's episodes while the workload runs (repeatable; 'all': every "
-                   "fault the configuration supports; see kvsim generate --list-faults)")
-    s.add_argument("--fault-every", type=int, default=DEFAULT_EVERY,
-                   help=f"about one fault episode per N engine iterations (default {DEFAULT_EVERY})")
-    s.add_argument("--record", help="write the simulated kvtrace/1 events here")
-    s.add_argument("--json", help="write the kvreport/1 (or, with --sweep, the points) here")
-    s.add_argument("--html", help="write the HTML page here")
+                   "fault the configuration supports; see kvsim generate --list-faults) (default: none)")
+    s.add_argument("--fault-every", type=integer(1), default=DEFAULT_EVERY,
+                   help="about one fault episode per N engine iterations")
+    s.add_argument("--record", type=output_path, metavar="F", help="write the simulated kvtrace/1 events here "
+                   "(renamed into place when complete)")
+    s.add_argument("--json", type=output_path, metavar="F",
+                   help="write the kvreport/1 (or, with --sweep, the points) here")
+    s.add_argument("--html", type=output_path, metavar="F", help="write the HTML page here")
     s.add_argument("--sweep", action="append", metavar="KEY=V1,V2,...",
-                   help="what-if axis (pages, hbm, profile, host); repeat for a grid")
-    s.add_argument("--executor", default="process", help="sweep executor: process, thread, serial or dask://HOST:PORT")
-    s.add_argument("--workers", type=int, default=2, help="sweep worker processes/threads")
+                   help="what-if axis (pages, hbm, profile, host); repeat for a grid (default: one simulation)")
+    s.add_argument("--executor", type=executor_arg, default="process",
+                   help="sweep executor: process, thread, serial or dask://HOST:PORT")
+    s.add_argument("--workers", type=integer(1), default=2, help="sweep worker processes/threads")
     add_output_options(s, findings=False)
     s.set_defaults(fn=run)
 
 
-def base_config(args) -> SimConfig:
-    if args.concurrency < 2:
-        raise InputError("--concurrency:0: the scheduler needs at least 2 execution rows (a prefill and a decode)")
-    if args.requests is not None and args.requests < 0:
-        raise InputError("--requests:0: expected a non-negative count")
+def base_config(args: argparse.Namespace) -> SimConfig:
+    """The simulation's configuration (every value was range-checked while parsing; the timing file is read
+    here)."""
     pages: int | None = 65536
     hbm = None
     if args.hbm_bytes is not None:
-        pages, hbm = None, _bytes(args.hbm_bytes)
+        pages, hbm = None, args.hbm_bytes
     elif args.pages is not None:
-        if args.pages in ("max", UNBOUNDED):
-            pages = None
-        elif args.pages.isdigit():
-            pages = int(args.pages)
-        else:
-            raise InputError(f"--pages:0: expected a page count, 'max' or 'unbounded', got {args.pages!r}")
+        pages = None if args.pages in ("max", UNBOUNDED) else args.pages
     timing = Timing()
     if args.timing is not None:
         try:
             timing = load_timing(args.timing)
         except TimingFileError as exc:
             raise InputError(str(exc)) from None
-    if args.draft_window < 1:
-        raise InputError("--draft-window:0: the MTP draft window must be at least 1")
-    if not 0.0 <= args.accept_rate <= 1.0:
-        raise InputError("--accept-rate:0: expected a probability in [0, 1]")
-    if args.seed < 0:
-        raise InputError("--seed:0: expected a non-negative seed")
     return SimConfig(max_context=args.max_context, concurrency=args.concurrency, profile=args.profile, pages=pages,
-                     hbm_bytes=hbm, host_bytes=_bytes(args.host_bytes), layers=args.layers, kv_heads=args.kv_heads,
+                     hbm_bytes=hbm, host_bytes=args.host_bytes, layers=args.layers, kv_heads=args.kv_heads,
                      prefill_chunk=args.prefill_chunk, admission=args.admission, backend=args.backend,
                      draft_window=args.draft_window, accept_rate=args.accept_rate, seed=args.seed, timing=timing,
                      host_extents=args.host_extents)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
-        resolve(args.workload)
+        kind, _ = resolve(args.workload, args.format)
         cfg = base_config(args)
         if args.sweep:
             if args.fault:
-                raise InputError("--fault:0: fault injection runs in one simulation, not in a sweep")
+                raise InputError("kvsim simulate: --fault: fault injection runs in one simulation, not in a sweep")
+            if kind != "synthetic" and args.workload == STDIN:
+                raise InputError("kvsim simulate: a sweep reads its workload once per point: give a file, not "
+                                 "standard input")
             if args.pages == UNBOUNDED:
-                raise InputError("--pages:0: in a sweep, give unbounded as a point: --sweep pages=...,unbounded")
+                raise InputError("kvsim simulate: --pages: in a sweep, give unbounded as a point: "
+                                 "--sweep pages=...,unbounded")
             return _sweep(args, cfg)
         if args.pages == UNBOUNDED:
-            cfg = unbounded_config(cfg, open_workload(args.workload, args.requests))
-        return _one(args, cfg)
+            if args.workload == STDIN:
+                raise InputError("kvsim simulate: --pages unbounded reads the workload twice: give a file, not "
+                                 "standard input")
+            cfg = unbounded_config(cfg, open_workload(args.workload, args.requests, args.format))
+        return _one(args, cfg, kind)
+    except WorkloadFormatError as exc:
+        where = "" if args.workload == STDIN else f"{args.workload}: "
+        raise InputError(f"kvsim simulate: {where}{exc.reason}") from None
     except WorkloadInputError as exc:
         raise InputError(str(exc)) from None
 
 
-def _progress(console: Console, total, what: str):
-    """A rich progress bar on a terminal (None otherwise: CI logs get no bar)."""
-    if not console.is_terminal:
-        return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    prog = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                    transient=True)
-    return prog
+def _requests(args: argparse.Namespace, kind: str, err: Console) -> tuple[Iterator[Request], Any, int | None, Any]:
+    """(requests, progress bar or None, its total, advance): the workload opened once; the first request read
+    before anything runs (a workload with none is an input error, never a pass)."""
+    src = None
+    if kind in ("mooncake", "azure"):
+        path = resolve(args.workload, args.format)[1]
+        src = open_input(args.workload if args.workload == STDIN else str(path))
+    requests = open_workload(args.workload, args.requests, args.format, src)
+    first = next(requests, None)
+    if first is None:
+        name = label(args.workload) if kind != "synthetic" else args.workload
+        raise InputError(f"{name}:1: no requests: nothing to simulate")
+    requests = itertools.chain((first,), requests)
+    # the bar counts requests when their number is known, else the bytes read of the workload file
+    total = args.requests if args.requests is not None else (1000 if kind == "synthetic" else None)
+    if total is None and src is not None and src.size is not None:
+        prog = progress_bar(err, f"simulating {args.workload}", "bytes")
+        return requests, prog, src.size, (lambda task: lambda n: prog.update(task, completed=src.consumed))
+    prog = progress_bar(err, f"simulating {args.workload}", "requests")
+    return requests, prog, total, (lambda task: lambda n: prog.advance(task, n))
 
 
-def _one(args, cfg: SimConfig) -> int:
+def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
     err = Console(stderr=True)
-    prog = _progress(err, args.requests, f"simulating {args.workload}")
     plan = None
     if args.fault:
         try:
             plan = plan_faults(args.fault, cfg, args.fault_every, args.seed)
         except ValueError as exc:
-            raise InputError(f"--fault:0: {exc}") from None
-    sim = Simulation(cfg, source=args.workload, record=args.record, faults=plan)
-    requests = open_workload(args.workload, args.requests)
-    if prog is not None:
-        with prog:
-            task = prog.add_task("requests", total=args.requests)
-            sim.progress = lambda n: prog.advance(task, n)
-            result = sim.run(requests)
-    else:
-        result = sim.run(requests)
+            raise InputError(f"kvsim simulate: --fault: {exc}") from None
+    requests, prog, total, advance = _requests(args, kind, err)
+    with contextlib.ExitStack() as stack:
+        # the recording is written under a temporary name and renamed into place only when complete
+        record = stack.enter_context(atomic_path(args.record)) if args.record else None
+        try:
+            sim = Simulation(cfg, source=label(args.workload), record=record, faults=plan)
+        except TraceInputError as exc:  # the configuration the options describe is not a store
+            raise InputError(f"kvsim simulate: {exc.reason}") from None
+        try:
+            if prog is not None:
+                with prog:
+                    task = prog.add_task("requests", total=total)
+                    sim.progress = advance(task)
+                    result = sim.run(requests)
+            else:
+                result = sim.run(requests)
+        except KeyboardInterrupt:
+            raise Interrupted(f"{sim.events:,} events", sim.events) from None
+        except OSError as exc:
+            raise InputError(f"{args.record}:0: cannot write: {exc.strerror or exc}") from None
+    if record is not None:  # violations and the input name the recording by its final name
+        _rename_trace(result.trace, record, args.record)
+        WRITTEN.append(args.record)
     report = build_report([result.trace])
     report["stats"].update(result.stats)
-    report["stats"]["workload"] = args.workload
-    notes = workload_notes(args.workload)
+    report["stats"]["workload"] = label(args.workload)
+    notes = workload_notes(args.workload, args.format)
     if cfg.unbounded:
         notes.append(f"unbounded capacity: the store was sized to {result.stats['capacity_pages']:,} pages (an "
                      f"upper bound of what this workload can hold); it needed {result.stats['peak_pages']:,} at "
@@ -213,12 +283,12 @@ def _one(args, cfg: SimConfig) -> int:
         write(args.json, dumps_report(report))
     if args.html:
         from kvsim.sim.report.simulation_page import render_simulation_html
-        write(args.html, render_simulation_html(report, result.series, args.workload))
+        write(args.html, render_simulation_html(report, result.series, label(args.workload)))
     out = Console()
     style = output_style(args, out)
     if not style.quiet:
         print_findings([v for v in report["violations"] if not v.get("expected")], out, style, 50)
-        t = Table(title=f"simulation of {args.workload}")
+        t = Table(title=f"simulation of {label(args.workload)}")
         t.add_column("statistic")
         t.add_column("value", justify="right")
         for k in SHOWN + (SHOWN_HOST if cfg.host_bytes else ()) + (SHOWN_MTP if cfg.backend == "mtp" else ()) \
@@ -259,6 +329,18 @@ def _print_rejections(out: Console, stats: dict) -> None:
                   markup=False, highlight=False, soft_wrap=True)
 
 
+def _rename_trace(trace: Any, temporary: str, final: str) -> None:
+    """The recording was written as `temporary`: name it by `final` in the result (a `TraceResult`)."""
+    if trace.path == temporary:
+        trace.path = final
+    for v in trace.violations:
+        if v.get("trace") == temporary:
+            v["trace"] = final
+    for r in trace.refusals:
+        if r.get("trace") == temporary:
+            r["trace"] = final
+
+
 def _stat(key: str, v) -> str:
     """A statistic as a person reads it: hit ratio and acceptance in percent, counts with separators."""
     if key in ("hit_ratio", "acceptance"):
@@ -288,33 +370,57 @@ def _print_faults(out: Console, stats: dict, style: Style) -> None:
 
 
 
-def _sweep(args, cfg: SimConfig) -> int:
+def _reachable(spec: str) -> None:
+    """A Dask scheduler that does not answer within 5 s is an input error (not a 10 s hang, not exit 3)."""
+    host, _, port = spec[len("dask://"):].rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        why = "no answer within 5 s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise InputError(f"kvsim simulate: --executor: cannot reach the Dask scheduler at {host}:{port} ({why})") \
+            from None
+
+
+def _sweep(args: argparse.Namespace, cfg: SimConfig) -> int:
     try:
         axes = [parse_axis(a) for a in args.sweep]
     except ValueError as exc:
-        raise InputError(f"--sweep:0: {exc}") from None
+        raise InputError(f"kvsim simulate: --sweep: {exc}") from None
     if any(k == "profile" for k, _ in axes) and not any(k in ("hbm", "pages") for k, _ in axes) \
             and cfg.hbm_bytes is None:
-        raise InputError("--sweep:0: sweeping profiles compares them at a fixed HBM budget: give --hbm-bytes "
-                         "(or sweep hbm=...)")
+        raise InputError("kvsim simulate: --sweep: sweeping profiles compares them at a fixed HBM budget: give "
+                         "--hbm-bytes (or sweep hbm=...)")
+    kind, path = resolve(args.workload, args.format)
+    if kind != "synthetic" and not os.path.isfile(str(path)):
+        raise InputError(f"kvsim simulate: a sweep reads its workload once per point: {label(args.workload)} "
+                         "must be a regular file (not standard input or a pipe)")
+    if args.executor.startswith("dask://"):
+        _reachable(args.executor)
     err = Console(stderr=True)
     n = 1
     for _, v in axes:
         n *= len(v)
-    prog = _progress(err, n, "sweep points")
-    try:
+    prog = progress_bar(err, "sweep points", "points")
+    done = [0]
+
+    def point(row: dict) -> None:
+        done[0] += 1
         if prog is not None:
-            with prog:
-                task = prog.add_task("points", total=n)
-                rows = run_sweep(args.workload, args.requests, cfg, axes, args.executor, args.workers,
-                                 lambda row: prog.advance(task, 1))
+            prog.advance(task, 1)
         else:  # no terminal: each point as one JSON line on stderr as it completes (long sweeps in CI logs)
-            rows = run_sweep(args.workload, args.requests, cfg, axes, args.executor, args.workers,
-                             lambda row: print(json.dumps(row), file=sys.stderr, flush=True))
+            print(json.dumps(row), file=sys.stderr, flush=True)
+
+    try:
+        with prog if prog is not None else contextlib.nullcontext():
+            task = prog.add_task("points", total=n) if prog is not None else None
+            rows = run_sweep(str(path) if kind != "synthetic" else args.workload, args.requests, cfg, axes,
+                             args.executor, args.workers, point)
+    except KeyboardInterrupt:
+        raise Interrupted(f"{done[0]} of {n} sweep points") from None
     except ValueError as exc:
-        raise InputError(f"simulate:0: {exc}") from None
+        raise InputError(f"kvsim simulate: {exc}") from None
     verdict = sweep_verdict(rows)
-    notes = workload_notes(args.workload)
+    notes = workload_notes(args.workload, args.format)
     doc = {"format": "kvsim-sweep/1", "workload": args.workload, "requests": args.requests,
            "axes": {k: v for k, v in axes}, "verdict": verdict.status, "headline": verdict.headline,
            "counts": dict(verdict.counts), "timing": asdict(cfg.timing), "notes": notes, "points": rows}

@@ -54,7 +54,8 @@ def configs(draw, host_pages=HOST_PAGES, heads: int = 2, profiles=ALL_PROFILES, 
 
 def pool_capacity(cfg: kt.Config) -> dict:
     """Pages per pool from the header alone (store contract "MTP physical pages": M + C·ceil((K-1)/P))."""
-    assert cfg.kv_capacity is not None and cfg.kv_capacity.tokens is not None  # the fuzz configs are explicit
+    if cfg.kv_capacity is None or cfg.kv_capacity.tokens is None:
+        raise ValueError("fuzz configs state an explicit kv_capacity")
     M = cfg.kv_capacity.tokens // P
     b = cfg.backend
     if isinstance(b, kt.BackendMTP):

@@ -16,6 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvsim.sim.files import write_atomic
 from kvsim.sim.replay import InternalError, TraceReplay, replay_trace
 from kvsim.sim.trace.stream import TraceInputError, encode_line
 
@@ -62,7 +63,7 @@ def write_counterexample(machine: str, data: bytes, found_dir, lockstep: bool = 
     digest = hashlib.sha256(data).hexdigest()[:12]
     path = Path(found_dir) / f"{machine}-{digest}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    write_atomic(path, data)  # a counterexample appears whole or not at all
     factory = None
     if lockstep:
         from kvsim.sim.lockstep import lockstep_factory

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant
 
+from kvsim.sim.files import write_atomic
 from kvsim.sim.fuzz.configs import facts_for
 from kvsim.sim.fuzz.driver import Driver, write_counterexample
 from kvsim.sim.fuzz.oracle import Oracle
@@ -82,7 +83,7 @@ class FuzzMachine(RuleBasedStateMachine):
         latest = None if RUN.found_dir is None else RUN.found_dir / f"{self.name}-latest.jsonl"
         if not final and latest is not None:  # a runner that never marks its last run (HypoFuzz): the latest
             latest.parent.mkdir(parents=True, exist_ok=True)  # failing run, which is the shrunk one at the end
-            latest.write_bytes(data)
+            write_atomic(latest, data)
         if final and RUN.found_dir is not None:
             if latest is not None and latest.exists():
                 latest.unlink()

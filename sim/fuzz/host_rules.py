@@ -61,7 +61,7 @@ class HostTierRules(_Machine):
         away = [i for i, b in enumerate(blocks) if not b.dev and not b.pins and b.host_current]
         if away and data.draw(st.booleans()):
             picks = data.draw(st.lists(st.sampled_from(away), min_size=1, max_size=3, unique=True))
-            if len(picks) > o.available(pool):
+            if len(picks) > o.available(pool) or o.pinned_short(pool, len(picks)):
                 return
             xid = self.fresh("x")
             base = dict(xfer=xid, dir="h2d", ckpt=ck, pool=pool, blocks=tuple(picks))
@@ -139,7 +139,7 @@ class HostTierRules(_Machine):
             arena = legal and len(objs) * o.f.page_bytes[pool] > o.host_free()
         else:
             legal = (not bad and all(b.host_current and not b.dev and not b.pins for b in objs)
-                     and len(objs) <= o.available(pool))
+                     and len(objs) <= o.available(pool) and not o.pinned_short(pool, len(objs)))
             arena = False
         if not legal or arena:
             self.do(f"xfer:{direction}-{'arena-full' if arena else 'illegal'}", ev, "reject")
@@ -178,6 +178,14 @@ class HostTierRules(_Machine):
             # "release source when no longer required": a source an active sequence reads stays (REP-4)
             self.do("xfer:release-referenced-source", ev, "ok")
             o.xfer_phase(x, nxt)
+            return
+        if nxt == "verify" and o.verify_stale(x):
+            # a block was cut while it was copied: verify must fail (PAGE-3 when reported passed); the engine
+            # reports the failed verify and the copy is abandoned (decision 27)
+            self.do("xfer:verify-stale", ev, "reject")
+            failed = kt.Xfer(**base, phase="verify", result=kt.FactResult(ok=False, error="epoch"))
+            self.do("xfer:verify-failed", failed, "ok")
+            o.xfer_abandon(x)
             return
         self.do(f"xfer:{nxt}", ev, "ok")
         o.xfer_phase(x, nxt)

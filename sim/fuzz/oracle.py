@@ -57,7 +57,7 @@ class Block:
     """One logical page as an identity: who holds it, where its replicas are, how far it is committed."""
 
     _n = 0
-    __slots__ = ("n", "holders", "dev", "host", "version", "cols", "pins", "alive")
+    __slots__ = ("n", "holders", "dev", "host", "version", "cols", "pins", "alive", "drained")
 
     def __init__(self, cols: int = 0) -> None:
         Block._n += 1
@@ -69,6 +69,7 @@ class Block:
         self.cols = cols  # committed columns (the longest holder's)
         self.pins = 0
         self.alive = True
+        self.drained = False  # its lease already went back to a reservation while a copy pins it
 
     def set_cols(self, cols: int) -> None:
         if cols != self.cols:
@@ -151,7 +152,7 @@ class Oracle:
 
     # -- accounting ---------------------------------------------------------------------------------
     def allocated(self, pool: str) -> int:
-        return (sum(1 for b in self.blocks[pool] if b.dev)
+        return (sum(1 for b in self.blocks[pool] if b.dev and not b.drained)
                 + sum(x.dest_leases for x in self.xfers.values() if x.pool == pool))
 
     def reserved(self, pool: str) -> int:
@@ -181,14 +182,17 @@ class Oracle:
 
     def _drop_holder(self, blk: Block, space: Space, to_reservation: bool = False) -> None:
         """One reference goes; the last one takes the replicas (a freed lease into the same reservation when
-        active). A page others still hold or a copy pins frees no lease: the entitlement shrinks by it
-        (ENT-4's entry: nothing moves between the reservation and global available)."""
+        active; also for a page a copy pins, whose page group stays the copy's until publish). A page others
+        still hold frees no lease: the entitlement shrinks by it (ENT-4's entry)."""
         blk.holders.remove(space)
         if not blk.holders:
             if blk.dev and blk.pins == 0:
                 blk.dev = False
                 if to_reservation:
                     space.reservation += 1
+            elif blk.dev and to_reservation and not blk.drained:  # a copy pins it: the lease goes back to the
+                blk.drained = True  # same reservation at once, the page group stays the copy's (ENT-4, decision 26)
+                space.reservation += 1
             self._maybe_reclaim(blk, space.pool)
             return
         if len(blk.holders) == 1 and blk.holders[0].active:
@@ -243,9 +247,9 @@ class Oracle:
     def plan_activate(self, prompt: int, budget: int, src: str | None, keep: bool):
         """The refusal reason, or (ceiling, {pool: (members, cows, restores, reservation)})."""
         f = self.f
-        if prompt + budget > f.max_context:  # "不会扩大单 sequence 的 logical ceiling (S)"
-            return "context"
-        ceiling = prompt + budget
+        if prompt > f.max_context:  # "不会扩大单 sequence 的 logical ceiling (S)"; the budget is clamped
+            return "context"  # to the effective output budget min(budget, S - prompt) (AS-6 decision 18)
+        ceiling = min(f.max_context, prompt + budget)
         ck = self.ckpts.get(src) if src is not None else None
         if ck is not None:
             if ck["main"].frontier > prompt:
@@ -272,6 +276,8 @@ class Oracle:
             reservation = max(0, ent[pool] - len(members))
             if restores + cows + reservation > self.available(pool):
                 return "capacity"
+            if self.pinned_short(pool, restores + cows):
+                return "busy"
             plans[pool] = (members, reservation)
         if len(self.seqs) >= f.max_concurrency:
             return "rows"
@@ -285,7 +291,8 @@ class Oracle:
         for pool, (members, reservation) in plans.items():
             source = ck[pool] if ck is not None else None
             if move:
-                assert source is not None  # a Move has a source
+                if source is None:
+                    raise ValueError("a Move activation needs its source checkpoint")
                 space = source
                 space.blocks, space.owner, space.active = [], seq, True
             else:
@@ -311,11 +318,23 @@ class Oracle:
             del self.ckpts[src]
             self.moved.add(src)
 
+    def free_groups(self, pool: str) -> int:
+        """Page groups a new lease can take: capacity minus the allocated ones and those whose lease went back
+        to a reservation while a copy still pins them (ENT-4, decision 26)."""
+        drained = sum(1 for b in self.blocks[pool] if b.dev and b.drained)
+        return self.f.capacity[pool] - self.allocated(pool) - drained
+
+    def pinned_short(self, pool: str, n: int) -> bool:
+        """A request that needs n new page groups waits (`busy`) while only pinned ones are left."""
+        return n > 0 and self.free_groups(pool) < n
+
     def plan_map(self, seq: str, pool: str, tokens: int):
         s = self.seqs[seq].spaces[pool]
         need = ceil_div(tokens, P)
         if need > len(s.blocks) and need > s.entitlement:
             return "entitlement"
+        if need > len(s.blocks) and self.pinned_short(pool, need - len(s.blocks)):
+            return "busy"
         return None
 
     def map(self, seq: str, pool: str, tokens: int) -> None:
@@ -365,7 +384,9 @@ class Oracle:
         s = self.seqs[seq].spaces[pool]
         if len(s.blocks[block].holders) <= 1:
             return "noop"
-        return None if self.available(pool) >= 1 else "capacity"
+        if self.available(pool) < 1:
+            return "capacity"
+        return "busy" if self.pinned_short(pool, 1) else None
 
     def cow(self, seq: str, pool: str, block: int) -> None:
         s = self.seqs[seq].spaces[pool]
@@ -475,15 +496,13 @@ class Oracle:
         else:
             x.dest_leases = len(objs)
         for blk in objs:
-            blk.pins += 1
+            blk.pins += 2  # source and destination pins from reserve to publish (REP-2, decision 24)
         self.xfers[xid] = x
 
     def xfer_phase(self, xid: str, phase: str) -> None:
         x = self.xfers[xid]
         stride = self.f.page_bytes[x.pool]
         if phase == "copy":
-            for blk in x.blocks:
-                blk.pins += 1
             x.snap = [blk.version for blk in x.blocks]
         elif phase == "publish":
             for blk, v in zip(x.blocks, x.snap):
@@ -510,6 +529,24 @@ class Oracle:
             del self.xfers[xid]
             self.ended_xfers.add(xid)
         x.phase = phase
+
+    def verify_stale(self, xid: str) -> bool:
+        """Whether a block changed since it was copied (a destructive cut while the copy ran): then `verify
+        epoch and committed coverage` must fail (store contract L175; PAGE-3 / decision 27)."""
+        x = self.xfers[xid]
+        return any(blk.alive and blk.version != v for blk, v in zip(x.blocks, x.snap, strict=True))
+
+    def xfer_abandon(self, xid: str) -> None:
+        """A failed verify: the copy is never published; its destination goes back, its pins drop."""
+        x = self.xfers.pop(xid)
+        if x.direction == "d2h":
+            self.host_used -= len(x.blocks) * self.f.page_bytes[x.pool]
+        x.dest_leases = 0
+        for blk in x.blocks:
+            blk.pins -= 2
+        for blk in x.blocks:
+            self._maybe_reclaim(blk, x.pool)
+        self.ended_xfers.add(xid)
 
     def next_phase(self, xid: str) -> str | None:
         x = self.xfers[xid]

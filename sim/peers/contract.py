@@ -177,7 +177,9 @@ class Contract:
             else:
                 chain = False
         for i in range(hashed_pages(len(rec.tokens) + 1, self.p)):
-            self.seen_keys.add(r.digest(i, self.p))
+            key = r.digest(i, self.p)
+            if key is not None:  # hashed pages lie within the prompt: every key is known
+                self.seen_keys.add(key)
         self.stats["bound_tokens"] += bound * self.p
 
     def plan(self, rec: ct.Plan, line: int = 0) -> None:

@@ -21,9 +21,10 @@ class Judged:
     lines: int
 
 
-def judge_cachetrace(path) -> Judged:
-    """Raises ``ct.CacheTraceInputError`` (one line ``path:line: reason``) on malformed input."""
-    header, lines = ct.read_cachetrace(path)
+def judge_cachetrace(path, stream=None) -> Judged:
+    """Raises ``ct.CacheTraceInputError`` (one line ``path:line: reason``) on malformed input. ``stream``: the
+    input already opened (read once, from where it stands), which ``path`` names."""
+    header, lines = ct.read_cachetrace(path, stream)
     cfg = header.config
     contract = Contract(cfg)
     events = EventChecker(block_size=cfg.prefix_granularity, capacity=cfg.num_device_pages - 1,
@@ -47,15 +48,25 @@ def judge_cachetrace(path) -> Judged:
     return Judged(header, contract, events, n)
 
 
-def merge_cachetraces(report: dict, paths: list[str]) -> dict:
-    """Judge each cachetrace/1 file and add it to a kvreport/1 dict built for the kvtrace/1 inputs: its
-    input entry, violations, rule counters (rules the catalogue does not know are added) and its stats
-    under ``stats.cachetraces``."""
-    from kvsim.sim.peers.report import build, file_sha256
+def merge_cachetraces(report: dict, inputs: list) -> dict:
+    """Judge each cachetrace/1 input -- a path, or (name, opened `sim.files.Source`) read once, its SHA-256
+    taken in the same pass -- and add it to a kvreport/1 dict built for the kvtrace/1 inputs: its input
+    entry, violations, rule counters (rules the catalogue does not know are added) and its stats under
+    ``stats.cachetraces``."""
+    from kvsim.sim.files import open_source
+    from kvsim.sim.peers.report import build
 
-    for path in paths:
-        j = judge_cachetrace(path)
-        one = build([{"path": path, "sha256": file_sha256(path), "events": j.lines - 1}], path, j.contract,
+    for item in inputs:
+        if isinstance(item, tuple):
+            path, src = item
+        else:
+            try:
+                src = open_source(item)
+            except OSError as exc:
+                raise ct.CacheTraceInputError(str(item), 0, f"cannot read: {exc.strerror or exc}") from None
+            path = src.name
+        j = judge_cachetrace(path, src)
+        one = build([{"path": path, "sha256": src.sha256(), "events": j.lines - 1}], path, j.contract,
                     j.events)
         report["inputs"].append(one["inputs"][0])
         report["violations"] += one["violations"]

@@ -66,3 +66,24 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
               "violations": violations, "refusals": [], "rules": rules, "stats": out_stats}
     stamp(report)
     return report
+
+
+def add_engine_judge(report: dict, judge, trace: str) -> dict:
+    """Add an ``EngineJudge``'s findings, rule counters (PEER-5 ... PEER-9) and summary (``stats.scheduler``)
+    to a report ``build`` made for the same run's event stream; the verdict fails on any violation."""
+    from kvsim.sim.peers import engine_judge as ej
+
+    report["violations"] += [f.as_dict(trace) for f in judge.findings]
+    report["violations"].sort(key=lambda v: (v["line"], v["rule"]))
+    steps = judge.stats["steps"]
+    for rid, (title, clause) in ej.RULES.items():
+        report["rules"][rid] = {"title": title, "clause": clause, "decisions": ej.DECISIONS[rid], "checked": steps,
+                                "exercised": judge.premise[rid], "violated": judge.counts[rid]}
+    report["stats"]["scheduler"] = judge.summary()
+    total = sum(r["violated"] for r in report["rules"].values())
+    listed = len(report["violations"])
+    report["stats"].pop("violations_not_listed", None)
+    if total > listed:
+        report["stats"]["violations_not_listed"] = total - listed
+    stamp(report)
+    return report

@@ -197,9 +197,10 @@ def _done_event(kind: str, oid: int):
 
 
 def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta: dict | None = None,
-        max_plans: int | None = None, events_log: str | None = None) -> RunOutcome:
+        max_plans: int | None = None, events_log: str | None = None, progress=None) -> RunOutcome:
     """Drive the scheduler through ``requests``; judge every plan; optionally record cachetrace/1 and write
-    the KV events as a subscriber log (object-form batches ``{"ts": plan, "events": [...]}``)."""
+    the KV events as a subscriber log (object-form batches ``{"ts": plan, "events": [...]}``).
+    ``progress(n)`` hears of the n requests each plan finished."""
     import msgspec
     import tokenspeed_scheduler as ts
 
@@ -257,7 +258,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         out.observe_s += t1 - t0
         out.sched_s += t2 - t1
         for r in due:
-            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens)
+            # unrecorded, the judge reads the token array as it is (no list copy per request)
+            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens)  # type: ignore[arg-type]
             line += 1
             if writer:
                 writer.write(rec)
@@ -285,7 +287,7 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         # -- observe ------------------------------------------------------------------------------------------
         ids: list[str] = []
         ext, inl, pfx, pre, replay = 0, [], [], [], []
-        tables: dict[str, list] = {}
+        tables: dict[str, dict[str, list[int]]] = {}
         for b in plan.forward:
             bids = list(b.request_ids)
             if not bids:
@@ -364,6 +366,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             last_rows.pop(a.request_id, None)
         for rid in finish:
             last_rows.pop(rid, None)
+        if progress is not None:
+            progress(len(finish))
         res = ct.Result(plan_no, toks, finish, done)
         if fault is not None:
             res = fault.result(res)

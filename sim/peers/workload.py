@@ -8,15 +8,19 @@ inflates hit ratios). Knows nothing of schedulers.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
+from kvsim.sim.files import label, open_source
+
 __all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "WorkloadError"]
 
 MOONCAKE_BLOCK = 512
+MAX_TOKENS = 1 << 28  # a larger token count is a typo in the workload, refused at its line
 VOCAB = 151_936  # a real tokenizer's vocabulary size: token ids stay in [0, VOCAB)
 
 
@@ -55,15 +59,19 @@ def block_tokens(block_ids: list[int], length: int) -> np.ndarray:
     return (_splitmix64(keys.ravel()) % np.uint64(VOCAB)).astype(np.int64)[:length]
 
 
-def read_mooncake(path: str | Path, limit: int | None = None, max_output: int | None = None) -> list[Request]:
-    """The first ``limit`` rows of a Mooncake trace as requests ``m0, m1, ...``."""
+def read_mooncake(path: str | Path, limit: int | None = None, max_output: int | None = None,
+                  stream=None) -> list[Request]:
+    """The first ``limit`` rows of a Mooncake trace as requests ``m0, m1, ...``. ``path`` ``-`` reads standard
+    input; ``stream`` is the input already opened (a `sim.files.Source`, read once), which ``path`` names."""
     dec = msgspec.json.Decoder(_Row)
     out: list[Request] = []
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise WorkloadError(f"{path}:0: cannot read: {exc.strerror or exc}") from None
-    with f:
+    if stream is None:
+        try:
+            stream = open_source(path)
+        except OSError as exc:
+            raise WorkloadError(f"{label(path)}:0: cannot read: {exc.strerror or exc}") from None
+    path = stream.name
+    with io.BufferedReader(stream) as f:
         for n, raw in enumerate(f, start=1):
             if limit is not None and len(out) >= limit:
                 break
@@ -77,6 +85,9 @@ def read_mooncake(path: str | Path, limit: int | None = None, max_output: int | 
                 raise WorkloadError(f"{path}:{n}: hash_ids do not cover input_length {row.input_length}")
             if min(row.hash_ids, default=0) < 0 or row.output_length < 0:
                 raise WorkloadError(f"{path}:{n}: negative hash id or output length")
+            if row.output_length > MAX_TOKENS:
+                raise WorkloadError(f"{path}:{n}: output_length {row.output_length} is beyond the {MAX_TOKENS:,} "
+                                    "tokens a request may have")
             out_len = max(1, row.output_length if max_output is None else min(row.output_length, max_output))
             out.append(Request(f"m{len(out)}", block_tokens(row.hash_ids, row.input_length), out_len,
                                tuple(row.hash_ids)))

@@ -27,6 +27,9 @@ def build_report(results: list) -> dict:
                           "exercised": e, "violated": v}
         if rule.subsumed_by:
             rules[rule.id]["subsumed_by"] = list(rule.subsumed_by)
+        partial = total.partials.get(rule.id)
+        if partial:  # checks that could judge only part of the rule (the trace hid what the rest needs)
+            rules[rule.id]["partial"] = partial
     violations = [v for r in results for v in r.violations]
     traces = {}
     for r in results:

@@ -87,7 +87,7 @@ def _label(value: object) -> str:
     return safe_text(value).replace("\n", " ")
 
 
-def downsample_indices(series: Sequence[Sequence[float]], limit: int = PLOT_POINT_LIMIT) -> np.ndarray:
+def downsample_indices(series: Sequence[Sequence[float] | np.ndarray], limit: int = PLOT_POINT_LIMIT) -> np.ndarray:
     """Indices (increasing) of at most `limit` points to plot from equally long series.
 
     Up to `limit` points every index is kept. Above it the range is cut into equal buckets and each bucket
@@ -126,7 +126,7 @@ def plot_trace_svg(trace: str, timeline: dict, violation_events: Sequence[int], 
     pools = [(name, data) for name, data in timeline.get("pools", {}).items() if len(data.get("allocated", []))]
     violations = sorted(set(violation_events))
     refusals = sorted(set(refusal_events))
-    settings: dict[str, Any] = {"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
+    settings: dict[Any, Any] = {"svg.hashsalt": salt, "svg.fonttype": "none", "text.parse_math": False, "font.size": 9,
                 "axes.spines.top": False, "axes.spines.right": False, "font.family": "sans-serif",
                 "font.sans-serif": PLOT_FONTS}
     with matplotlib.rc_context(settings), warnings.catch_warnings():

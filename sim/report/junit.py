@@ -100,7 +100,8 @@ def _suite(report: dict, trace: str, rule_ids: list[str], groups: dict, missing:
     failures = skipped = 0
     for rule_id in rule_ids:
         title = rules.get(rule_id, {}).get("title", "")
-        attrs = {"classname": classname, "name": f"{rule_id}: {title}" if title else rule_id, "file": trace}
+        attrs: dict[str, object] = {"classname": classname, "name": f"{rule_id}: {title}" if title else rule_id,
+                                    "file": trace}
         found = groups.get((trace, rule_id), [])
         violations = [v for v in found if not v.get("expected") and v.get(CONSEQUENCE_KEY) is None]
         expected = [v for v in found if v.get("expected")]

@@ -156,7 +156,7 @@ def refusal_summary(report: dict) -> list[dict]:
     def ranked(counter: Counter) -> list[tuple[str, int]]:
         return sorted(counter.items(), key=lambda item: (-item[1], item[0]))
 
-    summary = [
+    summary: list[dict[str, Any]] = [
         {
             "reason": reason,
             "count": len(items),

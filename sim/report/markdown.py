@@ -134,6 +134,8 @@ def _coverage(report: dict) -> list[str]:
             name = str(counters.get("title", ""))
             if counters.get("subsumed_by"):
                 name += f" (subsumed by {', '.join(counters['subsumed_by'])})"
+            if counters.get("partial"):  # checks the trace let judge only in part (e.g. a hidden Host layout)
+                name += f" ({int(counters['partial'])} checks partial)"
             rows.append([_Raw(_status(counters)), rule_id, name,
                          *(int(counters.get(key, 0)) for key in ("checked", "exercised", "violated"))])
         out += ["", f"#### {title}", "",

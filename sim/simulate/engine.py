@@ -176,7 +176,7 @@ class Simulation:
         self.path = os.fspath(record) if record else f"<simulate {source}>"
         self.header = config.header(source, None if faults is None else {"faults": faults.meta()})
         kw = {} if audit_every is None else {"audit_every": audit_every}
-        self.rep = TraceReplay(self.path, self.header, **kw)
+        self.rep = TraceReplay(self.path, self.header, recover=True, **kw)  # one cause, one finding (sim.recovery)
         self.st = self.rep.st
         self.pool = self.st.pools[MAIN]
         self.page_bytes = self.pool.page_bytes

@@ -85,7 +85,7 @@ def probe(name: str, config) -> Probe:
         raise ValueError(f"fault {name} needs a Host arena (give --host-bytes)")
     if "mtp" in fault.needs and config.backend != "mtp":
         raise ValueError(f"fault {name} needs the MTP backend (give --backend mtp)")
-    rep = TraceReplay(f"<probe {name}>", config.header("fault probe"))
+    rep = TraceReplay(f"<probe {name}>", config.header("fault probe"), recover=True)
     st = rep.st
     pools = _pools(config)
     peak = {p: 0 for p in pools}

@@ -14,6 +14,7 @@ evictions and Host traffic, so a sweep over HBM shows what capacity buys in TTFT
 from __future__ import annotations
 
 import itertools
+import signal
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, replace
 
@@ -131,11 +132,18 @@ class _Serial(Executor):
         return f
 
 
+def quiet_worker() -> None:
+    """A worker process leaves interruptions to its parent: Ctrl-C (which reaches the whole process group)
+    and SIGTERM end it at once, without a traceback; the parent says what was interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def make_executor(spec: str, workers: int) -> tuple[Executor, object]:
     """(executor, close): ``process`` | ``thread`` | ``serial`` | ``dask://HOST:PORT`` (a client of a
     running cluster; closing it leaves the cluster running)."""
     if spec == "process":
-        ex = ProcessPoolExecutor(max_workers=workers)
+        ex = ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker)
         return ex, ex.shutdown
     if spec == "thread":
         ex = ThreadPoolExecutor(max_workers=workers)

@@ -29,14 +29,16 @@ rules live in ``sim.peers.contract``.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 import msgspec
 
+from kvsim.sim.files import label, open_source
 from kvsim.sim.trace.stream import TraceInputError
 
 __all__ = [
@@ -211,28 +213,39 @@ def _why(exc: Exception) -> str:
     return ("not JSON: " if not isinstance(exc, msgspec.ValidationError) else "") + text
 
 
+def is_cachetrace_header(first: bytes) -> bool:
+    """True when this first line is a cachetrace/1 header."""
+    return b'"cachetrace/1"' in first and b'"format"' in first
+
+
 def is_cachetrace(path: str | Path) -> bool:
-    """True when the file's first line is a cachetrace/1 header (cheap: reads one line)."""
+    """True when the file's first line is a cachetrace/1 header (cheap: reads one line; never use it on a
+    pipe, which it would consume: peek with `sim.files.Source.first_line` instead)."""
     try:
         with open(path, "rb") as f:
             first = f.readline(1 << 16)
     except OSError:
         return False
-    return b'"cachetrace/1"' in first and b'"format"' in first
+    return is_cachetrace_header(first)
 
 
-def read_cachetrace(path: str | Path) -> tuple[Header, Iterator[tuple[int, Line]]]:
-    """Open a cachetrace/1 file: its header, and an iterator of (line number, record)."""
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise CacheTraceInputError(path, 0, f"cannot read: {exc.strerror or exc}") from None
+def read_cachetrace(path: str | Path, stream: BinaryIO | None = None) -> tuple[Header, Iterator[tuple[int, Line]]]:
+    """Open a cachetrace/1 file (``-``: standard input; ``stream``: the input already opened, which ``path``
+    names): its header, and an iterator of (line number, record)."""
+    name = label(path)
+    raw: Any = stream
+    if raw is None:
+        try:
+            raw = open_source(path)
+        except OSError as exc:
+            raise CacheTraceInputError(name, 0, f"cannot read: {exc.strerror or exc}") from None
+    f: Any = raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw)
     first = f.readline()
     try:
         header = _HEADER.decode(first.removeprefix(b"\xef\xbb\xbf"))
     except Exception as exc:  # noqa: BLE001 - every decode failure is an input error
         f.close()
-        raise CacheTraceInputError(path, 1, f"not a {FORMAT} header: {_why(exc)}") from None
+        raise CacheTraceInputError(name, 1, f"not a {FORMAT} header: {_why(exc)}") from None
 
     def lines() -> Iterator[tuple[int, Line]]:
         with f:
@@ -242,7 +255,7 @@ def read_cachetrace(path: str | Path) -> tuple[Header, Iterator[tuple[int, Line]
                 try:
                     yield n, _LINE.decode(raw)
                 except Exception as exc:  # noqa: BLE001
-                    raise CacheTraceInputError(path, n, _why(exc)) from None
+                    raise CacheTraceInputError(name, n, _why(exc)) from None
 
     return header, lines()
 

@@ -15,6 +15,7 @@ from kvsim.kvmodel.store import (
     KVStore,
     ModelGeometry,
     StoreConfig,
+    resolve_capacity,
 )
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.stream import TraceInputError
@@ -35,7 +36,8 @@ def store_config(cfg: kt.Config) -> StoreConfig:
     elif cap.tokens is not None:
         capacity = CapacityPolicy(tokens=cap.tokens)
     else:
-        assert cap.auto is not None  # the record requires tokens or auto
+        if cap.auto is None:  # the record's validation requires tokens or auto
+            raise ValueError("kv_capacity needs tokens or auto")
         capacity = CapacityPolicy(free_bytes=cap.auto.free_bytes, headroom_bytes=cap.auto.headroom_bytes)
     growth = None if cfg.kv_lease_growth is None else GrowthConfig(cfg.kv_lease_growth.window,
                                                                    cfg.kv_lease_growth.cushion_pages)
@@ -47,9 +49,33 @@ def store_config(cfg: kt.Config) -> StoreConfig:
                        reserved_bytes=cfg.reserved_bytes)
 
 
+MAX_MODEL_SIZE = 1 << 24
+"""The most pages per pool, and execution rows, the model holds (16,777,216: about 1.4 GB of model state);
+a larger store is refused as an input error before any memory is spent on it, never a MemoryError."""
+
+
 def store_for(header: kt.Header, path: str) -> KVStore:
     """A fresh model for a trace, or TraceInputError(path, 1) naming the unsupported setting."""
     try:
-        return KVStore(store_config(header.config))
+        config = store_config(header.config)
+    except ConfigError as exc:
+        raise TraceInputError(path, 1, f"unsupported config: {exc}") from None
+    return store_for_config(config, path)
+
+
+def store_for_config(config: StoreConfig, path: str = "<config>") -> KVStore:
+    """A fresh model of this configuration, or TraceInputError(path, 1) naming the unsupported setting
+    (a store too large to model included: kvsim's own limit, not a rule of the contract)."""
+    try:
+        too_big = None
+        if config.max_concurrency > MAX_MODEL_SIZE:
+            too_big = f"max_concurrency {config.max_concurrency:,} is beyond the {MAX_MODEL_SIZE:,} rows kvsim models"
+        for pool in resolve_capacity(config).layout.pools:
+            if too_big is None and pool.pages > MAX_MODEL_SIZE:
+                too_big = (f"the {pool.name} pool would hold {pool.pages:,} pages, beyond the {MAX_MODEL_SIZE:,} "
+                           "pages per pool kvsim models")
+        if too_big is not None:
+            raise TraceInputError(path, 1, f"unsupported config: {too_big}")
+        return KVStore(config)
     except ConfigError as exc:
         raise TraceInputError(path, 1, f"unsupported config: {exc}") from None

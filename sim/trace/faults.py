@@ -3,8 +3,10 @@
 Each fault is a record (name, the rule the replay must report, the bug class it models, the configuration
 features it needs) plus an *episode*: a short, self-contained request written into the middle of a legal
 generated workload (`sim.trace.generate`) in which exactly one event is the engine's bug. Episodes use
-their own sequence, checkpoint, unit and transfer ids (`f…`), end with everything they hold released, and
-never depend on the bad event: the replay does not apply a fact the contract forbids, so the events after it
+their own sequence, checkpoint, unit and transfer ids (`f…`) and end with everything they hold released.
+After the bad event they continue as the engine would under replay's error recovery (sim.recovery): where
+the engine's claim fixes the state (a commit or write inside the sequence's own mapped pages, a retain),
+replay adopts it and the episode goes on from it; elsewhere the fact is not applied and the events after it
 are the engine's correct retry or its ordinary continuation. The fault model is data (FAULTS); the seed of
 the generator chooses where the episode lands.
 
@@ -258,8 +260,7 @@ def commit_beyond_written(e: Episode) -> None:
     for p in e.pools:
         e.map(s, 100, p)
     e.launch(u, s, 0, 100)
-    e.complete(u, s, 102, bad=True)
-    e.complete(u, s, 100)
+    e.complete(u, s, 102, bad=True)  # replay adopts the published frontier (it lies in the mapped pages)
     e.ev("finish", seq=s)
 
 
@@ -268,8 +269,7 @@ def rewrite_committed_position(e: Episode) -> None:
     s, u = e.new("s"), e.new("u")
     e.activate(s, 100, 28)
     e.step(s, 0, 100)
-    e.launch(u, s, 99, 101, bad=True)
-    e.launch(u, s, 100, 101)
+    e.launch(u, s, 99, 101, bad=True)  # replay adopts the launch: the unit runs, as the engine says
     e.complete(u, s, 101)
     e.ev("finish", seq=s)
 
@@ -292,9 +292,11 @@ def decode_skips_a_position(e: Episode) -> None:
     s, u = e.new("s"), e.new("u")
     e.activate(s, 130, 24)
     e.step(s, 0, 130)
-    e.launch(u, s, 131, 132, bad=True)
-    e.launch(u, s, 130, 131)
-    e.complete(u, s, 131)
+    e.launch(u, s, 131, 132, bad=True)  # replay adopts the launch: the unit runs, as the engine says
+    e.ev("fail", unit=u)  # and the engine drops its result
+    u2 = e.new("u")
+    e.launch(u2, s, 130, 131)
+    e.complete(u2, s, 131)
     e.ev("finish", seq=s)
 
 
@@ -303,8 +305,9 @@ def retain_without_state_image(e: Episode) -> None:
     s = e.new("s")
     e.activate(s, 300, 20)
     e.step(s, 0, 300)
-    e.ev("finish", True, seq=s, retain=e.new("c"), state_image=False)
-    e.ev("finish", seq=s)
+    c = e.new("c")
+    e.ev("finish", True, seq=s, retain=c, state_image=False)  # replay adopts the retained checkpoint
+    e.ev("release", ckpt=c)
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,8 @@ def generate_with(target, opts: GenOptions) -> Generated:
             return w.events - 1
 
         def inject() -> Episode:
-            assert fault is not None
+            if fault is None:
+                raise InvariantError("inject runs with a fault", "generate_with called it without one")
             ep = Episode(put, pools, C * _pages(S), S)
             fault.episode(ep)
             if ep.bad_event is None:
@@ -206,5 +207,6 @@ def generate_with(target, opts: GenOptions) -> Generated:
         total = w.events
     if fault is None:
         return Generated(total)
-    assert injected is not None and injected.bad_event is not None
+    if injected is None or injected.bad_event is None:
+        raise InvariantError("a fault episode writes its bad event", f"fault {fault.name} wrote none")
     return Generated(total, fault.name, fault.rule, injected.bad_event)

@@ -175,7 +175,8 @@ class GrowResult(msgspec.Struct, **_STRUCT):
 
 
 class FactResult(msgspec.Struct, **_STRUCT):
-    """On a fact, ``ok: false`` means the engine says the fact did not take effect.  Extensions: an h2d
+    """On a fact, ``ok: false`` means the engine says the fact did not take effect; an ``xfer`` ``verify`` that
+    failed ends its transfer unpublished (the copy is abandoned, its destination freed).  Extensions: an h2d
     ``xfer`` (phase ``reserve``) may carry the destination Device ``pages`` the engine chose; an ``offload`` or
     a d2h ``xfer`` (phase ``reserve``) may carry the Host ``offsets`` of the copied pages (one per block, in
     the order of ``blocks``)."""
@@ -389,7 +390,7 @@ class Observe(EventBase, tag="observe"):
 
 Event = (Activate | Map | Grow | Launch | Complete | Fail | Truncate | Finish | Release | Offload | DropDevice
          | DropHost | Xfer | Observe | Cow)
-EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__  # type: ignore[attr-defined]
+EVENT_TYPES: tuple[type[EventBase], ...] = Event.__args__
 OPS: dict[str, type[EventBase]] = {t.__struct_config__.tag: t for t in EVENT_TYPES}  # type: ignore[misc]
 REQUEST_OPS = frozenset({"activate", "map", "grow", "cow"})
 """Requests may be refused by a correct store; every other op is a fact."""

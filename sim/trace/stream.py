@@ -21,6 +21,7 @@ from typing import IO, Any, BinaryIO
 
 import msgspec
 
+from kvsim.sim.files import STDIN, label, open_source
 from kvsim.sim.trace.records import EVENT_TYPES, FORMAT, Event, Header
 
 __all__ = [
@@ -153,10 +154,11 @@ class TraceReader:
 
     Line 1 must be the header; later blank lines are skipped (they still count as file lines).
     ``sha256`` is the hex digest of the whole file (read to the end if iteration stopped early).
-    Use as a context manager, or call ``close()``."""
+    ``path`` ``-`` reads standard input; ``stream``, when given, is the input already opened (read once, from
+    where it stands; ``path`` then only names it). Use as a context manager, or call ``close()``."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = os.fspath(path)
+    def __init__(self, path: str | os.PathLike, stream: BinaryIO | None = None) -> None:
+        self.path = label(path)
         self.events = 0
         """Event lines decoded so far."""
         self.lines = 0
@@ -165,7 +167,8 @@ class TraceReader:
         self._digest: str | None = None
         self._iterating = False
         try:
-            self._file: BinaryIO = open(self.path, "rb")
+            self._file: Any = stream if stream is not None else \
+                open_source(path) if os.fspath(path) == STDIN else open(self.path, "rb")
         except OSError as exc:
             raise TraceInputError(self.path, 0, f"cannot read: {exc.strerror or exc}") from None
         self._lines = self._split()
@@ -274,10 +277,11 @@ class TraceReader:
         self.close()
 
 
-def open_trace(path: str | os.PathLike) -> TraceReader:
-    """Open a kvtrace/1 file: returns a reader whose ``header`` is decoded and which iterates lazily over
-    ``(index, line, event)``.  Raises ``TraceInputError`` for any malformed input."""
-    return TraceReader(path)
+def open_trace(path: str | os.PathLike, stream: BinaryIO | None = None) -> TraceReader:
+    """Open a kvtrace/1 file (``-``: standard input; or the already opened ``stream`` it names): returns a
+    reader whose ``header`` is decoded and which iterates lazily over ``(index, line, event)``.  Raises
+    ``TraceInputError`` for any malformed input."""
+    return TraceReader(path, stream)
 
 
 def decode_header(data: bytes | str, path: str = "<header>", line: int = 1) -> Header:

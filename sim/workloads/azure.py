@@ -8,10 +8,13 @@ give arrival and length mixes and capacity pressure.
 from __future__ import annotations
 
 import csv
+import io
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from kvsim.sim.workloads.request import Request, WorkloadInputError, blocks_for
+from kvsim.sim.files import label, open_source
+from kvsim.sim.workloads.request import Request, WorkloadInputError, blocks_for, check_tokens
 
 HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 FRESH_ID_BASE = 1 << 48
@@ -24,17 +27,39 @@ def _seconds(text: str) -> float:
     return t.timestamp() + (float("0." + frac) if frac else 0.0)
 
 
-def iter_azure(path, limit: int | None = None) -> Iterator[Request]:
-    """Requests of an Azure trace CSV in file order (at most `limit`)."""
-    path = str(path)
-    try:
-        f = open(path, newline="", encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadInputError(path, 0, f"cannot read: {exc.strerror or exc}") from None
-    with f:
-        rows = csv.reader(f)
+def _count(text: str, what: str) -> int:
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()):
+        raise ValueError(f"{what} must be a whole number of tokens >= 0, got {text!r}")
+    return int(t)
+
+
+def _lines(path: str, f) -> Iterator[str]:
+    """The file's lines decoded one at a time, so a byte that is not UTF-8 is reported at its own line."""
+    for n, raw in enumerate(f, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise WorkloadInputError(path, n, f"not UTF-8 (byte {exc.start} of the line): an Azure trace "
+                                     "CSV is UTF-8 text") from None
+
+
+def iter_azure(path, limit: int | None = None, stream=None) -> Iterator[Request]:
+    """Requests of an Azure trace CSV in file order (at most `limit`). ``path`` ``-`` reads standard input;
+    ``stream`` is the input already opened (read once), which ``path`` names."""
+    arg = os.fspath(path)
+    path = label(arg)
+    if stream is None:
+        try:
+            stream = open_source(arg)
+        except OSError as exc:
+            raise WorkloadInputError(path, 0, f"cannot read: {exc.strerror or exc}") from None
+    with io.BufferedReader(stream) as f:
+        rows = csv.reader(_lines(path, f))
         head = next(rows, None)
-        if head is None or [h.strip() for h in head] != HEADER:
+        if head is None:
+            raise WorkloadInputError(path, 1, f"no requests: empty file (expected the header {','.join(HEADER)})")
+        if [h.strip().removeprefix("\ufeff") for h in head] != HEADER:
             raise WorkloadInputError(path, 1, f"expected the header {','.join(HEADER)}")
         t0 = last = None
         next_id = FRESH_ID_BASE
@@ -49,14 +74,14 @@ def iter_azure(path, limit: int | None = None) -> Iterator[Request]:
                 if len(row) != 3:
                     raise ValueError(f"{len(row)} fields")
                 t = _seconds(row[0])
-                prompt, output = int(row[1]), int(row[2])
-                if prompt < 0 or output < 0:
-                    raise ValueError("negative token count")
+                prompt, output = _count(row[1], "ContextTokens"), _count(row[2], "GeneratedTokens")
             except ValueError as exc:
                 raise WorkloadInputError(path, line, f"not an Azure trace row: {exc}") from None
+            check_tokens(path, line, "ContextTokens", prompt)
+            check_tokens(path, line, "GeneratedTokens", output)
             if t0 is None:
                 t0 = last = t
-            if t < last:
+            if last is not None and t < last:
                 raise WorkloadInputError(path, line, "timestamp goes back")
             last = t
             n = blocks_for(prompt)

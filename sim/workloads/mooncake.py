@@ -8,12 +8,15 @@ simulation admits requests in file order). Any breach raises WorkloadInputError 
 
 from __future__ import annotations
 
+import io
+import os
 from collections.abc import Iterator
 from typing import Annotated
 
 import msgspec
 
-from kvsim.sim.workloads.request import Request, WorkloadInputError, blocks_for
+from kvsim.sim.files import label, open_source
+from kvsim.sim.workloads.request import Request, WorkloadInputError, blocks_for, check_tokens
 
 NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 
@@ -28,16 +31,19 @@ class MooncakeRow(msgspec.Struct, forbid_unknown_fields=False, frozen=True):
 _DECODER = msgspec.json.Decoder(MooncakeRow)
 
 
-def iter_mooncake(path, limit: int | None = None) -> Iterator[Request]:
-    """Requests of a Mooncake JSONL file in file order (at most `limit`); blank lines are skipped."""
-    path = str(path)
+def iter_mooncake(path, limit: int | None = None, stream=None) -> Iterator[Request]:
+    """Requests of a Mooncake JSONL file in file order (at most `limit`); blank lines are skipped. ``path``
+    ``-`` reads standard input; ``stream`` is the input already opened (read once), which ``path`` names."""
+    arg = os.fspath(path)
+    path = label(arg)
     last = 0
     rid = 0
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise WorkloadInputError(path, 0, f"cannot read: {exc.strerror or exc}") from None
-    with f:
+    if stream is None:
+        try:
+            stream = open_source(arg)
+        except OSError as exc:
+            raise WorkloadInputError(path, 0, f"cannot read: {exc.strerror or exc}") from None
+    with io.BufferedReader(stream) as f:
         for line, raw in enumerate(f, 1):
             if limit is not None and rid >= limit:
                 return
@@ -51,6 +57,7 @@ def iter_mooncake(path, limit: int | None = None) -> Iterator[Request]:
                 raise WorkloadInputError(path, line, f"{len(row.hash_ids)} hash_ids for input_length "
                                          f"{row.input_length} (expected ceil(input_length/512) = "
                                          f"{blocks_for(row.input_length)})")
+            check_tokens(path, line, "output_length", row.output_length)
             if row.timestamp < last:
                 raise WorkloadInputError(path, line, f"timestamp {row.timestamp} goes back (previous {last})")
             last = row.timestamp

@@ -3,7 +3,9 @@ or the seeded synthetic generator.
 
 ``WORKLOAD`` is one of: a path ending in ``.jsonl`` (Mooncake) or ``.csv`` (Azure); ``excerpt:NAME`` for a
 file shipped in ``sim/workloads/excerpts`` (``conversation``, ``synthetic``, ``azure-conv``, ``azure-code``);
-``synthetic`` or ``synthetic:SEED`` for the generator.
+``synthetic`` or ``synthetic:SEED`` for the generator. A file whose name does not say its format -- ``-``
+(standard input), ``/dev/stdin``, a process substitution -- needs it given (``fmt``: ``mooncake`` or
+``azure``); the file is read once, as a stream.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
+from kvsim.sim.files import STDIN
 from kvsim.sim.workloads.azure import iter_azure
 from kvsim.sim.workloads.mooncake import iter_mooncake
 from kvsim.sim.workloads.request import Request, WorkloadInputError
@@ -39,8 +43,12 @@ def excerpt_path(name: str) -> Path:
     return Path(str(resources.files("kvsim.sim.workloads") / "excerpts" / EXCERPTS[name]))
 
 
-def resolve(spec: str) -> tuple[str, object]:
-    """(kind, argument): ("mooncake", path) | ("azure", path) | ("synthetic", seed); bad names raise."""
+FORMATS = ("mooncake", "azure")
+
+
+def resolve(spec: str, fmt: str | None = None) -> tuple[str, object]:
+    """(kind, argument): ("mooncake", path) | ("azure", path) | ("synthetic", seed); bad names raise.
+    ``fmt`` (mooncake | azure) names the format of a file whose name does not say it."""
     if spec == "synthetic" or spec.startswith("synthetic:"):
         seed = spec.partition(":")[2] or "0"
         if not seed.isdigit():
@@ -53,12 +61,18 @@ def resolve(spec: str) -> tuple[str, object]:
         path = excerpt_path(name)
     else:
         path = Path(spec)
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise WorkloadInputError(spec, 0, f"unknown workload format {fmt!r}: expected mooncake or azure")
+        return fmt, str(path)
     if path.suffix == ".jsonl":
         return "mooncake", str(path)
     if path.suffix == ".csv":
         return "azure", str(path)
-    raise WorkloadInputError(spec, 0, "a workload is a .jsonl (Mooncake) or .csv (Azure) file, excerpt:NAME, "
-                             "or synthetic[:SEED]")
+    raise WorkloadFormatError(spec, 0, "reading a workload from standard input needs --format mooncake|azure"
+                              if spec == STDIN else "cannot tell the workload's format from its name (a .jsonl "
+                              "Mooncake or .csv Azure file, excerpt:NAME or synthetic[:SEED]): pass --format "
+                              "mooncake|azure")
 
 
 AZURE_NOTE = ("Azure LLM inference traces carry no prefix data (arrival times and token counts only): every prompt "
@@ -66,17 +80,23 @@ AZURE_NOTE = ("Azure LLM inference traces carry no prefix data (arrival times an
               "and length mixes and capacity pressure, not reuse")
 
 
-def workload_notes(spec: str) -> list[str]:
+def workload_notes(spec: str, fmt: str | None = None) -> list[str]:
     """What a report must say about the workload itself (a trace without prefix data)."""
-    kind, _ = resolve(spec)
+    kind, _ = resolve(spec, fmt)
     return [AZURE_NOTE] if kind == "azure" else []
 
 
-def open_workload(spec: str, requests: int | None = None) -> Iterator[Request]:
-    """The requests of a workload in arrival order, streamed (at most `requests`)."""
-    kind, arg = resolve(spec)
+class WorkloadFormatError(WorkloadInputError):
+    """A workload file whose format is neither given nor told by its name."""
+
+
+def open_workload(spec: str, requests: int | None = None, fmt: str | None = None, stream=None) \
+        -> Iterator[Request]:
+    """The requests of a workload in arrival order, streamed (at most `requests`). ``stream``: the file
+    already opened (a `sim.files.Source`, read once), which ``spec`` names."""
+    kind, arg = resolve(spec, fmt)
     if kind == "mooncake":
-        return iter_mooncake(arg, requests)
+        return iter_mooncake(arg, requests, stream)
     if kind == "azure":
-        return iter_azure(arg, requests)
-    return iter_synthetic(1000 if requests is None else requests, seed=arg)
+        return iter_azure(arg, requests, stream)
+    return iter_synthetic(1000 if requests is None else requests, seed=cast(int, arg))

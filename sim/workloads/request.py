@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 BLOCK_TOKENS = 512
 """Tokens per hash id (Mooncake's block size)."""
+MAX_TOKENS = 1 << 28
+"""The most prompt or output tokens one request may have (268,435,456: far beyond any model's context);
+a larger count is a typo in the workload, refused at its line before any memory is spent on it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,12 @@ class WorkloadInputError(Exception):
     def __init__(self, path: str, line: int, reason: str) -> None:
         self.path, self.line, self.reason = str(path), line, " ".join(str(reason).split())[:240]
         super().__init__(f"{self.path}:{self.line}: {self.reason}")
+
+
+def check_tokens(path: str, line: int, what: str, n: int) -> None:
+    """A token count beyond `MAX_TOKENS` is an input error naming the line (never a MemoryError)."""
+    if n > MAX_TOKENS:
+        raise WorkloadInputError(path, line, f"{what} {n} is beyond the {MAX_TOKENS:,} tokens a request may have")
 
 
 def blocks_for(prompt: int) -> int:

@@ -28,7 +28,8 @@ def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -
     for g in cfg.groups:
         bg = g.block_granularity
         if bg <= 0 or cfg.prefix_granularity % bg:
-            return f"group {g.group_id!r}: block_granularity {bg} does not divide prefix_granularity {cfg.prefix_granularity}"
+            return (f"group {g.group_id!r}: block_granularity {bg} does not divide prefix_granularity "
+                    f"{cfg.prefix_granularity}")
     for lb in st.layers:
         spec = cfg.groups[lb.group]
         if spec.family == "state":
@@ -58,7 +59,8 @@ def ts_ret_1(st: CacheState, _entity: object | None = None, full: bool = True) -
         if not isinstance(r, ReclaimRecord):
             continue
         seen = True
-        want = 0 if r.window_tokens is None else max(0, r.num_computed_tokens - r.window_tokens + 1) // r.block_granularity
+        want = 0 if r.window_tokens is None else \
+            max(0, r.num_computed_tokens - r.window_tokens + 1) // r.block_granularity
         if r.expired_slots != want:
             return (f"group {r.group}: {r.expired_slots} slots expired at {r.num_computed_tokens} computed tokens, "
                     f"retention gives {want}")

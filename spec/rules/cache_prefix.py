@@ -72,8 +72,8 @@ def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -
 
 def _lookback(grp: ProbeGroup) -> int:
     """Slots a window group needs cached before a boundary: ceil((W − 1) / block_granularity)."""
-    assert grp.window_tokens is not None  # a window group
-    return -(-(grp.window_tokens - 1) // grp.block_granularity)
+    window = grp.window_tokens or 1  # only window groups ask (full history never looks back)
+    return -(-(window - 1) // grp.block_granularity)
 
 
 def supports(grp: ProbeGroup, boundary_slots: int) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.store.capacity import m_range, pool_pages, resolve_automatic, resolve_explicit
-from kvsim.kvmodel.store.planes import PAGE_SIZE, bytes_per_token_head
+from kvsim.kvmodel.store.planes import HEAD_MAJOR, PAGE_MAJOR, PAGE_SIZE, PROFILE_CODECS, bytes_per_token_head
 from kvsim.spec.catalogue import clause_rule, state_rule
 
 if TYPE_CHECKING:
@@ -18,10 +18,17 @@ SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 
 @state_rule("CAP-1", "Main capacity M is resolved by the explicit or automatic policy within [M_min, M_max]",
             'store contract: "M_{min}=\\max(L,C)", "M=\\left\\lceil K_{main}/P\\right\\rceil", "Automatic 选择"',
             scope="config", evidence="model",
-            decisions="Guards the model: a configuration the contract refuses stops the replay as an input error (exit 2), so only an inconsistent resolution inside kvsim can fire this rule. No kv_capacity means M_max. B(M) = reserved_bytes + Σ pools (256-byte-aligned plane slabs "
-                      "+ I32 block table); B_step is measured as B(M_min+1) − B(M_min) with the same layout "
-                      "builder; under the automatic policy the resolved layout must lie on the affine curve, else the config is "
-                      "refused. The explicit policy needs only K_main >= S and M in [M_min, M_max] (store contract "
+            decisions="Guards the model: a configuration the contract refuses stops the replay as an input error "
+                      "(exit 2), so only an inconsistent resolution inside kvsim can fire this rule. No kv_capacity "
+                      "means M_max. B(M) = reserved_bytes + Σ pools (plane slabs + I32 block table); "
+                      "B_step is measured as B(M_min+1) − B(M_min) with the same layout builder; under the automatic "
+                      "policy the resolved layout must lie on the affine curve. Decision 21 (store contract "
+                      "\"affine SequenceCapacityCurve\", \"Startup physical bytes 由各 plane slab 的完整 span 与 "
+                      "alignment 得到\"; the seed names no alignment value): each slab is charged its exact span plus "
+                      "a constant 256-byte alignment allowance, never its span rounded up (which bent the curve for "
+                      "FP8/K8V4 scale planes with an odd KV-head count and refused a legal configuration), so B(M) is "
+                      "affine for every geometry by construction. The explicit policy needs only K_main >= S and M "
+                      "in [M_min, M_max] (store contract "
                       "\"并要求 (K_{main}\\ge S) 且 (M\\in[M_{min},M_{max}])\"): a plane alignment that bends the "
                       "curve never refuses an explicit capacity.")
 def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
@@ -69,8 +76,10 @@ def cap_3(st: KVStore, name: str, full: bool) -> str | bool | None:
         return f"{name}: allocated + reserved + available != capacity {p.capacity}"
     if full:
         leased = sum(1 for _ in p.leased_ids())
-        if leased != p.allocated:
-            return f"{name}: {leased} ids leased but allocated = {p.allocated}"
+        drained = sum(1 for pid in p.leased_ids() if p.holder[pid] is not None and p.holder[pid].drained)
+        if leased != p.allocated + p.draining or drained != p.draining:
+            return f"{name}: {leased} ids leased ({drained} drained) but allocated = {p.allocated}, " \
+                   f"draining = {p.draining}"
     return True
 
 
@@ -114,3 +123,46 @@ clause_rule("CAP-6", "B(M) is the complete runtime Device reservation, non-pool 
                           "persistent state, unified workspace, CUDA Graph allowance) as one header figure, "
                           "`reserved_bytes`; no event reports those allocations, so only their sum enters the "
                           "automatic policy (CAP-1) and nothing about the parts can be judged from a trace.")
+
+
+# X of each plane (elements per token per head) per closed codec, restated from the seed's list (L104-110):
+# K/V and quantized code planes X = D; INT8-G64 scale D/64; FP8-E4M3FN-row256 scale 1; NVFP4-G16 code D/2, scale D/16
+_SEED_X = {"bf16": (lambda d: d, None), "int8": (lambda d: d, lambda d: d // 64), "fp8": (lambda d: d, lambda d: 1),
+           "nvfp4": (lambda d: d // 2, lambda d: d // 16)}
+_ORDER = {"main": PAGE_MAJOR, "mtp": PAGE_MAJOR, "draft_full": HEAD_MAJOR}
+
+
+@state_rule("CAP-7", "Every pool uses P = 64 and its closed plane order: page-major [X,P,H,N], head-major [X,P,N,H]",
+            'store contract: "所有 registered growing pools 使用 (P=64)，并选择两种 closed orders 之一", '
+            '"Main Text 与 MTP 使用 page-major", "DFlash Full 使用 head-major page run", '
+            '"Device replica 使用 4 的 consumer-native plane layout"', scope="config", evidence="model",
+            decisions="Decision 20 (plane order, nothing silently left out): guards the model, whose pool geometry "
+                      "(kvmodel.store.planes) feeds PageBytes, startup bytes and the capacity curve; the physical "
+                      "implementation (gpu/planes.py) builds the same shapes and its views reject any other "
+                      "(tests/gpu). kvtrace/1 carries no plane shapes, so an engine's layout is not judged. X per "
+                      "plane as the seed lists it: D for K/V and quantized code planes, D/64 for the INT8-G64 scale, "
+                      "1 for the FP8-E4M3FN-row256 scale, D/2 (packed U8) for the NVFP4-G16 code and D/16 for its "
+                      "scale. Code and scale planes share the page group g (one PoolGeometry per pool).")
+def cap_7(st: KVStore, _entity: object, full: bool) -> str | bool:
+    for name, g in st.geometry.items():
+        if PAGE_SIZE != 64:
+            return f"{name}: page size {PAGE_SIZE}, the contract fixes P = 64"
+        if g.order != _ORDER[name]:
+            return f"{name}: plane order {g.order}, the contract fixes {_ORDER[name]}"
+        codecs = PROFILE_CODECS["bf16" if name == "draft_full" else st.config.kv_profile]
+        want_roles = [(part, role) for part, codec in zip("kv", codecs, strict=True)
+                      for role, f in zip(("code", "scale"), _SEED_X[codec], strict=True) if f]
+        if sorted((p.part, p.role) for p in g.planes) != sorted(want_roles):
+            return f"{name}: planes {[(p.part, p.role) for p in g.planes]}, the profile needs {want_roles}"
+        for plane in g.planes:
+            x = plane.extent
+            code_x, scale_x = _SEED_X[codecs[0 if plane.part == "k" else 1]]
+            extent_of = code_x if plane.role == "code" else scale_x
+            want = -1 if extent_of is None else extent_of(g.head_dim)
+            if x != want:
+                return f"{name}: {plane.part} {plane.role} plane ({plane.dtype}) has X = {x}, the contract gives {want}"
+            shape = g.plane_shape(plane)
+            n, h = g.pages, g.kv_heads
+            if shape != ((x, PAGE_SIZE, h, n) if g.order == PAGE_MAJOR else (x, PAGE_SIZE, n, h)):
+                return f"{name}: plane shape {shape} is not the closed {g.order} order"
+    return True

@@ -1,7 +1,9 @@
 """CONS-*: consumers read through paged views within the frozen valid frontier; codec and attention.
 
 The model checks the read domain of every launch (CONS-1); the physical checks run in the lockstep driver
-(`kvsim replay --lockstep`), which the catalogue names by dotted path: `spec` never imports `sim`.
+(`kvsim replay --lockstep`), which the catalogue names by dotted path: `spec` never imports `sim`. CONS-2 and
+CONS-3 judge kvsim's own physical implementation (evidence "model", store contract "Kernel correctness不依赖
+physical page ID连续性"): an engine's kernels never appear in a trace.
 """
 
 from __future__ import annotations
@@ -18,14 +20,23 @@ transition_rule("CONS-1", "Consumers read through paged views within the frozen 
 transition_rule("CONS-2", "Correctness is independent of physical id order; no whole-context gather",
                 'store contract: "Kernel correctness不依赖physical page ID连续性，也不通过gather建立request-contiguous KV"',
                 "kvsim.sim.lockstep.Lockstep.check_row",
-                decisions="Lockstep: the read domain maps no hole and no aliased page, whatever the (engine- or "
-                          "allocator-chosen) physical order; attention stages one tile of pages at a time "
-                          "(gpu.attention), and its output is compared with the oracle under CONS-3.")
+                evidence="model",
+                decisions="Decision 19 (what CONS-2/CONS-3 judge; store contract \"Growing-cache Ops 直接消费 paged "
+                          "views\", \"Paging 不引入 gather-to-contiguous cache\"): the clause is about kernels, and a "
+                          "trace records store transitions, never a kernel's reads, so the engine's kernels are not "
+                          "checkable from kvtrace/1; this rule judges kvsim's own physical implementation (evidence "
+                          "`model`, a self-check under `kvsim replay --lockstep`). Lockstep: the read domain maps no "
+                          "hole and no aliased page, whatever the (engine- or allocator-chosen) physical order; "
+                          "attention stages one tile of pages at a time (gpu.attention), and its output is compared "
+                          "with the oracle under CONS-3.")
 
 transition_rule("CONS-3", "Codec bytes are bit-exact; paged attention equals the FP64 oracle within tolerance",
                 'store contract: "Exact persistent codec 由 kv_cache_append.h 定义"',
                 "kvsim.sim.lockstep.Lockstep.check_attention",
-                decisions="Lockstep, after every completed unit: each active sequence's committed codes and "
+                evidence="model",
+                decisions="Decision 19: judges kvsim's own codec and attention (evidence `model`; the engine's "
+                          "kernels are not checkable from a trace, which carries no bytes). "
+                          "Lockstep, after every completed unit: each active sequence's committed codes and "
                           "scales read back page by page equal the codec of its content keys' content; paged "
                           "attention over the unit's rows equals the FP64 oracle over the decoded K/V within "
                           "rel-L2 1e-4 (kernel error; codec error has its own budget in gpu.accuracy), inert "
@@ -41,3 +52,13 @@ clause_rule("CONS-5", "Plane and block-table bases are stable; page ids and iden
             'store contract: "Plane bases与 block-table matrix base在 Engine lifetime内稳定"',
             not_checkable="kvtrace/1 carries no Device addresses and no CUDA Graph keys; only table contents and "
                           "rows, which are judged by AS-1 and AS-3.")
+
+clause_rule("CONS-6", "Address translation: b = p >> 6, o = p & 63, g = block_table[b], then the closed order",
+            'store contract: "logical_block = position >> 6", "Page-major 地址为", "Head-major 地址为", "Code 与 scale '
+            'planes 使用同一个 (g)"',
+            not_checkable="A trace carries table contents (judged by AS-3, PAGE-2, CONS-1) but no Device addresses, "
+                          "strides or kernel reads, so an engine's address arithmetic cannot be judged from it.",
+            decisions="Decision 20 (nothing silently left out): kvsim's own physical implementation computes these "
+                      "formulas in gpu/planes.py (translate, the plane shapes and closed strides its views check) "
+                      "and tests/gpu checks every element address against the seed's page-major and head-major "
+                      "formulas; the batched view selects table_rows[b] first, then the same translation.")

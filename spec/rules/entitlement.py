@@ -18,7 +18,8 @@ if TYPE_CHECKING:
             'store contract: "Active entitlement在terminal release前不进入global available capacity"', scope="space",
             evidence="model",
             decisions="Guards the model: the engine's counters are judged by CAP-3 and TRACE-1 at `observe`; this "
-                      "state form recounts the model's own reservations. Entitlement = membership + reservation; default ceil(min(S, prompt+budget)/P) pages, "
+                      "state form recounts the model's own reservations. Entitlement = membership + reservation; default ceil(min(S, prompt+budget)/P) pages "
+                      "(prompt + the effective output budget min(budget, S − prompt): decision 18, AS-6), "
                       "MTP may lead by ceil((K−1)/P), Draft Full equals Main. The pool's reserved is the sum of "
                       "active reservations (recounted whenever the pool's counters moved); only finish returns a "
                       "reservation to global available.")
@@ -57,19 +58,44 @@ transition_rule("ENT-3", "Launches are covered by entitlement at the round bound
                           "stays within the entitlement.")
 
 
+transition_rule("ENT-5", "kv_lease_growth leases at most the frontier + the bounded window + the per-lane cushion",
+                'store contract: "Generation 只租用「当前 frontier 加一个 bounded window（约 4096 tokens）'
+                '加一个 per-lane cushion」的 page count"', mapping.check_engine_growth,
+                decisions="Decision 25 (bounded growth; store contract L196-199, \"window 之外、尚未取得的 "
+                          "output budget 不计入 active entitlement\", and L342 \"启用 kv_lease_growth 时它只在 "
+                          "decode-round边界按需增大\"): "
+                          "at a growth (a round boundary) a bundle may lease at most ceil(min(ceiling, committed + "
+                          "window)/P) + cushion Main pages (window = max(prefill_chunk, window); MTP with its "
+                          "ceil((K−1)/P) lead, Draft Full equal to Main), never less than it already holds. The "
+                          "contract fixes no step, so any growth up to that bound is legal; a lease beyond it (the "
+                          "whole remaining budget, say) is the violation, whether the `grow` result states it "
+                          "(kvmodel.store.mapping.check_engine_growth) or only the engine's next pool counters "
+                          "show it (kvmodel.store.observe). A growth that does not fit global available is TRACE-1 "
+                          "first.")
+
+
 @state_rule("ENT-4", "Truncated leases return to the same reservation; the last partial page is kept",
             'store contract: "对 active address space，解除的 Device leases 回到 同一 active reservation"', scope="space",
             evidence="model",
             decisions="Guards the model: an engine that keeps truncated leases is caught by its counters (TRACE-1 at "
-                      "`observe`). Decision (destructive truncate into a forked prefix, a kvtrace/1 extension): unmapping a "
-                      "member another address space still holds (or a copy still pins) frees no lease, and the "
-                      "entitlement shrinks by that page, always; nothing moves between the reservation and global "
+                      "`observe`). Decision 16 (destructive truncate into a forked prefix, a kvtrace/1 extension): "
+                      "unmapping a member another address space still holds frees no lease, and the entitlement "
+                      "shrinks by that page, always; nothing moves between the reservation and global "
                       "available (store contract \"两者不改变其他 requests 可用的 global capacity\"). An engine reports "
                       "it through unchanged reserved/available counters, and must refuse a later map beyond the "
                       "smaller entitlement (ENT-2); a `cow` of a shared member takes its page from global "
-                      "available. State form: an active space keeps at least ceil(committed/P) pages. Transition "
-                      "(kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped page dematerializes into "
-                      "the reservation; an unmapped shared page frees no lease and the entitlement shrinks by it.")
+                      "available. State form: an active space keeps at least ceil(committed/P) pages. "
+                      "Decision 26 (truncate of a copy-pinned private page; store contract \"对 active address "
+                      "space，解除的 Device leases 回到 同一 active reservation，而不是全局 available "
+                      "capacity\", L240, and \"Copy 进行时 source 与 destination 都被 pin\", L178): its lease "
+                      "goes back to the same reservation at once (allocated − 1, reserved + 1, the entitlement "
+                      "unchanged), exactly as for an unpinned page; the page "
+                      "group itself stays the copy's until `publish` (DevicePagePool.drain) and only then can be "
+                      "materialized again: a request that needs a page group while only pinned ones are left waits "
+                      "(refusal `busy`), and an engine that maps anyway takes a pinned page group (REP-2). "
+                      "Transition (kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped "
+                      "page dematerializes into the reservation; an unmapped shared page frees no lease and the "
+                      "entitlement shrinks by it.")
 def ent_4(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if len(space.pages) * PAGE_SIZE < space.committed:
         return (f"{space.owner!r} ({space.pool}) keeps {len(space.pages)} pages for frontier {space.committed} "

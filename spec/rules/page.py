@@ -62,7 +62,16 @@ transition_rule("PAGE-2", "A stale lease or page handle (older generation) is re
 @state_rule("PAGE-3", "A replica is valid for n columns iff its epoch equals the page's and coverage >= n",
             'store contract: "replica.epoch=page.epoch \\quad\\land\\quad replica.coverage\\ge n"', scope="page",
             decisions="Every active holder needs a valid Device replica for the columns it has committed in "
-                      "the page; a retained checkpoint needs one valid replica (Device or Host).")
+                      "the page; a retained checkpoint needs one valid replica (Device or Host). Decision 27 (verify "
+                      "after a cut; store contract \"reserve destination -> copy page payload -> verify epoch and "
+                      "committed coverage -> publish replica\", L173-176): pins forbid releasing, evicting or "
+                      "writing a copied page (REP-2), not moving its frontier, so a destructive truncate through "
+                      "a page a copy pins is legal (its lease handling is ENT-4's decision 26) and gives the page a "
+                      "new epoch; the copy is then stale and verify is where that is found. A `verify` reported as "
+                      "passed over a copy whose epoch or coverage no longer matches is this violation "
+                      "(kvmodel.store.transfers); a correct engine reports the failed verify (`result.ok` false) "
+                      "and the copy is abandoned: nothing published, its destination freed, its pins dropped "
+                      "(transfers.verify_failed).")
 def page_3(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or not page.holders:
         return None

@@ -22,9 +22,15 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
 
 @state_rule("REP-2", "Source and destination are pinned during a copy; pinned pages are not evicted or reused",
             'store contract: "Copy 进行时 source 与 destination 都被 pin"', scope="page",
-            decisions="A transfer pins its destination from reserve and its source from copy until publish; "
-                      "drop/offload/transfer of a pinned page, and a launch writing into a pinned page (store "
-                      "contract \"source/destination pins\"), are violations. Pins do not forbid reading: Fork or "
+            decisions="Decision 24 (when pins start; store contract \"Copy 进行时 source 与 destination 都被 pin。Copy "
+                      "完成前，destination 不进入 address space 或 execution table；唯一有效 source 也不能先"
+                      "释放\", L178, "
+                      "and \"只有当 references、replicas 和 transaction pins 均为零时，descriptor 才能回收\", L179): "
+                      "the copy transaction begins with \"reserve destination\", and the source may not be released "
+                      "at any time before the copy completes, so a transfer pins the page, source and destination "
+                      "alike, from `reserve` until `publish` (kvmodel.store.transfers). Drop/offload/transfer of a "
+                      "pinned page, and a launch writing into a pinned page (store contract \"source/destination "
+                      "pins\"), are violations from `reserve` on. Pins do not forbid reading: Fork or "
                       "Move from a checkpoint an in-flight copy pins is legal; only a page whose h2d restore is "
                       "still in flight (no Device replica yet) makes an activation wait (refusal `busy`).")
 def rep_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
@@ -35,7 +41,7 @@ def rep_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     want = 0
     for x in st.xfers.values():
         if page in x.pages and x.phase in ("reserve", "copy", "verify"):
-            want += 2 if x.pinned_source else 1
+            want += 2  # a source and a destination pin from reserve to publish (decision 24)
     if page.pins != want:
         return f"page {page.handle} has {page.pins} pins, open transfers account for {want}"
     return True if want else None
@@ -43,15 +49,21 @@ def rep_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
 
 @state_rule("REP-3", "Host arena extents are in bounds and disjoint; plans are checked against geometry",
             'store contract: "Plan 必须针对完整 release/allocation recipe 验证 extent geometry"', scope="store",
-            decisions="Host placement is the engine's (kvmodel.store.host_place). A copy's pages are one packed "
-                      "extent of n page strides in logical order (\"Host replica 使用 logical-order packed "
-                      "HostKVPageLayout\"); partial release frees page slices. With the engine's `offsets` "
-                      "(offload / d2h xfer result) the extent is checked for real: packed, inside the arena, "
-                      "overlapping no extent the engine placed (one the model guessed moves away). Without them "
-                      "the model places the pages itself (first fit, else page by page, else a placeholder beyond "
-                      "the arena) and claims REP-3 only when no placement can hold them: the arena's free bytes, "
-                      "which do not depend on placement, are short. It never blames the engine for the model's "
-                      "own first-fit fragmentation.")
+            decisions="Host placement is the engine's (kvmodel.store.host_place). Decision 22 (store contract "
+                      "\"Host replica 使用 logical-order packed HostKVPageLayout\", L165): a copy's pages are one "
+                      "packed extent of n page strides in logical block order, whatever order the trace lists the "
+                      "blocks in: offsets that follow a listed order [1, 0] (block 1 before block 0) are the "
+                      "violation, and the model's own guesses pack in logical order too; partial release frees "
+                      "page slices. With the engine's `offsets` (offload / d2h xfer result) the extent is checked "
+                      "for real: packed, inside the arena, overlapping no extent the engine placed (one the model "
+                      "guessed moves away). Decision 23 (store contract \"Plan 必须针对完整 release/allocation recipe "
+                      "验证 extent geometry；free_bytes 只是占用摘要，不是可分配性的充分证明\", L170-171): without "
+                      "offsets, when every live extent was placed where the engine said, the model knows the layout "
+                      "and the plan needs a hole of n strides (any fit: placement is the engine's, so no first-fit "
+                      "choice is imposed), else REP-3 although free bytes suffice. Only where the model's own "
+                      "guesses stand in the layout does it fall back to free bytes (which do not depend on "
+                      "placement) and count the check as partial (kvreport `rules.REP-3.partial`); it never blames "
+                      "the engine for the model's own fragmentation.")
 def rep_3(st: KVStore, touched: dict[int, int] | None, full: bool) -> str | bool | None:
     """Whole arena in the audit (`full`), else only the extents the last operation touched (`st.t_host`).
 

@@ -104,7 +104,13 @@ def as_5(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
 transition_rule("AS-6", "No sequence exceeds the per-sequence ceiling S: prompt + budget, writes and commits stay <= S",
                 'store contract: "Page rounding 只增加 physical padding， 不会扩大单 sequence 的 logical ceiling (S)"',
                 activation.plan_activation,
-                decisions="An activation whose prompt + budget exceeds S must be refused (reason `context`); an engine "
-                          "that activates it anyway broke the rule. A launch writing beyond S or a commit beyond S "
-                          "(possible inside the last page when S is not a multiple of P) is the violation "
-                          "(kvmodel.store.units).")
+                decisions="Decision 18 (effective budget; store contract \"默认 entitlement 预留 prompt 加整个 "
+                          "effective output 预算\", \"Page rounding 只增加 physical padding， 不会扩大单 sequence 的 "
+                          "logical ceiling (S)\"): the budget a trace logs is the raw max_tokens; the effective "
+                          "output budget is min(budget, S − prompt), so S only caps the request and an activation "
+                          "with prompt + budget "
+                          "> S is legal (entitlement ceil(min(S, prompt + budget)/P), ENT-1). Only a prompt beyond S "
+                          "must be refused (reason `context`); an engine that activates it anyway broke the rule. A "
+                          "launch writing beyond S or a commit beyond S (possible inside the last page when S is not a "
+                          "multiple of P) is the violation, reported at that write (kvmodel.store.units), never as a "
+                          "refused activation followed by stale-handle findings.")

@@ -28,6 +28,25 @@ def test_plane_shapes_order_and_page_bytes(profile, order):
     assert pool.table.shape == (2, 4) and pool.table.dtype == np.int32 and (pool.table == -1).all()
 
 
+@pytest.mark.parametrize("profile", ["fp8", "k8v4", "int8", "nvfp4", "bf16"])
+@pytest.mark.parametrize("heads", [1, 3, 5])
+def test_startup_bytes_are_affine_and_match_the_layout_builder(profile, heads):
+    """Decision 21 (CAP-1): each slab is its span plus one alignment allowance, so the physical footprint is
+    affine in the page count for odd KV-head counts too (an FP8 scale slab holds 128·H bytes per page), and the
+    model's layout builder charges exactly what this pool allocates."""
+    from kvsim.kvmodel.store.config import BackendConfig, CapacityPolicy, ModelGeometry, StoreConfig
+    from kvsim.kvmodel.store.planes import pool_geometry
+
+    sizes = [PagedKVPool(profile, 2, heads, 256, num_pages=n, rows=1).startup_bytes for n in (3, 4, 5, 6)]
+    steps = {b - a for a, b in zip(sizes, sizes[1:], strict=False)}
+    assert len(steps) == 1
+    cfg = StoreConfig(max_context=1024, max_concurrency=2, kv_profile=profile, backend=BackendConfig("off"),
+                      capacity=CapacityPolicy(), model=ModelGeometry(full_attention_layers=2, kv_heads=heads,
+                                                                     head_dim=256))
+    for n, size in zip((3, 4, 5, 6), sizes, strict=True):
+        assert pool_geometry(cfg, "main", n).startup_bytes == size
+
+
 @pytest.mark.parametrize("order", [PAGE_MAJOR, HEAD_MAJOR])
 def test_element_address_formula(order):
     """Element (pos, head, x) of a row lives at the flat offset the closed order prescribes."""

@@ -196,9 +196,9 @@ def test_admission_and_eviction_equal_the_model_under_a_tight_pool(seed, pages):
 
 
 @pytest.mark.parametrize("args,where", [
-    (["--pages", "1"], "--pages:0:"),
-    (["--requests", "0"], "--requests:0:"),
-    (["--stagger", "-2"], "--stagger:0:"),
+    (["--pages", "1"], "kvsim peer: --pages must be >= 2 (got 1)"),
+    (["--requests", "0"], "kvsim peer: --requests must be >= 1 (got 0)"),
+    (["--stagger", "-2"], "kvsim peer: --stagger must be >= -1 (got -2)"),
 ])
 def test_peer_cli_bad_options_are_input_errors(args, where, capsys):
     assert main(["peer", "tokenspeed", str(SAMPLES / "tiny_workload.jsonl"), *args]) == 2

@@ -70,7 +70,7 @@ def committed(store: KVStore, seq: str, frontier: int, prompt: int | None = None
               unit: str | None = None, pools=("main",)) -> None:
     """Activate `seq` from root and commit `frontier` tokens in every listed pool through one unit."""
     prompt = frontier if prompt is None else prompt
-    budget = min(budget, store.config.max_context - prompt)  # prompt + budget never exceeds S (AS-6)
+    budget = min(budget, store.config.max_context - prompt)  # the effective budget (AS-6, decision 18)
     steps = [("activate", seq, prompt, budget)]
     steps += [("map", seq, pool, frontier) for pool in pools]
     unit = unit or f"u-{seq}"

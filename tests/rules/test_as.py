@@ -193,11 +193,29 @@ def test_as6_keeps_activations_up_to_s():
     st = small()  # S = 1024
     run(st, ("activate", "a", 1000, 24), ("map", "a", "main", 1024), ("launch", "u", [("a", "main", (0, 1024))]),
         ("complete", "u", [("a", "main", 1024)]))
-    assert_refused(st, "context", "activate", "b", 1000, 25)
+    assert_refused(st, "context", "activate", "b", 1025, 0)
+    assert_kept(st, "AS-6")
+
+
+@pytest.mark.rule("AS-6", "keeps")
+def test_as6_keeps_a_raw_budget_clamped_to_s():
+    """Decision 18: prompt + budget > S is legal; the entitlement covers prompt + min(budget, S - prompt)."""
+    st = small()  # S = 1024, L = 16
+    run(st, ("activate", "a", 1000, 500))
+    space = st.bundles["a"].spaces["main"]
+    assert st.bundles["a"].ceiling == 1024 and space.entitlement == 16
+    run(st, ("map", "a", "main", 1024), ("launch", "u", [("a", "main", (0, 1024))]),
+        ("complete", "u", [("a", "main", 1024)]))
     assert_kept(st, "AS-6")
 
 
 @pytest.mark.rule("AS-6", "fires")
-def test_as6_fires_on_an_engine_admitting_a_request_beyond_s():
+def test_as6_fires_on_an_engine_admitting_a_prompt_beyond_s():
     result = replay_trace(SCENARIOS / "violations" / "AS-6_activation_beyond_max_context.jsonl")
     assert [(v["rule"], v["event"]) for v in result.violations] == [("AS-6", 0)]
+
+
+@pytest.mark.rule("AS-6", "fires")
+def test_as6_fires_at_the_write_beyond_s_of_a_clamped_budget():
+    result = replay_trace(SCENARIOS / "violations" / "AS-6_clamped_budget_write_beyond_s.jsonl")
+    assert [(v["rule"], v["op"]) for v in result.violations] == [("AS-6", "launch")]

@@ -81,6 +81,30 @@ def test_cap1_capacity_examples_explicit_and_refused():
     assert resolve_automatic(CURVE, free_bytes=1050, headroom_bytes=50) == 2  # exactly R + B_min: M_min
 
 
+@pytest.mark.rule("CAP-1", "keeps")
+@pytest.mark.parametrize("profile", ["fp8", "k8v4", "int8", "nvfp4", "bf16"])
+@pytest.mark.parametrize("heads", [1, 3, 5])
+@pytest.mark.parametrize("backend", ["off", "mtp", "dflash"])
+def test_cap1_keeps_automatic_capacity_affine_for_odd_head_counts(profile, heads, backend):
+    """Decision 21: the layout builder's curve is affine for every geometry (an FP8-row256 scale plane of an odd
+    KV-head count holds 128·H bytes per page, no multiple of the slab alignment), so the automatic policy never
+    refuses a legal configuration and lands on the curve at every M."""
+    from kvsim.kvmodel.store.capacity import build_layout, capacity_curve
+    from kvsim.kvmodel.store.config import ModelGeometry
+
+    base = config(max_context=1024, max_concurrency=3, profile=profile, backend=backend,
+                  model=ModelGeometry(full_attention_layers=2, kv_heads=heads, head_dim=256))
+    curve = capacity_curve(base)
+    for m in range(curve.m_min, curve.m_max + 1):
+        assert build_layout(base, m).reservation_bytes == curve.bytes_at(m), m
+    for m in (curve.m_min, (curve.m_min + curve.m_max) // 2, curve.m_max):
+        free = curve.bytes_at(m) + 1000 + (curve.b_step - 1)  # headroom 1000, just short of M + 1
+        st = KVStore(dataclasses.replace(base, capacity=CapacityPolicy(free_bytes=free, headroom_bytes=1000)))
+        assert st.resolution.m == m
+        Checker(st).config()
+        assert_kept(st, "CAP-1")
+
+
 def test_cap1_explicit_policy_bounds_are_config_errors():
     with pytest.raises(ConfigError, match="CAP-1"):
         resolve_explicit(100, max_context=128, m_min=2, m_max=6)  # K_main < S
@@ -228,3 +252,39 @@ def test_cap5_fires_on_symmetric_k8v4_bytes():
 def test_cap5_byte_table_at_d256(profile, nbytes):
     """The seed's byte table: K+V bytes per token per head at D = 256."""
     assert bytes_per_token_head(profile, 256) == nbytes
+
+
+# -- CAP-7 ----------------------------------------------------------------------------------------
+
+@pytest.mark.rule("CAP-7", "keeps")
+@pytest.mark.parametrize("profile", ["bf16", "int8", "fp8", "nvfp4", "k8v4"])
+@pytest.mark.parametrize("backend", ["mtp", "dflash"])
+def test_cap7_keeps_the_closed_plane_orders(profile, backend):
+    """Decision 20: Main/MTP page-major [X,P,H,N], Draft Full head-major [X,P,N,H], X per the seed's list."""
+    kw = {"full_layers": 1} if backend == "dflash" else {}
+    st = new_store(profile=profile, backend=backend, **kw)
+    main = st.geometry["main"]
+    assert main.order == "page_major"
+    x = 128 if profile == "nvfp4" else 256  # the K code plane: packed U8 D/2 for NVFP4-G16, else D
+    assert main.plane_shape(main.planes[0]) == (x, P, main.kv_heads, main.pages)
+    if backend == "dflash":
+        draft = st.geometry["draft_full"]
+        assert draft.plane_shape(draft.planes[0]) == (draft.head_dim, P, draft.pages, draft.kv_heads)
+    Checker(st).config()
+    assert_kept(st, "CAP-7")
+
+
+@pytest.mark.rule("CAP-7", "fires")
+def test_cap7_fires_on_a_head_major_main_pool():
+    st = new_store(profile="fp8")
+    st.geometry["main"] = dataclasses.replace(st.geometry["main"], order="head_major")
+    assert_config_detected(st, "CAP-7")
+
+
+@pytest.mark.rule("CAP-7", "fires")
+def test_cap7_fires_on_a_wrong_scale_extent():
+    st = new_store(profile="int8")
+    g = st.geometry["main"]
+    planes = tuple(dataclasses.replace(p, extent=1) if p.role == "scale" else p for p in g.planes)  # FP8's X
+    st.geometry["main"] = dataclasses.replace(g, planes=planes)
+    assert_config_detected(st, "CAP-7")

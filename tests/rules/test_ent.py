@@ -8,9 +8,12 @@ active reservation" with "最后一个部分页保留".
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvsim.kvmodel.store import GrowthConfig, Refusal
+from kvsim.sim.replay import replay_trace
 from tests.rules.builders import (
     assert_detected,
     assert_kept,
@@ -23,6 +26,8 @@ from tests.rules.builders import (
     small,
     touch,
 )
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 # -- ENT-1 ----------------------------------------------------------------------------------------
 
@@ -167,6 +172,46 @@ def test_ent3_fires_on_a_launch_beyond_a_root_entitlement():
     assert_violation(st, "ENT-3", "launch", "u", [("a", "main", (0, 129))])
 
 
+# -- ENT-5 ----------------------------------------------------------------------------------------
+
+def decoding(st):
+    """a: prompt 100 under a 4096-token window (68 pages), committed to 4200: the bound is
+    ceil(min(8100, 4200 + 4096)/64) + 2 = 127 pages."""
+    run(st, ("activate", "a", 100, 8000), ("map", "a", "main", 4200), ("launch", "u1", [("a", "main", (0, 4200))]),
+        ("complete", "u1", [("a", "main", 4200)]))
+
+
+@pytest.mark.rule("ENT-5", "keeps")
+def test_ent5_keeps_growth_up_to_frontier_window_and_cushion():
+    """Decision 25: any step up to the bound is the engine's choice, stated or read from its counters."""
+    st = growth_store()
+    decoding(st)
+    run(st, ("grow", "a", None, (True, {"main": 100})))  # the engine's own step
+    assert st.space_of("a", "main").entitlement == 100
+    run(st, ("grow", "a", None, (True, None)))  # unstated: the model's guess is the bound, 127
+    c = st.pool_counters("main")
+    run(st, ("observe_pool", "main", c["allocated"], c["reserved"] - 7, c["available"] + 7))  # 120 <= 127
+    assert st.space_of("a", "main").entitlement == 120
+    run(st, ("grow", "a", None, (True, {"main": 127})))  # exactly the bound
+    assert_kept(st, "ENT-5")
+
+
+@pytest.mark.rule("ENT-5", "fires")
+def test_ent5_fires_on_a_stated_lease_beyond_the_window():
+    st = growth_store()
+    decoding(st)
+    assert_violation(st, "ENT-5", "grow", "a", None, (True, {"main": 128}))  # within L, beyond the bound
+
+
+@pytest.mark.rule("ENT-5", "fires")
+def test_ent5_fires_on_counters_showing_a_lease_beyond_the_window():
+    st = growth_store()
+    decoding(st)
+    run(st, ("grow", "a", None, (True, {"main": 100})), ("grow", "a", None, (True, None)))  # guess: 127
+    c = st.pool_counters("main")
+    assert_violation(st, "ENT-5", "observe_pool", "main", c["allocated"], c["reserved"] + 1, c["available"] - 1)
+
+
 # -- ENT-4 ----------------------------------------------------------------------------------------
 
 @pytest.mark.rule("ENT-4", "keeps")
@@ -184,6 +229,56 @@ def test_ent4_keeps_truncated_leases_in_the_same_reservation():
     run(st, ("truncate", "a", "main", 100))  # destructive: cuts the tail page, same reservation again
     assert len(space.pages) == 2 and space.reservation == before[2] + 2 and pool.available == before[0]
     assert_kept(st, "ENT-4")
+
+
+def pinned_and_truncated(st):
+    """c (200 tokens, 4 pages) is being copied to the Host when a resumes it by Move and truncates to 128:
+    blocks 2 and 3, private and pinned by the copy, are unmapped."""
+    retained(st, "c", 200)
+    run(st, ("xfer", "x", "d2h", "c", "main", [0, 1, 2, 3], "reserve"),
+        ("xfer", "x", "d2h", "c", "main", [0, 1, 2, 3], "copy"),
+        ("activate", "a", 200, 56, {"source": "c", "keep_source": False}))
+
+
+@pytest.mark.rule("ENT-4", "keeps")
+def test_ent4_keeps_a_truncated_copy_pinned_lease_in_the_same_reservation():
+    """Decision 26: the lease goes back to the same reservation at once; the page group stays pinned."""
+    st = small(host_pages=8)
+    pinned_and_truncated(st)
+    space, pool = st.space_of("a", "main"), st.pools["main"]
+    before = st.pool_counters("main")
+    run(st, ("truncate", "a", "main", 128))
+    after = st.pool_counters("main")
+    assert (after["allocated"], after["reserved"], after["available"]) == \
+        (before["allocated"] - 2, before["reserved"] + 2, before["available"])
+    assert space.entitlement == 4 and pool.draining == 2 and pool.free_ids == pool.capacity - 4
+    run(st, ("map", "a", "main", 256))  # the entitlement is intact (ENT-2 would refuse otherwise)
+    for phase in ("verify", "publish", "release_source"):
+        run(st, ("xfer", "x", "d2h", "c", "main", [0, 1, 2, 3], phase))
+    assert pool.draining == 0 and st.pool_counters("main")["allocated"] == 4
+    assert_kept(st, "ENT-4")
+
+
+@pytest.mark.rule("REP-2", "keeps")
+def test_rep2_keeps_a_map_waiting_while_only_a_pinned_page_group_is_left():
+    """Decision 26: the reservation holds the unit, but its page group is the copy's until publish: a map
+    that needs it waits (`busy`) and succeeds once the copy is published."""
+    st = small(host_pages=8, tokens=20 * 64)  # M = 20
+    pinned_and_truncated(st)
+    run(st, ("activate", "b", 900, 124), ("map", "b", "main", 1024))  # b holds 16: allocated 20, available 0
+    run(st, ("truncate", "a", "main", 128))  # 2 units back in a's reservation, their page groups still pinned
+    assert st.pools["main"].free_ids == 0
+    assert_refused(st, "busy", "map", "a", "main", 256)
+    for phase in ("verify", "publish"):
+        run(st, ("xfer", "x", "d2h", "c", "main", [0, 1, 2, 3], phase))
+    run(st, ("map", "a", "main", 256))
+    assert_kept(st, "REP-2")
+
+
+@pytest.mark.rule("REP-2", "fires")
+def test_rep2_fires_on_an_engine_mapping_onto_a_pinned_page_group():
+    result = replay_trace(SCENARIOS / "violations" / "REP-2_map_onto_pinned_page_group.jsonl")
+    assert [(v["rule"], v["op"]) for v in result.violations] == [("REP-2", "map")]
 
 
 @pytest.mark.rule("ENT-4", "fires")

@@ -73,7 +73,7 @@ def test_rep2_keeps_pins_while_copying():
         pins.append(page.pins)
         if step[-1] == "copy":  # copy pins forbid releasing the source, not reading it: a Fork is legal
             run(st, ("activate", "s", 200, 0, {"source": "c"}), ("finish", "s", None))
-    assert pins == [1, 2, 2, 0, 0]  # destination pinned from reserve, source from copy, both until publish
+    assert pins == [2, 2, 2, 0, 0]  # decision 24: source and destination pinned from reserve until publish
     assert_kept(st, "REP-2")
 
 
@@ -85,6 +85,15 @@ def test_rep2_fires_on_a_pin_no_transfer_accounts_for():
     page.pins += 1  # a copy that never unpinned
     touch(st, pages=[page])
     assert_detected(st, "REP-2")
+
+
+@pytest.mark.rule("REP-2", "fires")
+def test_rep2_fires_on_dropping_a_source_reserved_but_not_yet_copied():
+    """Decision 24: "唯一有效 source 也不能先释放" holds from `reserve`, before the copy has started."""
+    st = small(host_pages=8)
+    retained(st, "c", 200)
+    run(st, ("offload", "c", "main", [0]), *xfer_steps("h", "d2h", "c", [0, 1], PHASES[:1]))
+    assert_violation(st, "REP-2", "drop_device", "c", "main", [0])
 
 
 def test_rep2_fires_on_dropping_a_pinned_page():
@@ -124,6 +133,61 @@ def test_rep3_fires_on_overlapping_host_extents():
     st.host_slices[second.host.offset] = second
     touch(st, pages=[second], host=[second.host.offset])
     assert_detected(st, "REP-3")
+
+
+S = PAGE_BYTES_BF16
+
+
+def _fragmented(st) -> None:
+    """Engine-named offsets: c's block 1 at stride 1, d at stride 2; holes [0, 1) and [3, 4)."""
+    retained(st, "c", 128)
+    retained(st, "d", 64)
+    retained(st, "e", 128)
+    run(st, ("offload", "c", "main", [0, 1], [0, S]), ("offload", "d", "main", [0], [2 * S]),
+        ("drop_host", "c", "main", [0]))
+
+
+@pytest.mark.rule("REP-3", "keeps")
+def test_rep3_keeps_plans_on_the_known_layout_and_counts_guessed_ones_partial():
+    """Decision 23: a plan without offsets is judged on the extent layout when every extent is the engine's
+    (any hole of its size will do); where the model's own guesses stand, only free bytes are certain and the
+    check counts as partial."""
+    st = small(host_pages=4)
+    _fragmented(st)
+    run(st, ("offload", "e", "main", [1]))  # a 1-stride hole exists: judged on geometry, not partial
+    assert st.cov.partials == {}
+    run(st, ("drop_host", "d", "main", [0]), ("offload", "d", "main", [0]))  # a guess stands in the layout
+    assert st.cov.partials == {"REP-3": 1}
+    assert_kept(st, "REP-3")
+
+
+@pytest.mark.rule("REP-3", "fires")
+def test_rep3_fires_on_a_plan_no_hole_of_the_known_layout_holds():
+    st = small(host_pages=4)
+    _fragmented(st)
+    assert st.arena.free_bytes == 2 * S
+    assert_violation(st, "REP-3", "offload", "e", "main", [0, 1])
+
+
+@pytest.mark.rule("REP-3", "keeps")
+def test_rep3_keeps_a_replica_packed_in_logical_order_whatever_the_listed_order():
+    """Decision 22: "logical-order packed HostKVPageLayout"; the model's own guess packs in logical order too."""
+    st = small(host_pages=8)
+    retained(st, "c", 192)
+    run(st, ("offload", "c", "main", [1, 0], [5 * S, 4 * S]), ("offload", "c", "main", [2]))
+    pages = st.checkpoints["c"].spaces["main"].pages
+    assert [p.host.offset for p in pages[:2]] == [4 * S, 5 * S]
+    retained(st, "d", 128)
+    run(st, ("xfer", "x", "d2h", "d", "main", [1, 0], "reserve"))
+    assert st.xfers["x"].dest[1] < st.xfers["x"].dest[0]  # block 0 first in the extent
+    assert_kept(st, "REP-3")
+
+
+@pytest.mark.rule("REP-3", "fires")
+def test_rep3_fires_on_a_replica_packed_in_listed_not_logical_order():
+    st = small(host_pages=8)
+    retained(st, "c", 128)
+    assert_violation(st, "REP-3", "offload", "c", "main", [1, 0], [0, S])
 
 
 def _offloaded(host_pages=8):
@@ -282,3 +346,30 @@ def test_rep4_keeps_releasing_a_restores_host_source_while_its_device_copy_stand
     page = st.checkpoints["c"].spaces["main"].pages[1]
     assert page.host is None and page.device_valid(page.committed)
     assert_kept(st, "REP-4")
+
+
+def test_rep3_partial_checks_are_reported():
+    """The report says where a plan could be judged only on free bytes (decision 23)."""
+    from pathlib import Path
+
+    from kvsim.sim.replay import replay_trace
+    from kvsim.sim.report.build import build_report
+
+    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+    guessed = replay_trace(scenarios / "host_placement_engine_offsets.jsonl")
+    known = replay_trace(scenarios / "host_plan_on_known_layout.jsonl")
+    report = build_report([guessed, known])
+    assert report["rules"]["REP-3"]["partial"] == guessed.coverage.partials["REP-3"] > 0
+    assert not known.coverage.partials and "partial" not in build_report([known])["rules"]["REP-3"]
+
+
+def test_rep3_partial_checks_show_in_the_markdown_summary():
+    from pathlib import Path
+
+    from kvsim.sim.replay import replay_trace
+    from kvsim.sim.report.build import build_report
+    from kvsim.sim.report.markdown import render_markdown
+
+    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+    report = build_report([replay_trace(scenarios / "host_placement_engine_offsets.jsonl")])
+    assert f"({report['rules']['REP-3']['partial']} checks partial)" in render_markdown(report)

@@ -48,9 +48,10 @@ def test_model_guards_and_clauses_are_marked():
     assert clauses and all(r.evidence == "none" and r.not_checkable and r.checker is None for r in clauses)
 
 
-def test_rules_json_gives_the_evidence_kind(capsys):
+def test_rules_json_gives_the_evidence_kind(capsys, tmp_path, monkeypatch):
     from kvsim.sim.cli import main as kvsim
-    assert kvsim(["rules", "--json", "--report", str(SCENARIOS / "no-such-report.json")]) == 0
+    monkeypatch.setenv("KVSIM_REPORTS", str(tmp_path))  # no last run: the catalogue alone
+    assert kvsim(["rules", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     kinds = [r["evidence"] for r in rows]
     assert set(kinds) == {"engine", "model", "none"}

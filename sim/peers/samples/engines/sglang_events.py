@@ -82,7 +82,8 @@ class Pool:
         self.free = list(range(size, 0, -1))
 
     def alloc(self, n: int) -> torch.Tensor:
-        assert len(self.free) >= n, "pool too small"
+        if len(self.free) < n:
+            raise SystemExit("pool too small")
         return torch.tensor([self.free.pop() for _ in range(n)], dtype=torch.int64)
 
     def free_segment(self, value: torch.Tensor, start_pos: int = 0) -> None:

@@ -107,12 +107,14 @@ class Driver:
         """Serve one request alone: prefill (from its prefix hit), decode ``outputs``, free."""
         blocks, hit, _ = self.mgr.get_computed_blocks(req)
         new = req.num_tokens - hit
-        assert self.mgr.allocate_slots(req, new, hit, blocks) is not None, "pool too small"
+        if self.mgr.allocate_slots(req, new, hit, blocks) is None:
+            raise SystemExit("pool too small")
         req.num_computed_tokens = req.num_tokens
         self.flush()
         for t in outputs:
             req.append_output_token_ids(t)
-            assert self.mgr.allocate_slots(req, 1) is not None, "pool too small"
+            if self.mgr.allocate_slots(req, 1) is None:
+                raise SystemExit("pool too small")
             req.num_computed_tokens = req.num_tokens
             self.flush()
         self.mgr.free(req)

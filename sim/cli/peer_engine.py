@@ -1,0 +1,279 @@
+"""`kvsim peer vllm|sglang WORKLOAD --engine-python VENV/bin/python` and `kvsim peer compare WORKLOAD --blocks N`.
+
+The first drives a real engine in its own venv and process (``sim.peers.engines``) and judges every step: the
+KV-event stream (EV rules), capacity, whole-block prefix hits bounded by the trace and the stream, aliasing,
+and the engine's own statistics (PEER-5 ... PEER-9). The report (kvreport/1) carries the verdict, every
+violation, the hit ratio against the trace's own bound, and -- under ``stats.timing``, the only wall-clock
+figures, left out with ``--no-timing`` -- per-step engine-call percentiles, events per second and the
+judge/engine time ratio. ``--record F`` writes the engine's event batches as a subscriber log; the exact
+``kvsim events`` command that judges it is printed at the end.
+
+`compare` runs vLLM, SGLang (each where its python is given), TokenSpeed (where its wheel is installed) and
+`kvsim simulate` on the same rows and the same capacity in tokens, and prints their hit ratios beside the
+trace's bound in one table.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, output_style, write
+from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
+from kvsim.sim.report.kvreport import dumps_report
+from kvsim.sim.report.verdict import stamp
+
+if TYPE_CHECKING:
+    from kvsim.sim.peers.engines import EngineConfig
+    from kvsim.sim.peers.workload import Request
+
+ENGINE_NAMES = ("vllm", "sglang")
+TS_PAGE = 64  # TokenSpeed's prefix_granularity and `kvsim simulate`'s page (tokens)
+
+
+def _requests(args: Any) -> list[Request]:
+    from kvsim.sim.peers.workload import WorkloadError, read_mooncake
+    for name in ("requests", "max_output"):
+        v = getattr(args, name, None)
+        if v is not None and v < 1:
+            raise InputError(f"--{name.replace('_', '-')}:0: must be at least 1")
+    try:
+        reqs = read_mooncake(args.workload, args.requests, getattr(args, "max_output", None))
+    except WorkloadError as exc:
+        raise InputError(str(exc)) from None
+    if not reqs:
+        raise InputError(f"{args.workload}:1: no requests")
+    return reqs
+
+
+def _blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
+    """The most blocks one request needs (prompt and output) and which request that is."""
+    need, who = max(((-(-(len(r.tokens) + r.max_new_tokens) // bs), r.id) for r in reqs), key=lambda x: x[0])
+    return need, who
+
+
+def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int) -> EngineConfig:
+    """The pool: ``blocks`` usable blocks (plus the engine's reserved ones); unbounded (never evicts) if None."""
+    from kvsim.sim.peers.engines import ENGINES, EngineConfig
+    spec = ENGINES[engine]
+    need, who = _blocks_needed(reqs, bs)
+    if blocks is None:
+        blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
+    elif blocks < need:
+        raise InputError(f"--blocks:0: {blocks} blocks of {bs} tokens cannot hold request {who} ({need} blocks)")
+    longest = max(len(r.tokens) + r.max_new_tokens for r in reqs)
+    return EngineConfig(block_size=bs, num_blocks=blocks + spec.reserved_blocks,
+                        max_model_len=-(-(longest + bs) // bs) * bs)
+
+
+def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
+    """The `kvsim events` command line that judges the recorded log as this run's event checker did: the
+    engine's preset where ``sim.peers.events`` has one (``--engine``), else its block size."""
+    from kvsim.sim.peers import events as pe
+    words = ["kvsim", "events", record]
+    if engine in getattr(pe, "PRESETS", {}):
+        words += ["--engine", engine]
+    else:
+        words += ["--block-size", str(bs)]
+    words += ["--capacity", str(capacity)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def run_engine_peer(args: Any) -> int:
+    from kvsim.sim.peers.engines import ENGINES, EngineError, event_checker, probe, run_engine
+    from kvsim.sim.peers.report import add_engine_judge, build, file_sha256, percentiles
+
+    engine = args.peer
+    if not args.engine_python:
+        raise InputError(f"--engine-python:0: required for {engine} (build a venv with scripts/install-engine "
+                         f"{engine} VENV, then pass VENV/bin/python)")
+    bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
+    if bs < 1:
+        raise InputError("--block-size:0: must be at least 1")
+    if args.blocks is not None and args.blocks < 1:
+        raise InputError("--blocks:0: must be at least 1")
+    reqs = _requests(args)
+    cfg = engine_config(engine, reqs, args.blocks, bs)
+    why = probe(args.engine_python, engine)
+    if why:
+        raise InputError(f"--engine-python:0: {why}")
+    usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
+    events = event_checker(engine, bs, usable)
+    for target in (args.record, args.json, args.html):
+        if target and not Path(target).parent.exists():
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+    err = Console(stderr=True)
+    try:
+        if err.is_terminal and not getattr(args, "quiet", False):
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            with Progress(TextColumn(f"{engine} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=err, transient=True) as prog:
+                task = prog.add_task("requests finished", total=len(reqs))
+                out = run_engine(engine, args.engine_python, reqs, cfg, events, record=args.record,
+                                 progress=lambda done, total: prog.update(task, completed=done))
+        else:
+            out = run_engine(engine, args.engine_python, reqs, cfg, events, record=args.record)
+    except EngineError as exc:
+        raise InputError(f"--engine-python:0: {exc}") from None
+    except OSError as exc:
+        raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
+    ev = events.summary()
+    stats: dict = {"peer": {"engine": out.hello.get("engine", engine), "requests": len(reqs), "block_size": bs,
+                            "num_blocks": cfg.num_blocks, "usable_blocks": usable,
+                            "capacity_tokens": usable * bs, "pool": "unbounded" if args.blocks is None else "bounded",
+                            "hash_algo": out.hello.get("hash_algo"), "event_hash_check": events.scheme,
+                            "steps": out.steps, "stalled_requests": len(out.stalled)}}
+    if not args.no_timing:
+        n_events = ev["stored"] + ev["removed"] + ev["cleared"]
+        stats["timing"] = {
+            "engine_s": round(out.engine_s, 3), "judge_s": round(out.judge_s, 3), "observe_s": round(out.observe_s, 3),
+            "wall_s": round(out.wall_s, 3), "engine_import_s": out.hello.get("import_s"),
+            "judge_to_engine": round(out.judge_s / out.engine_s, 4) if out.engine_s else None,
+            "step_cost_ms": percentiles(out.step_costs_ms),
+            "step_cost_mean_ms": round(sum(out.step_costs_ms) / len(out.step_costs_ms), 3) if out.step_costs_ms
+            else None,
+            "events_per_s_engine": round(n_events / out.engine_s) if out.engine_s else None,
+            "events_per_s_judge": round(n_events / out.judge_s) if out.judge_s else None}
+    trace = args.record or f"({engine} event stream)"  # findings name lines of the recorded event log
+    inputs = [{"path": str(args.workload), "sha256": file_sha256(args.workload), "events": out.steps}]
+    report = add_engine_judge(build(inputs, trace, None, events, stats), out.judge, trace)
+    verdict = stamp(report)  # stalled requests make an incomplete run, never a pass
+    if args.json:
+        write(args.json, dumps_report(report))
+    if args.html:
+        from kvsim.sim.report.html_page import render_html
+        write(args.html, render_html(report, {}))
+    console = Console()
+    style = output_style(args, console)
+    if not style.quiet:
+        _print(report, console, style)
+    print_verdict(verdict, console, style, f"kvsim peer {engine}")
+    if args.record and not style.quiet:
+        sys.stderr.write(f"kvsim peer: judge the recorded event log with: "
+                         f"{events_command(engine, args.record, bs, usable)}\n")
+    return verdict.exit_code
+
+
+def _print(report: dict, console: Console, style: Style) -> None:
+    """The run's figures (one line each), then every finding listed (at most 20) as `path:line: RULE message`."""
+    s = report["stats"]
+    sc, kv, p = s["scheduler"], s["kv_events"], s["peer"]
+    console.print(f"{p['engine']}: steps {p['steps']:,}  requests {sc['requests']:,}  blocks {p['usable_blocks']:,} "
+                  f"of {p['block_size']} tokens  hit ratio {100 * sc['hit_ratio']:.2f} % (trace bound "
+                  f"{100 * sc['trace_bound_ratio']:.2f} %)  KV events: {kv['stored']:,} stored, {kv['removed']:,} "
+                  f"removed, peak live {kv['peak_live']:,}", markup=False, soft_wrap=True)
+    if p["stalled_requests"]:
+        console.print(f"stalled requests {p['stalled_requests']}", markup=False, soft_wrap=True)
+    t = s.get("timing")
+    if t:
+        ratio = "n/a" if t["judge_to_engine"] is None else f"{t['judge_to_engine']:.2f}"
+        cost = ", ".join(f"{q} {v:,.3f} ms" for q, v in (t.get("step_cost_ms") or {}).items()) or "n/a"
+        console.print(f"engine {t['engine_s']:,.3f} s, judge {t['judge_s']:,.3f} s (judge / engine {ratio}); "
+                      f"{t['events_per_s_engine'] or 0:,} block events/s (engine), {t['events_per_s_judge'] or 0:,} "
+                      f"(judge); step cost {cost}", markup=False, soft_wrap=True)
+    print_findings(report["violations"], console, style, 20)
+
+
+# -- compare ----------------------------------------------------------------------------------------------------
+
+def run_compare(args: Any) -> int:
+    """One table: each engine's hit ratio on the same rows and capacity (in tokens), and the trace's bound."""
+    from kvsim.sim.peers import tokenspeed as ts
+    from kvsim.sim.peers.engines import EngineError, event_checker, probe, run_engine
+
+    if args.blocks is None or args.blocks < 1:
+        raise InputError("--blocks:0: compare needs the capacity in blocks (at least 1)")
+    bs = args.block_size if args.block_size is not None else 16
+    if bs < 1:
+        raise InputError("--block-size:0: must be at least 1")
+    reqs = _requests(args)
+    tokens = args.blocks * bs
+    rows: list[dict] = []
+    notes: list[str] = []
+    for engine, python in (("vllm", args.vllm_python), ("sglang", args.sglang_python)):
+        if not python:
+            notes.append(f"{engine}: skipped (no --{engine}-python)")
+            continue
+        why = probe(python, engine)
+        if why:
+            raise InputError(f"--{engine}-python:0: {why}")
+        cfg = engine_config(engine, reqs, args.blocks, bs)
+        events = event_checker(engine, bs, args.blocks)
+        try:
+            out = run_engine(engine, python, reqs, cfg, events)
+        except EngineError as exc:
+            raise InputError(f"--{engine}-python:0: {exc}") from None
+        sm = out.judge.summary()
+        bad = sum(out.judge.counts.values()) + sum(events.counts.values())
+        rows.append({"engine": out.hello.get("engine", engine), "block_size": bs, "blocks": args.blocks,
+                     "capacity_tokens": tokens, "hit_ratio": sm["hit_ratio"], "trace_bound": sm["trace_bound_ratio"],
+                     "violations": bad, "stalled": len(out.stalled)})
+    pages = tokens // TS_PAGE
+    if ts.available():
+        if pages < 2:
+            notes.append(f"tokenspeed: skipped ({tokens} tokens is under two {TS_PAGE}-token pages)")
+        else:
+            o = ts.run(reqs, ts.RunConfig(pages=pages + 1, prefix_granularity=TS_PAGE))
+            sm = o.contract.summary()
+            rows.append({"engine": f"tokenspeed-scheduler {ts.version()}", "block_size": TS_PAGE, "blocks": pages,
+                         "capacity_tokens": pages * TS_PAGE, "hit_ratio": sm["hit_ratio"],
+                         "trace_bound": sm["trace_bound_ratio"],
+                         "violations": sum(o.contract.counts.values()) + sum(o.events.counts.values()),
+                         "stalled": len(o.stalled)})
+    else:
+        notes.append("tokenspeed: skipped (tokenspeed-scheduler not installed: pip install 'kvsim[peers]')")
+    if pages < 2:
+        notes.append(f"kvsim simulate: skipped ({tokens} tokens is under two {TS_PAGE}-token pages)")
+    else:
+        rows.append(_simulate_row(args.workload, len(reqs), pages))
+    if pages * TS_PAGE != tokens:
+        notes.append(f"{tokens} tokens is not a whole number of {TS_PAGE}-token pages: tokenspeed and simulate get "
+                     f"{pages * TS_PAGE} tokens")
+    result = {"format": "kvsim-peer-compare/1", "workload": Path(args.workload).name, "requests": len(reqs),
+              "capacity_tokens": tokens, "rows": rows, "notes": notes}
+    if args.json:
+        import json
+        write(args.json, json.dumps(result, indent=1, sort_keys=True) + "\n")
+    console = Console()
+    style = output_style(args, console)
+    if not style.quiet:
+        _print_compare(result, console, style)
+    return EXIT_OK if all(r["violations"] == 0 and not r["stalled"] for r in rows) else EXIT_VIOLATION
+
+
+def _simulate_row(workload: str, n: int, pages: int) -> dict:
+    from kvsim.sim.simulate.engine import SimConfig, Simulation
+    from kvsim.sim.trace.stream import TraceInputError
+    from kvsim.sim.workloads import WorkloadInputError, open_workload
+
+    # the store model's capacity resolution asks M >= concurrency rows and max_context within the capacity
+    cfg = SimConfig(pages=pages, max_context=min(131072, pages * TS_PAGE), concurrency=max(2, min(256, pages)))
+    try:
+        sim = Simulation(cfg, source=workload)
+        res = sim.run(open_workload(workload, n))
+    except (WorkloadInputError, TraceInputError) as exc:
+        raise InputError(str(exc)) from None
+    st = res.stats
+    return {"engine": "kvsim simulate", "block_size": TS_PAGE, "blocks": pages, "capacity_tokens": pages * TS_PAGE,
+            "hit_ratio": st["hit_ratio"], "trace_bound": None, "violations": st.get("violations", 0),
+            "stalled": st.get("rejected", 0)}
+
+
+def _print_compare(result: dict, console: Console, style: Style) -> None:
+    t = Table(title=f"prefix-hit ratio on {result['requests']} rows of {result['workload']}, "
+                    f"{result['capacity_tokens']:,} tokens of cache", title_justify="left")
+    for c in ("engine", "block size", "blocks", "tokens", "hit ratio", "trace bound", "violations",
+              "stalled/rejected"):
+        t.add_column(c, justify="left" if c == "engine" else "right")
+    for r in result["rows"]:
+        t.add_row(r["engine"], str(r["block_size"]), f"{r['blocks']:,}", f"{r['capacity_tokens']:,}",
+                  f"{r['hit_ratio']:.4%}", "-" if r["trace_bound"] is None else f"{r['trace_bound']:.4%}",
+                  str(r["violations"]), str(r["stalled"]))
+    print_table(t, console, style.plain)
+    for note in result["notes"]:
+        console.print(note, markup=False, soft_wrap=True)

@@ -1,0 +1,297 @@
+"""kvsim's driver for SGLang's real radix cache, run as a script by the engine venv's python (never imported by
+kvsim).
+
+It imports only SGLang (with what it ships: torch, msgspec) and the standard library. SGLang's Scheduler class
+needs model workers, so this driver plays the scheduler's part around the real cache objects -- the calls
+``sglang.srt.managers.scheduler`` and ``sglang.srt.mem_cache.common`` make, in their order:
+
+* admission (FCFS, at most ``max_num_seqs`` running, ``max_num_batched_tokens`` per step): ``match_prefix`` on
+  the prompt less its last token (``adjust_max_prefix_ids``), ``lock`` of the matched node, then the pages of
+  the first chunk from the allocator (``PagedTokenToKVPoolAllocator`` on CPU tensors; ``TokenToKVPoolAllocator``
+  at page size 1), evicting from the tree (``evict``) when the allocator runs short. A request is admitted only
+  when its whole remaining prompt and output fit beside what running requests still need (SGLang's
+  PrefillAdder with a new-token ratio of 1), so no running request is ever retracted;
+* after each prefill chunk, the radix cache's own ``checkpoint`` sequence (``cache_unfinished_req``):
+  ``insert`` of the page-aligned computed tokens, free of the duplicate pages the insert exposed, re-match,
+  adoption of the tree's pages into the request's row, ``unlock`` of the old node and ``lock`` of the new;
+* one token per decode step, a page from the allocator when the row's last page is full;
+* at finish (``release_kv_cache``): the same checkpoint over prompt and output, free of the pages the tree did
+  not take, ``unlock``.
+
+Per step it writes one JSON line on stdout: the tables (page ids) handed out, the pages swapped to the tree's
+canonical copies, tokens scheduled and produced, finished requests, the tree's sizes, the free pages, and the
+cache's KV events taken after the step (SGLang's wire form ``[ts, [event, ...]]``, ``ts`` = step). Anything
+SGLang prints goes to stderr.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+import zlib
+from array import array
+from typing import Any
+
+
+def use_standins() -> None:
+    """scripts/install-engine leaves a torchvision stand-in in VENV/kvsim-standins (PyPI's torchvision does not
+    load beside CPU torch; SGLang's model configs import it at module level). transformers is first asked, so
+    it caches "torchvision absent" and never takes its torchvision paths; then the folder joins sys.path."""
+    folder = os.path.join(sys.prefix, "kvsim-standins")
+    if not os.path.isdir(folder):
+        return
+    from transformers.utils import import_utils
+    import_utils.is_torchvision_available()
+    sys.path.append(folder)
+
+
+def token(rid: str, pos: int, vocab: int) -> int:
+    """A synthetic output token, deterministic in (request, position) -- the same formula as kvsim's peers."""
+    return zlib.crc32(f"{rid}:{pos}".encode()) % vocab
+
+
+class Req:
+    __slots__ = ("id", "prompt", "max_new", "out", "row", "protected", "inserted", "lock", "node", "computed",
+                 "need")
+
+    def __init__(self, rid: str, tokens: list, max_new: int):
+        self.id = rid
+        self.prompt = array("q", tokens)
+        self.max_new = max_new
+        self.out: list = []
+        self.row: Any = None     # torch int64 tensor: the request's KV slot per token (page-aligned allocation)
+        self.protected = 0       # tokens of the row owned by the tree (SGLang's cache_protected_len)
+        self.inserted = 0        # SGLang's cache_inserted_len
+        self.lock: Any = None
+        self.node: Any = None
+        self.computed = 0
+        self.need = 0            # tokens still to allocate until the request finishes (admission reservation)
+
+    def fill(self) -> array:
+        return self.prompt + array("q", self.out)
+
+
+class Driver:
+    def __init__(self, cfg: dict):
+        import torch
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.radix_cache import RadixCache
+
+        self.torch = torch
+        self.ps = ps = cfg["block_size"]
+        self.pages = cfg["num_blocks"] - 1   # page 0 is SGLang's padding slot
+        self.max_seqs = cfg["max_num_seqs"]
+        self.budget = cfg["max_num_batched_tokens"]
+        self.vocab = cfg["vocab"]
+        if ps == 1:
+            from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+            self.alloc = TokenToKVPoolAllocator(self.pages, torch.float16, "cpu", None, False)
+        else:
+            from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+            self.alloc = PagedTokenToKVPoolAllocator(self.pages * ps, ps, torch.float16, "cpu", None, False)
+        self.tree = RadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
+                                               token_to_kv_pool_allocator=self.alloc, page_size=ps,
+                                               enable_kv_cache_events=True))
+
+    # -- cache calls ---------------------------------------------------------------------------------------------
+    def key(self, tokens: array) -> Any:
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+        return RadixKey(tokens)
+
+    def allocate(self, n_tokens: int) -> Any:
+        """Pages for n_tokens (a whole number of pages), evicting from the tree when the allocator runs short."""
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+        if n_tokens == 0:
+            return self.torch.empty((0,), dtype=self.torch.int64)
+        short = n_tokens - self.alloc.available_size()
+        if short > 0:
+            self.tree.evict(EvictParams(num_tokens=short))
+        got = self.alloc.alloc(n_tokens)
+        if got is None:
+            raise RuntimeError(f"allocator cannot serve {n_tokens} tokens after eviction "
+                               f"({self.alloc.available_size()} available)")
+        return got.to(self.torch.int64)
+
+    def grow(self, r: Req, upto: int) -> list:
+        """Extend the row so it covers ``upto`` tokens; returns the new page ids."""
+        have = 0 if r.row is None else len(r.row)
+        if upto <= have:
+            return []
+        n = -(-(upto - have) // self.ps) * self.ps
+        new = self.allocate(n)
+        r.row = new if r.row is None else self.torch.cat((r.row, new))
+        r.need -= n
+        return (new[:: self.ps] // self.ps).tolist()
+
+    def checkpoint(self, r: Req, upto: int) -> list | None:
+        """The radix cache's checkpoint: insert, free duplicates, adopt the tree's pages. Returns the new page
+        table when the row changed (pages swapped to the tree's copies), else None."""
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+        torch = self.torch
+        key = self.key(r.fill()[:upto]).page_aligned(self.ps)
+        klen = len(key)
+        values = r.row[:klen].clone()
+        res = self.tree.insert(InsertParams(key=key, value=values, inserted_len=r.inserted, priority=0))
+        r.inserted = max(r.inserted, klen)
+        dup = r.row[r.protected:res.prefix_len]
+        if dup.numel():
+            self.alloc.free(dup)
+        node = self.tree.match_prefix(MatchPrefixParams(key=key)).last_device_node
+        idx = self.tree.path_device_indices(node)
+        if len(idx) != klen:
+            raise RuntimeError(f"checkpoint of {r.id}: the tree holds {len(idx)} of {klen} inserted tokens")
+        before = r.row[r.protected:klen]
+        swapped = not torch.equal(before, idx[r.protected:])
+        r.row[r.protected:klen] = idx[r.protected:]
+        r.protected = klen
+        self.tree.unlock(r.lock)
+        r.lock = self.tree.lock(node)
+        r.node = node
+        return (r.row[:: self.ps] // self.ps).tolist() if swapped else None
+
+    def release(self, r: Req) -> list | None:
+        """release_kv_cache with checkpoint: the tree keeps what it can key, the rest of the row is freed."""
+        owned = len(r.prompt) + len(r.out) - 1   # the last produced token has no KV
+        table = self.checkpoint(r, owned)
+        rest = r.row[r.protected:]
+        if rest.numel():
+            self.alloc.free(rest)
+        self.tree.unlock(r.lock)
+        r.lock = None
+        return table
+
+    def take_events(self, step: int) -> list:
+        import msgspec
+        evs = self.tree.take_events()
+        if not evs:
+            return []
+        return [[step, [msgspec.to_builtins(e) for e in evs]]]
+
+
+def main() -> int:
+    out = os.fdopen(os.dup(1), "w", buffering=1 << 20)
+    os.dup2(2, 1)  # whatever the engine prints goes to stderr; stdout carries only the protocol
+
+    def send(obj: Any) -> None:
+        out.write(json.dumps(obj, separators=(",", ":")))
+        out.write("\n")
+
+    try:
+        cfg = json.loads(sys.stdin.readline())
+        waiting = []
+        for line in sys.stdin:
+            msg = json.loads(line)
+            if "end" in msg:
+                break
+            q = msg["request"]
+            waiting.append(Req(q["id"], q["tokens"], q["max_new_tokens"]))
+        if not os.environ.get("TORCH_EXTENSIONS_DIR"):  # SGLang's hash extension: built once per venv
+            os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "torch-extensions")
+        t0 = time.perf_counter()
+        use_standins()
+        import sglang
+        d = Driver(cfg)
+        import_s = time.perf_counter() - t0
+        send({"hello": {"engine": f"sglang {sglang.__version__}", "block_size": d.ps, "num_blocks": cfg["num_blocks"],
+                        "usable_blocks": d.pages, "hash_algo": "sha256", "import_s": round(import_s, 3)}})
+        clock = time.perf_counter
+        ps = d.ps
+        running: list[Req] = []
+        waiting.reverse()
+        step = 0
+        idle = 0
+        with tempfile.TemporaryDirectory(prefix="kvsim-sglang-"):
+            pre_events = d.take_events(0)  # the cache's own reset (AllBlocksCleared) at construction
+            while waiting or running:
+                t0 = clock()
+                new, cached, tables, scheduled = [], [], [], {}
+                budget = d.budget
+                # 1. running requests: decode one token each, or the next prefill chunk
+                for r in running:
+                    if r.computed >= len(r.prompt):      # decoding: compute the last produced token
+                        n = 1
+                    else:
+                        n = min(len(r.prompt) - r.computed, budget)
+                        if n <= 0:
+                            continue
+                        budget -= n
+                    pages = d.grow(r, r.computed + n)
+                    if pages:
+                        cached.append([r.id, False, pages, r.computed])
+                    scheduled[r.id] = n
+                # 2. admission while budget and room remain (the match locked before the room is counted)
+                from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+                while waiting and budget > 0 and len(running) < d.max_seqs:
+                    r = waiting[-1]
+                    m = d.tree.match_prefix(MatchPrefixParams(key=d.key(r.prompt[: len(r.prompt) - 1])))
+                    hit = m.device_prefix_len
+                    lock = d.tree.lock(m.last_device_node)
+                    total = -(-(len(r.prompt) + r.max_new) // ps) * ps
+                    room = d.alloc.available_size() + d.tree.evictable_size() - sum(x.need for x in running)
+                    if total - hit > room:
+                        d.tree.unlock(lock)
+                        break
+                    waiting.pop()
+                    r.lock, r.node = lock, m.last_device_node
+                    r.row = d.tree.path_device_indices(m.last_device_node)[:hit].clone()
+                    r.protected = r.inserted = hit
+                    r.computed = hit
+                    r.need = total - hit
+                    n = min(len(r.prompt) - hit, budget)
+                    budget -= n
+                    d.grow(r, hit + n)
+                    new.append([r.id, hit, (r.row[::ps] // ps).tolist()])
+                    scheduled[r.id] = n
+                    running.append(r)
+                t1 = clock()
+                # 3. the forward's results: tokens, checkpoints, finishes
+                tokens, finished = {}, []
+                t2 = clock()
+                for r in list(running):
+                    if r.id not in scheduled:
+                        continue
+                    r.computed += scheduled[r.id]
+                    if r.computed < len(r.prompt):       # an intermediate chunk: cache_unfinished_req
+                        table = d.checkpoint(r, r.computed)
+                        if table is not None:
+                            tables.append([r.id, table])
+                        continue
+                    tok = token(r.id, len(r.out), d.vocab)
+                    r.out.append(tok)
+                    tokens[r.id] = tok
+                    if len(r.out) == r.max_new:
+                        table = d.release(r)
+                        if table is not None:
+                            tables.append([r.id, table])
+                        running.remove(r)
+                        finished.append(r.id)
+                t3 = clock()
+                batches = pre_events + d.take_events(step)
+                pre_events = []
+                send({"step": step, "engine_s": (t1 - t0) + (t3 - t2), "new": new, "cached": cached,
+                      "tables": tables, "scheduled": scheduled, "tokens": tokens, "finished": sorted(finished),
+                      "preempted": [], "stats": None,
+                      "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
+                      "cached_blocks": d.tree.total_size() // ps,
+                      "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
+                               "total": d.tree.total_size()},
+                      "batches": batches})
+                step += 1
+                idle = 0 if scheduled else idle + 1
+                if idle >= 64:
+                    send({"stalled": sorted([r.id for r in running] + [r.id for r in waiting])})
+                    break
+            send({"done": {"steps": step}})
+        out.flush()
+        return 0
+    except Exception as exc:  # the engine refused or broke: say so on the protocol, details on stderr
+        traceback.print_exc()
+        send({"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"})
+        out.flush()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""Running a real engine (vLLM, SGLang) in its own venv and process, and judging it as its steps arrive.
+
+kvsim never imports the engine: the engine venv's python runs a driver script shipped in
+``kvsim/sim/peers/drivers/`` (which imports only the engine and the standard library). The protocol is JSON
+Lines over the child's stdin and stdout: kvsim sends a config object, one ``{"request": ...}`` per workload
+row (token ids already expanded from hash ids by ``sim.peers.workload``, exactly as for the TokenSpeed peer),
+then ``{"end": true}``; the driver answers ``{"hello": ...}``, one ``{"step": ...}`` line per engine step
+(decisions, statistics, the KV-event batches published during the step, seconds inside engine calls), and
+``{"done": ...}``, ``{"stalled": [...]}`` or ``{"error": "..."}``. Every step goes straight to
+``sim.peers.engine_judge.EngineJudge`` and its batches to ``sim.peers.events.EventChecker``; with ``record``
+the batches are also written as the subscriber log vLLM/SGLang would produce (wire form, ``ts`` = step).
+
+Three clocks are kept apart, as for TokenSpeed: seconds inside engine calls (the driver's own measure), the
+judge's seconds, and everything else (pipes, JSON, the engine's import) as observation.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from kvsim.sim.peers.engine_judge import EngineJudge
+from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.workload import VOCAB, Request
+
+__all__ = ["ENGINES", "EngineSpec", "EngineConfig", "EngineOutcome", "EngineError", "driver_path", "event_checker",
+           "probe", "run_engine"]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    driver: str            # script in kvsim/sim/peers/drivers/
+    default_block_size: int
+    reserved_blocks: int   # blocks of the pool the engine never hands out (vLLM's null block 0)
+    same_step_hits: bool   # a hit may name blocks this step's forward computes (vLLM caches at allocation)
+    env: tuple[tuple[str, str], ...] = ()
+
+
+ENGINES = {
+    "vllm": EngineSpec("vllm", "vllm_driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"),)),
+    "sglang": EngineSpec("sglang", "sglang_driver.py", 16, 1, False),
+}
+
+
+class EngineError(Exception):
+    """The engine could not be started or stopped with an error; ``str()`` is one line."""
+
+
+@dataclass
+class EngineConfig:
+    block_size: int
+    num_blocks: int                 # the pool, reserved blocks included
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 1 << 20
+
+
+@dataclass
+class EngineOutcome:
+    judge: EngineJudge
+    events: EventChecker
+    hello: dict = field(default_factory=dict)
+    steps: int = 0
+    stalled: list[str] = field(default_factory=list)
+    engine_s: float = 0.0
+    judge_s: float = 0.0
+    observe_s: float = 0.0
+    wall_s: float = 0.0
+    step_costs_ms: list[float] = field(default_factory=list)
+    stderr_tail: str = ""
+
+
+def driver_path(engine: str) -> Path:
+    return Path(__file__).resolve().parent / "drivers" / ENGINES[engine].driver
+
+
+def _feed(proc: subprocess.Popen, cfg: dict, requests: list[Request]) -> None:
+    """Writer thread: the config, the rows as token ids, the end mark (a thread, so neither pipe blocks)."""
+    enc = msgspec.json.Encoder()
+    stdin = proc.stdin
+    if stdin is None:  # Popen was given stdin=PIPE: never None
+        return
+    try:
+        stdin.write(enc.encode(cfg) + b"\n")
+        for r in requests:
+            stdin.write(enc.encode({"request": {"id": r.id, "tokens": r.tokens.tolist(),
+                                                "max_new_tokens": r.max_new_tokens}}) + b"\n")
+        stdin.write(b'{"end":true}\n')
+        stdin.close()
+    except (BrokenPipeError, OSError):
+        pass  # the driver died: its stdout says why
+
+
+def event_checker(engine: str, block_size: int, capacity: int) -> EventChecker:
+    """The KV-event checker for an engine's stream: its preset where ``sim.peers.events`` has one (hash
+    scheme, allowances), else block size and capacity with structure-only checks."""
+    from kvsim.sim.peers import events as pe
+    preset = getattr(pe, "PRESETS", {}).get(engine)
+    checker: Any = pe.EventChecker
+    if preset is not None:
+        return checker(block_size=block_size, capacity=capacity, preset=preset)
+    return checker(block_size=block_size, hash_scheme="none", capacity=capacity)
+
+
+def _checker_parse() -> Callable | None:
+    """``sim.peers.events``' own reader of a wire batch where it has one (it keeps fields such as group_idx)."""
+    from kvsim.sim.peers import events as pe
+    parse = getattr(pe, "parse_batch", None)
+    return None if parse is None else (lambda batch: parse(batch)[0])
+
+
+def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineConfig, events: EventChecker,
+               record: str | None = None, progress: Callable[[int, int], None] | None = None) -> EngineOutcome:
+    """Start the driver under ``python``, judge every step; ``progress(finished, total)`` after each step."""
+    spec = ENGINES[engine]
+    judge = EngineJudge(cfg.block_size, cfg.num_blocks, events, reserved=spec.reserved_blocks,
+                        same_step_hits=spec.same_step_hits, parse=_checker_parse())
+    out = EngineOutcome(judge, events)
+    clock = time.perf_counter
+    t_start = clock()
+    t0 = clock()
+    for r in requests:
+        judge.submit(r.id, r.tokens)
+    out.judge_s += clock() - t0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    env.update(dict(spec.env))
+    env["PYTHONUNBUFFERED"] = "1"
+    wire = {"block_size": cfg.block_size, "num_blocks": cfg.num_blocks, "max_num_seqs": cfg.max_num_seqs,
+            "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_model_len": cfg.max_model_len,
+            "vocab": VOCAB}
+    try:
+        proc = subprocess.Popen([python, str(driver_path(engine))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+    except OSError as exc:
+        raise EngineError(f"cannot start {python}: {exc.strerror or exc}") from None
+    err_lines: list[bytes] = []
+
+    def drain_stderr() -> None:
+        for raw in proc.stderr or ():
+            err_lines.append(raw)
+            if len(err_lines) > 200:
+                del err_lines[:100]
+    feeder = threading.Thread(target=_feed, args=(proc, wire, requests), daemon=True)
+    errs = threading.Thread(target=drain_stderr, daemon=True)
+    feeder.start()
+    errs.start()
+    dec = msgspec.json.Decoder()
+    enc = msgspec.json.Encoder()
+    log = open(record, "wb") if record else None
+    finished = 0
+    error: str | None = None
+    done = False
+    line = 0
+    try:
+        for raw in proc.stdout or ():
+            t0 = clock()
+            msg = dec.decode(raw)
+            if "step" in msg:
+                out.steps += 1
+                out.engine_s += msg["engine_s"]
+                out.step_costs_ms.append(msg["engine_s"] * 1e3)
+                if log:
+                    for b in msg["batches"]:
+                        log.write(enc.encode(b) + b"\n")
+                t1 = clock()
+                judge.step(msg, line)
+                line += len(msg["batches"])
+                t2 = clock()
+                out.judge_s += t2 - t1
+                out.observe_s += t1 - t0
+                finished += len(msg.get("finished", ()))
+                if progress:
+                    progress(finished, len(requests))
+            elif "hello" in msg:
+                out.hello = msg["hello"]
+            elif "stalled" in msg:
+                out.stalled = list(msg["stalled"])
+            elif "error" in msg:
+                error = msg["error"]
+            elif "done" in msg:
+                done = True
+    finally:
+        if log:
+            log.close()
+        proc.wait()
+        errs.join(timeout=5)
+        feeder.join(timeout=5)
+    out.wall_s = clock() - t_start
+    out.stderr_tail = b"".join(err_lines[-20:]).decode("utf-8", "replace")
+    if error is not None or (not done and not out.stalled):
+        why = error or f"the driver exited {proc.returncode} without finishing"
+        last = [ln for ln in out.stderr_tail.splitlines() if ln.strip()][-1:] or [""]
+        raise EngineError(f"{engine} driver: {why}" + (f" ({last[0].strip()[:200]})" if not error else ""))
+    t0 = clock()
+    judge.finish()
+    out.judge_s += clock() - t0
+    return out
+
+
+def probe(python: str, engine: str, timeout: float = 60.0) -> str | None:
+    """None when ``python`` runs and finds the engine's package (without importing it: that costs seconds);
+    otherwise one line saying why not."""
+    if not Path(python).exists():
+        return f"{python} does not exist (build it with scripts/install-engine {engine} VENV)"
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({engine!r}) is None)"
+    try:
+        r = subprocess.run([python, "-c", code], capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run {python}: {exc}"
+    if r.returncode:
+        return f"{python} has no {engine} package (scripts/install-engine {engine} VENV builds one)"
+    return None
