@@ -45,6 +45,7 @@ def traces(tmp_path, monkeypatch):
 
 def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
     a, b, tiny = traces
+    (tmp / "timing.json").write_text('{"base_s": 0.01, "host_link_bytes_per_s": 4.5e11}\n')
     return {
         "replay": [["replay", a, b, "--json", f"{tmp}/r.json", "--junit", f"{tmp}/r.xml", "--markdown", f"{tmp}/r.md",
                     "--html", f"{tmp}/r.html", "--stop-at-first"],
@@ -67,7 +68,9 @@ def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
                      ["simulate", f"{tmp}/conversation.txt", "--format", "mooncake", "--pages", "4096", "--quiet"],
                      ["simulate", "excerpt:synthetic", "--requests", "10", "--backend", "mtp", "--draft-window", "3",
                       "--accept-rate", "0.6", "--seed", "1", "--host-bytes", "1G", "--fault", "all",
-                      "--fault-every", "50", "--quiet"]],
+                      "--fault-every", "50", "--quiet"],
+                     ["simulate", "excerpt:conversation", "--requests", "10", "--pages", "unbounded", "--host-bytes",
+                      "1G", "--host-extents", "checkpoint", "--timing", f"{tmp}/timing.json", "--quiet"]],
         "bench lockstep": [["bench", "lockstep", "--events", "300", "--json", f"{tmp}/l.json"]],
         "generate": [["generate", f"{tmp}/g.jsonl", "--events", "200", "--seed", "1"],
                      ["generate", f"{tmp}/f.jsonl", "--events", "400", "--fault", "publish-before-copy"],

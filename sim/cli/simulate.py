@@ -2,8 +2,10 @@
 capacities and KV profiles (what-if).
 
 One run prints its statistics and writes a kvreport/1 (`--json`, its `stats` carry the simulation's
-figures), an HTML page with occupancy, hit-ratio and Host-traffic plots (`--html`) and optionally the
-kvtrace/1 events (`--record`), which `kvsim replay` accepts unchanged. `--sweep KEY=V1,V2` (repeatable: the
+figures: reuse, evictions, Host traffic, per-request latency percentiles in virtual time and throughput), an
+HTML page with occupancy, hit-ratio, Host-traffic and latency plots (`--html`) and optionally the kvtrace/1
+events (`--record`), which `kvsim replay` accepts unchanged. Latency follows the timing model
+(`sim.simulate.timing`, replaced by `--timing FILE`). `--sweep KEY=V1,V2` (repeatable: the
 product of the axes) runs one simulation per point through an executor instead and reports a table and
 plots. Exit code 1 when any simulated event broke a rule.
 
@@ -25,6 +27,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
@@ -47,32 +50,40 @@ from kvsim.sim.report.build import build_report
 from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import stamp, sweep_verdict
-from kvsim.sim.simulate.engine import ADMISSION, SimConfig, Simulation
+from kvsim.sim.simulate.engine import ADMISSION, HOST_EXTENTS, SimConfig, Simulation, unbounded_config
 from kvsim.sim.simulate.inject import DEFAULT_EVERY, plan_faults
-from kvsim.sim.simulate.sweep import parse_axis, run_sweep
+from kvsim.sim.simulate.latency import METRICS
+from kvsim.sim.simulate.sweep import UNBOUNDED, parse_axis, run_sweep
+from kvsim.sim.simulate.timing import Timing, TimingFileError, load_timing
 from kvsim.sim.trace.stream import TraceInputError
 from kvsim.sim.workloads import Request, WorkloadInputError, open_workload
-from kvsim.sim.workloads.open import FORMATS, WorkloadFormatError, resolve
+from kvsim.sim.workloads.open import FORMATS, WorkloadFormatError, resolve, workload_notes
 
-SHOWN = ("requests", "rejected", "prompt_blocks", "reused_blocks", "hit_ratio", "evictions", "host_evictions",
-         "host_bytes_out", "host_bytes_in", "peak_pages", "capacity_pages", "seconds", "events")
+SHOWN = ("requests", "rejected", "prompt_pages", "reused_pages", "workload_blocks", "reused_workload_blocks",
+         "hit_ratio", "evictions", "checkpoints_evicted", "pages_freed", "host_evictions", "host_bytes_out",
+         "host_bytes_in", "restored_pages", "restored_pages_past_match", "peak_pages", "capacity_pages", "seconds",
+         "throughput_rps", "output_tokens_per_s", "tokens_per_s", "events")
+SHOWN_HOST = ("offload_extents", "host_bytes_in_past_match", "host_fill_mean", "host_full_events",
+              "host_fill_when_full", "host_fragmented_events", "host_fragmented_bytes")
 SHOWN_MTP = ("output_tokens", "spec_rounds", "draft_tokens", "accepted_draft_tokens", "acceptance",
              "tokens_per_round", "peak_mtp_pages", "capacity_mtp_pages")
 SHOWN_FAULTS = ("faults_injected", "faults_flagged", "fault_events", "violations_unexpected")
 SWEEP_COLUMNS = ("capacity_pages", "hit_ratio", "evictions", "host_evictions", "host_bytes_out", "host_bytes_in",
-                 "peak_pages", "violations")
+                 "peak_pages", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99", "throughput_rps", "violations")
 SHORT = {"capacity_pages": "capacity", "hit_ratio": "hit", "evictions": "evict", "host_evictions": "host evict",
-         "host_bytes_out": "to Host GiB", "host_bytes_in": "from Host GiB", "peak_pages": "peak", "violations": "viol"}
+         "host_bytes_out": "to Host GiB", "host_bytes_in": "from Host GiB", "peak_pages": "peak",
+         "ttft_p50": "TTFT p50 s", "ttft_p99": "TTFT p99 s", "tpot_p50": "TPOT p50 ms", "e2e_p99": "e2e p99 s",
+         "throughput_rps": "req/s", "violations": "viol"}
 
 
 def pages_arg(text: str) -> int | str:
-    """``max`` or a page count >= 1."""
-    if text.strip() == "max":
-        return "max"
+    """``max``, ``unbounded`` or a page count >= 1."""
+    if text.strip() in ("max", UNBOUNDED):
+        return text.strip()
     try:
         return integer(1)(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be a page count >= 1 or 'max' (got {text!r})") from None
+        raise argparse.ArgumentTypeError(f"must be a page count >= 1, 'max' or 'unbounded' (got {text!r})") from None
 
 
 def executor_arg(text: str) -> str:
@@ -98,13 +109,24 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--requests", type=integer(1), metavar="N",
                    help="only the first N requests (default: all; 1000 for synthetic)")
     cap = s.add_mutually_exclusive_group()
-    cap.add_argument("--pages", type=pages_arg, help="Main pool pages (explicit kv_capacity = pages·64 tokens), or "
-                     "'max' for M_max = concurrency·ceil(max_context/64) (default: 65536)")
+    cap.add_argument("--pages", type=pages_arg, help="Main pool pages (explicit kv_capacity = pages·64 tokens; "
+                     "default: 65536); 'max': M_max = C·L, the most the store allows at this concurrency C (L = "
+                     "ceil(max_context/64); 524,288 pages at the defaults), not unbounded: a long trace's cached "
+                     "prefixes can need more; 'unbounded': sized to the workload so that nothing is ever evicted "
+                     "(the report gives the size and the peak)")
     cap.add_argument("--hbm-bytes", type=byte_size, metavar="B",
                      help="free Device bytes: the store model resolves the capacity (e.g. 40G)")
     s.add_argument("--profile", default="bf16", choices=PROFILES, help="KV plane profile")
     s.add_argument("--host-bytes", type=byte_size, default="0", metavar="B",
                    help="Host arena bytes for offload (0: evictions release)")
+    s.add_argument("--host-extents", default="run", choices=HOST_EXTENTS,
+                   help="how an offload is cut into Host extents: run = runs of consecutive pages, each fitting a "
+                   "free extent (default); checkpoint = one extent per checkpoint and pool")
+    s.add_argument("--timing", metavar="FILE",
+                   help="the timing model: a JSON (or, with PyYAML, YAML) mapping of base_s (default "
+                   f"{Timing.base_s}), prefill_token_s ({Timing.prefill_token_s}), decode_lane_s "
+                   f"({Timing.decode_lane_s}) and host_link_bytes_per_s ({Timing.host_link_bytes_per_s:.0f}), "
+                   "each >= 0 (bandwidth > 0); keys left out keep their defaults")
     s.add_argument("--max-context", type=integer(1), default=131072, help="S, the longest sequence in tokens")
     s.add_argument("--concurrency", type=integer(2), default=256,
                    help="execution rows (max_concurrency; at least a prefill and a decode)")
@@ -142,17 +164,25 @@ def add_parser(sub: Any) -> None:
 
 
 def base_config(args: argparse.Namespace) -> SimConfig:
-    """The simulation's configuration (every value was range-checked while parsing)."""
+    """The simulation's configuration (every value was range-checked while parsing; the timing file is read
+    here)."""
     pages: int | None = 65536
     hbm = None
     if args.hbm_bytes is not None:
         pages, hbm = None, args.hbm_bytes
     elif args.pages is not None:
-        pages = None if args.pages == "max" else args.pages
+        pages = None if args.pages in ("max", UNBOUNDED) else args.pages
+    timing = Timing()
+    if args.timing is not None:
+        try:
+            timing = load_timing(args.timing)
+        except TimingFileError as exc:
+            raise InputError(str(exc)) from None
     return SimConfig(max_context=args.max_context, concurrency=args.concurrency, profile=args.profile, pages=pages,
                      hbm_bytes=hbm, host_bytes=args.host_bytes, layers=args.layers, kv_heads=args.kv_heads,
                      prefill_chunk=args.prefill_chunk, admission=args.admission, backend=args.backend,
-                     draft_window=args.draft_window, accept_rate=args.accept_rate, seed=args.seed)
+                     draft_window=args.draft_window, accept_rate=args.accept_rate, seed=args.seed, timing=timing,
+                     host_extents=args.host_extents)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,7 +195,15 @@ def run(args: argparse.Namespace) -> int:
             if kind != "synthetic" and args.workload == STDIN:
                 raise InputError("kvsim simulate: a sweep reads its workload once per point: give a file, not "
                                  "standard input")
+            if args.pages == UNBOUNDED:
+                raise InputError("kvsim simulate: --pages: in a sweep, give unbounded as a point: "
+                                 "--sweep pages=...,unbounded")
             return _sweep(args, cfg)
+        if args.pages == UNBOUNDED:
+            if args.workload == STDIN:
+                raise InputError("kvsim simulate: --pages unbounded reads the workload twice: give a file, not "
+                                 "standard input")
+            cfg = unbounded_config(cfg, open_workload(args.workload, args.requests, args.format))
         return _one(args, cfg, kind)
     except WorkloadFormatError as exc:
         where = "" if args.workload == STDIN else f"{args.workload}: "
@@ -230,6 +268,12 @@ def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
     report = build_report([result.trace])
     report["stats"].update(result.stats)
     report["stats"]["workload"] = label(args.workload)
+    notes = workload_notes(args.workload, args.format)
+    if cfg.unbounded:
+        notes.append(f"unbounded capacity: the store was sized to {result.stats['capacity_pages']:,} pages (an "
+                     f"upper bound of what this workload can hold); it needed {result.stats['peak_pages']:,} at "
+                     "its peak")
+    report["stats"]["notes"] = notes
     if plan:  # a violation at an injected fault's bad event with its rule is expected; anything else is not
         injected = {(event, rule) for _, rule, event, _ in sim.injector.injected}
         for v in report["violations"]:
@@ -247,13 +291,42 @@ def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
         t = Table(title=f"simulation of {label(args.workload)}")
         t.add_column("statistic")
         t.add_column("value", justify="right")
-        for k in SHOWN + (SHOWN_MTP if cfg.backend == "mtp" else ()) + (SHOWN_FAULTS if plan else ()):
+        for k in SHOWN + (SHOWN_HOST if cfg.host_bytes else ()) + (SHOWN_MTP if cfg.backend == "mtp" else ()) \
+                + (SHOWN_FAULTS if plan else ()):
             t.add_row(k, _stat(k, result.stats[k]))
         print_table(t, out, style.plain)
+        _print_latency(out, result.stats, style)
+        _print_rejections(out, result.stats)
+        for note in notes:
+            out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
         if plan:
             _print_faults(out, result.stats, style)
     print_verdict(verdict, out, style, "kvsim simulate")
     return verdict.exit_code
+
+
+def _print_latency(out: Console, stats: dict, style: Style) -> None:
+    """Per-request latency in virtual seconds: mean and percentiles of each metric (the timing model's)."""
+    t = Table(title="per-request latency (virtual seconds, from the timing model)")
+    t.add_column("metric")
+    for c in ("mean", "p50", "p90", "p99"):
+        t.add_column(c, justify="right")
+    names = {"queue": "queueing delay", "ttft": "time to first token", "tpot": "time per output token",
+             "e2e": "end-to-end"}
+    for m in METRICS:
+        t.add_row(names[m], *(f"{stats[f'{m}_{c}']:.4f}" for c in ("mean", "p50", "p90", "p99")))
+    print_table(t, out, style.plain)
+
+
+def _print_rejections(out: Console, stats: dict) -> None:
+    """Why requests were rejected: a count per reason, and the first ones with their sizes."""
+    if not stats["rejected"]:
+        return
+    reasons = "; ".join(f"{n:,} {why}" for why, n in stats["rejections"].items())
+    out.print(f"rejected {stats['rejected']:,} request(s): {reasons}", markup=False, highlight=False, soft_wrap=True)
+    for r in stats["rejected_requests"]:
+        out.print(f"  request {r['request']} (prompt {r['prompt']:,}, output {r['output']:,} tokens): {r['reason']}",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _rename_trace(trace: Any, temporary: str, final: str) -> None:
@@ -347,14 +420,15 @@ def _sweep(args: argparse.Namespace, cfg: SimConfig) -> int:
     except ValueError as exc:
         raise InputError(f"kvsim simulate: {exc}") from None
     verdict = sweep_verdict(rows)
+    notes = workload_notes(args.workload, args.format)
     doc = {"format": "kvsim-sweep/1", "workload": args.workload, "requests": args.requests,
            "axes": {k: v for k, v in axes}, "verdict": verdict.status, "headline": verdict.headline,
-           "counts": dict(verdict.counts), "points": rows}
+           "counts": dict(verdict.counts), "timing": asdict(cfg.timing), "notes": notes, "points": rows}
     if args.json:
         write(args.json, json.dumps(doc, indent=2) + "\n")
     if args.html:
         from kvsim.sim.report.simulation_page import render_sweep_html
-        write(args.html, render_sweep_html(rows, args.workload, SWEEP_COLUMNS))
+        write(args.html, render_sweep_html(rows, args.workload, SWEEP_COLUMNS, notes))
     out = Console()
     style = output_style(args, out)
     if not style.quiet:
@@ -365,12 +439,14 @@ def _sweep(args: argparse.Namespace, cfg: SimConfig) -> int:
         for r in rows:
             t.add_row(*[_axis_value(k, r["point"][k]) for k in keys], *[_cell(c, r[c]) for c in SWEEP_COLUMNS])
         print_table(t, out, style.plain)  # a log or pipe: one line per point
+        for note in notes:
+            out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     print_verdict(verdict, out, style, "kvsim simulate")
     return verdict.exit_code
 
 
 def _axis_value(key: str, v) -> str:
-    if key not in ("hbm", "host"):
+    if key not in ("hbm", "host") or not isinstance(v, int):
         return str(v)
     for unit, name in ((1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
         if v >= unit and v % unit == 0:
@@ -383,4 +459,8 @@ def _cell(column: str, v) -> str:
         return f"{v / (1 << 30):.2f}"
     if column == "hit_ratio":
         return f"{100 * v:.2f} %"
+    if column.startswith("tpot"):
+        return f"{1000 * v:.2f}"
+    if column.startswith(("ttft", "e2e", "queue")):
+        return f"{v:.3f}"
     return f"{v:,}" if isinstance(v, int) else f"{v:.4f}"

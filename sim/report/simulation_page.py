@@ -1,5 +1,6 @@
 """HTML pages for the scheduler simulation: one run (occupancy, prefix hit ratio and Host traffic over
-virtual time) and a what-if sweep (hit ratio, evictions and Host traffic against capacity, one line per KV
+virtual time; per-request latency: a table of percentiles, the distributions and TTFT over arrival time) and
+a what-if sweep (hit ratio, evictions, Host traffic, TTFT and throughput against capacity, one line per KV
 profile).
 
 Plots are drawn by matplotlib (Agg canvas, SVG output, fixed hash salt, no date) and embedded inline, like
@@ -213,19 +214,98 @@ def _refusals(report: dict) -> str:
     return f"<h2>Refusals</h2><table><thead><tr><th>reason</th><th>count</th></tr></thead><tbody>{rows}</tbody></table>"
 
 
+_METRIC_NAMES = {"queue": "queueing delay", "ttft": "time to first token (TTFT)",
+                 "tpot": "time per output token (TPOT)", "e2e": "end-to-end"}
+
+
+def _notes(notes: list[str] | None) -> str:
+    return "".join(f'<p class="note"><strong>Note:</strong> {_h(n)}</p>' for n in notes or ())
+
+
+def _latency_table(stats: dict) -> str:
+    """Mean and p50/p90/p99 of each latency metric, and the throughput figures."""
+    if "ttft_p50" not in stats:
+        return ""
+    rows = "".join(f"<tr><td>{_h(name)}</td>" + "".join(f"<td class=n>{stats[f'{m}_{c}']:,.4f}</td>"
+                                                         for c in ("mean", "p50", "p90", "p99")) + "</tr>"
+                   for m, name in _METRIC_NAMES.items())
+    thr = (f"<p>Throughput: {stats['throughput_rps']:,.4f} requests/s, {stats['output_tokens_per_s']:,.1f} output "
+           f"tokens/s, {stats['tokens_per_s']:,.1f} prompt + output tokens/s over {stats['makespan_s']:,.1f} "
+           "virtual seconds.</p>")
+    return ("<table><thead><tr><th>seconds (virtual)</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table>{thr}"
+            '<p class="note">Virtual time from the timing model (per-iteration base, per prefill token, per decode '
+            "lane, Host copies at the link bandwidth): the figures are only as good as that model.</p>")
+
+
+def plot_latency_svg(curves: dict) -> str:
+    """Two panels: each metric's distribution (seconds at each percentile, log scale) and TTFT p50/p99 over
+    the requests' arrival time."""
+    fig, ctx = _figure(2, "kvsim-latency")
+    try:
+        ax1, ax2 = fig.subplots(2, 1)
+        pct = curves["percentiles"]
+        colors = {"queue": "#7f7f7f", "ttft": "#1f77b4", "tpot": "#2ca02c", "e2e": "#d62728"}
+        short = {"queue": "queueing delay", "ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
+        for m in _METRIC_NAMES:
+            ys = curves.get(m) or []
+            if ys and max(ys) > 0:  # zero delays have no place on a log axis: left out
+                ax1.plot(pct, [y if y > 0 else float("nan") for y in ys], color=colors[m], linewidth=1.2,
+                         label=short[m])
+        from matplotlib.ticker import FuncFormatter
+        ax1.set_yscale("log")
+        ax1.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax1.set_xlabel("percentile of served requests")
+        ax1.set_ylabel("seconds (virtual, log)")
+        ax1.set_title("Latency distributions", loc="left")
+        ax2.plot(curves["window_arrival"], curves["window_ttft_p50"], marker=".", color="#1f77b4", linewidth=1.1,
+                 label="TTFT p50")
+        ax2.plot(curves["window_arrival"], curves["window_ttft_p99"], marker=".", color="#ff7f0e", linewidth=1.1,
+                 label="TTFT p99")
+        ax2.set_ylim(bottom=0)
+        ax2.set_xlabel("arrival time (virtual s; groups of requests in arrival order)")
+        ax2.set_ylabel("TTFT (s)")
+        ax2.set_title("Time to first token over the run", loc="left")
+        for ax in (ax1, ax2):
+            ax.grid(True, color="#e5e5e5", linewidth=0.6)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        return _svg(fig)
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def _rejected(stats: dict) -> str:
+    """Rejected requests: the count per reason and the first ones, with their sizes and why."""
+    if not stats.get("rejected"):
+        return ""
+    reasons = "".join(f"<tr><td>{_h(why)}</td><td class=n>{n:,}</td></tr>"
+                      for why, n in stats.get("rejections", {}).items())
+    first = "".join(f"<tr><td class=n>{r['request']}</td><td class=n>{r['prompt']:,}</td><td class=n>"
+                    f"{r['output']:,}</td><td>{_h(r['reason'])}</td></tr>" for r in stats.get("rejected_requests", []))
+    return (f"<h2>Rejected requests ({stats['rejected']:,})</h2><table><thead><tr><th>reason</th><th>requests</th>"
+            f"</tr></thead><tbody>{reasons}</tbody></table><table><thead><tr><th>request</th><th>prompt</th>"
+            f"<th>output</th><th>why</th></tr></thead><tbody>{first}</tbody></table>")
+
+
 def render_simulation_html(report: dict, series: dict, title: str) -> str:
-    """One simulation run: verdict, statistics, the three plots, violations and refusals."""
+    """One simulation run: verdict, notes, latency, statistics, the plots, rejections, violations and refusals."""
     passed = verdict_of(report).passed
     stats = {k: v for k, v in report.get("stats", {}).items() if k != "traces"}
+    table = {k: v for k, v in stats.items() if k not in ("notes", "rejected_requests", "rejections")}
+    curves = series.get("latency") or {}
     body = "\n".join([
         f"<h1>kvsim simulation: {_h(title)}</h1>",
         f'<div class="verdict {"pass" if passed else "fail"}">{_h(headline(report))}</div>',
-        "<h2>Statistics</h2>", _stats_table(stats),
+        _notes(stats.get("notes")),
+        "<h2>Latency and throughput</h2>", _latency_table(stats),
+        f'<div class="plot">{plot_latency_svg(curves)}</div>' if curves.get("ttft") else
+        '<p class="note">No request was served.</p>',
+        "<h2>Statistics</h2>", _stats_table(table),
         "<h2>Over time</h2>",
         f'<div class="plot">{plot_series_svg(series)}</div>' if series.get("time") else
         '<p class="note">No iteration ran.</p>',
         *(f'<p class="note">{_h(why)}</p>' for why in (series_panels(series)[1] if series.get("time") else [])),
-        _violations(report), _refusals(report),
+        _rejected(stats), _violations(report), _refusals(report),
     ])
     return _page(f"kvsim simulation: {title}", body)
 
@@ -250,6 +330,10 @@ SWEEP_PANELS = (  # (title, y label, value of a row, integer axis)
     ("checkpoints evicted from Device", "evictions (checkpoints)", lambda r: r["evictions"], True),
     ("Host traffic (offload + restore)", "Host traffic (GiB)",
      lambda r: (r["host_bytes_out"] + r["host_bytes_in"]) / GIB, False),
+    ("time to first token, median (virtual s, from the timing model)", "TTFT p50 (s)",
+     lambda r: r.get("ttft_p50", 0.0), False),
+    ("time to first token, 99th percentile (virtual s)", "TTFT p99 (s)", lambda r: r.get("ttft_p99", 0.0), False),
+    ("throughput (virtual time)", "requests/s", lambda r: r.get("throughput_rps", 0.0), False),
 )
 
 
@@ -262,13 +346,15 @@ def sweep_panels(rows: list[dict]) -> tuple[list, list[str]]:
             keep.append(panel)
         else:
             empty.append(("no prefix was reused at any point", "no checkpoint was evicted at any point",
-                          "no Host traffic at any point")[i])
+                          "no Host traffic at any point", "no time to first token at any point",
+                          "no time to first token at any point", "no request was served at any point")[i])
     return keep, empty
 
 
 def plot_sweep_svg(rows: list[dict]) -> str:
-    """Hit ratio, evictions and Host traffic against the capacity axis; one line per profile, with a legend only
-    when profiles are swept; a log axis when the points double; no panel that would be empty."""
+    """Hit ratio, evictions, Host traffic, TTFT p50 and p99 and throughput against the capacity axis; one line
+    per profile, with a legend only when profiles are swept; a log axis when the points double; no panel that
+    would be empty. An unbounded pages point sits at the capacity it was given."""
     from matplotlib.ticker import MaxNLocator, NullLocator, ScalarFormatter
 
     key, label = _x_axis(rows)
@@ -283,8 +369,11 @@ def plot_sweep_svg(rows: list[dict]) -> str:
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
         xs_all: list[float] = []
         for name, rs in groups.items():
-            xs = [(r["point"][key] / GIB if key in ("hbm", "host") else r["point"][key]) if key else i
-                  for i, r in enumerate(rs)]
+            if key == "pages":
+                xs = [r["capacity_pages"] for r in rs]
+            else:
+                xs = [(r["point"][key] / GIB if key in ("hbm", "host") else r["point"][key]) if key else i
+                      for i, r in enumerate(rs)]
             xs_all += xs
             for ax, (_, _, value, _) in zip(axes, panels, strict=True):
                 ax.plot(xs, [value(r) for r in rs], marker="o", label=name or None)
@@ -308,18 +397,18 @@ def plot_sweep_svg(rows: list[dict]) -> str:
         ctx.__exit__(None, None, None)
 
 
-def render_sweep_html(rows: list[dict], title: str, columns: tuple) -> str:
+def render_sweep_html(rows: list[dict], title: str, columns: tuple, notes: list[str] | None = None) -> str:
     """A sweep: the table of every point and the plots against capacity."""
     keys = list(rows[0]["point"]) if rows else []
     head = "".join(f"<th>{_h(c)}</th>" for c in keys + list(columns))
     def axis(k: str, v: Any) -> str:
-        return f"{v / GIB:g} GiB" if k in ("hbm", "host") else _text(v, k)
+        return f"{v / GIB:g} GiB" if k in ("hbm", "host") and isinstance(v, int) else _text(v, k)
 
     body_rows = "".join("<tr>" + "".join(f"<td class=n>{_h(axis(k, r['point'][k]))}</td>" for k in keys)
                         + "".join(f"<td class=n>{_num(r[c], c)}</td>" for c in columns) + "</tr>" for r in rows)
     judged = sweep_verdict(rows)
     verdict = f'<div class="verdict {judged.status}">{_h(judged.headline)}</div>'
-    body = "\n".join([f"<h1>kvsim what-if sweep: {_h(title)}</h1>", verdict,
+    body = "\n".join([f"<h1>kvsim what-if sweep: {_h(title)}</h1>", verdict, _notes(notes),
                       f"<table><thead><tr>{head}</tr></thead><tbody>{body_rows}</tbody></table>",
                       f'<div class="plot">{plot_sweep_svg(rows)}</div>' if rows and sweep_panels(rows)[0] else "",
                       *(f'<p class="note">{_h(why[0].upper() + why[1:])}.</p>' for why in sweep_panels(rows)[1])])

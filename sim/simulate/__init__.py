@@ -5,5 +5,6 @@ Modules: `prefix` (a small prefix index over block hashes: which retained checkp
 prefix of a prompt), `reuse` (the reuse a workload allows, computed from its block ids alone), `engine`
 (the scheduler), `mtp` (speculative decode rounds under the MTP backend), `inject` (engine fault episodes
 injected while the workload runs, and scoring them), `series` (bounded time series for the plots),
-`sweep` (what-if points over an executor), `bench` (the whole-trace benchmark).
+`timing` (the replaceable timing model: virtual seconds per iteration), `latency` (per-request latency and
+throughput in virtual time), `sweep` (what-if points over an executor), `bench` (the whole-trace benchmark).
 """

@@ -2,8 +2,8 @@
 
 Prints {"requests", "seconds", "peak_rss_bytes", "violations", "events"} plus the simulation's own figures;
 `seconds` is wall-clock time here (a measured figure, never asserted), unlike the simulation report's
-virtual `seconds`; `cpu_seconds` is the process's CPU time (the figure that matters on a shared machine). Peak RSS is
-the process's high-water mark (resource.getrusage), taken after the run.
+virtual `seconds`; `cpu_seconds` is the process's CPU time (the figure that matters on a shared machine).
+Peak RSS is the process's high-water mark (resource.getrusage), taken after the run.
 """
 
 from __future__ import annotations

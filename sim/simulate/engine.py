@@ -22,7 +22,9 @@ The loop, one engine iteration (one GPU unit) at a time:
   kept); the head waits for running requests only when evicting every evictable checkpoint is not
   enough. Under `admission="wait"` checkpoints are evicted only for what the decoding lanes will not
   return when they finish (the cache is kept, batches shrink). A waiting head is retried when pages were
-  freed. A request that cannot fit in an empty store is rejected.
+  freed. A request alone in the store may do without the tail copy's page (its decode continuation then
+  Moves the prompt's checkpoint); one that cannot fit even so is rejected, as is a prompt beyond
+  max_context: the store is asked and refuses, and the stats explain why.
 * **Chunked prefill**: at most `prefill_chunk` prompt tokens per iteration, pages mapped just ahead.
 * **Decode rounds**: every decoding lane writes one token per iteration in the same unit, mapping a page
   when it crosses a page boundary.
@@ -49,19 +51,25 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 
 from kvsim.sim.replay import InternalError, TraceReplay
 from kvsim.sim.simulate.inject import FaultPlan, Injector
+from kvsim.sim.simulate.latency import Latencies
 from kvsim.sim.simulate.mtp import SpeculativeRounds
-from kvsim.sim.simulate.prefix import P, PrefixIndex, page_keys
+from kvsim.sim.simulate.prefix import PAGES_PER_BLOCK, P, PrefixIndex, page_keys
 from kvsim.sim.simulate.series import Series
+from kvsim.sim.simulate.timing import Timing
 from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.stream import TraceInputError, TraceWriter
+from kvsim.sim.workloads.request import Request
 
 MAIN = "main"
 MTP = "mtp"
 ADMISSION = ("evict", "wait")
+HOST_EXTENTS = ("run", "checkpoint")
+REJECTION_EXAMPLES = 20
 
 
 def _in_use(page) -> bool:
@@ -74,20 +82,17 @@ def _in_use(page) -> bool:
 
 
 @dataclass(frozen=True)
-class Timing:
-    """Virtual seconds per engine iteration: base + prefill tokens · per_token + decoding lanes · per_lane."""
-    base: float = 0.008
-    per_token: float = 2.0e-5
-    per_lane: float = 1.0e-4
-
-
-@dataclass(frozen=True)
 class SimConfig:
     """The simulated engine: store configuration (written to the trace header) and scheduler knobs.
 
     Capacity: `pages` (explicit kv_capacity = pages · 64 tokens), else `hbm_bytes` (automatic: the store
-    model resolves M from free Device bytes with its own capacity curve), else M_max = C · L (unbounded
-    for any workload that fits C lanes)."""
+    model resolves M from free Device bytes with its own capacity curve), else M_max = C · L (the most the
+    store allows at this concurrency: not unbounded, a long trace's cached prefixes can need more; see
+    `unbounded_config`). `store_rows` raises the store's max_concurrency above the scheduler's
+    `concurrency` (only so that M_max can hold an unbounded capacity; the scheduler still runs at most
+    `concurrency` sequences). `host_extents`: "run" offloads a checkpoint as runs of consecutive pages, each
+    one packed extent in logical order, so a fragmented arena still takes copies; "checkpoint" needs one
+    extent per pool for the whole checkpoint (the earlier policy, kept for comparison)."""
     max_context: int = 131072
     concurrency: int = 256
     profile: str = "bf16"
@@ -103,6 +108,9 @@ class SimConfig:
     accept_rate: float = 0.7  # MTP: each draft token is accepted with this probability (seeded draws)
     seed: int = 0  # the acceptance draws' seed
     timing: Timing = field(default_factory=Timing)
+    host_extents: str = "run"  # "run" | "checkpoint": how an offload is cut into Host extents
+    store_rows: int = 0  # the store's max_concurrency when above `concurrency` (unbounded capacity)
+    unbounded: bool = False  # `pages` was sized to the workload: nothing is ever evicted
 
     def header(self, source: str, meta: dict | None = None) -> kt.Header:
         cap = None
@@ -111,7 +119,8 @@ class SimConfig:
         elif self.hbm_bytes is not None:
             cap = kt.KVCapacity(auto=kt.AutoCapacity(free_bytes=self.hbm_bytes, headroom_bytes=0))
         return kt.Header(format="kvtrace/1", config=kt.Config(
-            max_context=self.max_context, max_concurrency=self.concurrency, page_size=P, kv_profile=self.profile,
+            max_context=self.max_context, max_concurrency=max(self.concurrency, self.store_rows), page_size=P,
+            kv_profile=self.profile,
             backend=kt.BackendMTP(draft_window=self.draft_window) if self.backend == "mtp" else kt.BackendOff(),
             model=kt.Model(full_attention_layers=self.layers, kv_heads=self.kv_heads, head_dim=256),
             kv_capacity=cap, host_arena_bytes=self.host_bytes, prefill_chunk=self.prefill_chunk),
@@ -129,13 +138,16 @@ class Ckpt:
 
 
 class Lane:
-    """A running sequence: its committed frontier, the frontier it stops at, and its mapped pages."""
-    __slots__ = ("seq", "rid", "frontier", "end", "mapped", "prompt", "output", "keys", "own")
+    """A running sequence: its committed frontier, the frontier it stops at, and its mapped pages; and its
+    request's arrival, admission and first-token times (virtual seconds)."""
+    __slots__ = ("seq", "rid", "frontier", "end", "mapped", "prompt", "output", "keys", "own", "arrival",
+                 "admitted", "first")
 
     def __init__(self, seq, rid, frontier, end, mapped, prompt: int = 0, output: int = 0, keys=None) -> None:
         self.seq, self.rid, self.frontier, self.end, self.mapped = seq, rid, frontier, end, mapped
         self.prompt, self.output, self.keys = prompt, output, keys
         self.own = 0  # pages a decoding lane returns when it finishes (its private tail copy and output)
+        self.arrival = self.admitted = self.first = 0.0
 
 
 @dataclass
@@ -155,6 +167,8 @@ class Simulation:
             raise ValueError("the scheduler needs at least 2 execution rows (a prefill and a decode)")
         if config.admission not in ADMISSION:
             raise ValueError(f"admission policy {config.admission!r}: expected one of {', '.join(ADMISSION)}")
+        if config.host_extents not in HOST_EXTENTS:
+            raise ValueError(f"host extents {config.host_extents!r}: expected one of {', '.join(HOST_EXTENTS)}")
         self.config = config
         # every pool a unit writes and a truncate or eviction covers: Main, and MTP under the MTP backend
         self.pools = (MAIN, MTP) if config.backend == "mtp" else (MAIN,)
@@ -182,10 +196,17 @@ class Simulation:
         self.keep: frozenset = frozenset()  # pages of the checkpoint being activated from: never dropped
         self.series = Series()
         self.injector = None if faults is None else Injector(self, faults)
-        self.s = dict(requests=0, rejected=0, prompt_tokens=0, prompt_blocks=0, reused_blocks=0,
-                      reused_tokens=0, output_tokens=0, evictions=0, offloads=0, host_evictions=0,
-                      restored_pages=0, forks=0, moves=0, splits=0, truncates=0, host_bytes_out=0,
-                      host_bytes_in=0, iterations=0)
+        self.latency = Latencies()
+        self.rejections: dict[str, int] = {}  # reason -> requests
+        self.rejected_requests: list[dict] = []  # the first REJECTION_EXAMPLES, explained
+        self.host_moved = 0  # Host link bytes not yet charged to an iteration (timing)
+        self.host_fill_sum = 0.0  # Σ arena fill over iterations
+        self.host_full: list[tuple[int, int]] = []  # (free arena bytes, bytes to copy) when a copy did not fit
+        self.s = dict(requests=0, rejected=0, prompt_tokens=0, prompt_pages=0, reused_pages=0, reused_tokens=0,
+                      workload_blocks=0, reused_workload_blocks=0, output_tokens=0, evictions=0,
+                      checkpoints_evicted=0, pages_freed=0, offloads=0, offload_extents=0, host_evictions=0,
+                      restored_pages=0, restored_pages_past_match=0, forks=0, moves=0, splits=0, truncates=0,
+                      host_bytes_out=0, host_bytes_in=0, host_bytes_in_past_match=0, iterations=0)
 
     # -- events ---------------------------------------------------------------------------------
     def _emit(self, ev) -> None:
@@ -213,11 +234,20 @@ class Simulation:
         spaces = self.st.checkpoints[cid].spaces
         return frozenset(p for pool in self.pools for p in spaces[pool].pages)
 
-    def _restore_bytes(self, cid) -> int:
-        """Bytes an activation from the checkpoint restores from Host, over every pool."""
+    def _restores(self, cid: str, m: int) -> tuple[int, int, int, int]:
+        """What an activation from the checkpoint restores from Host: (Main pages among the m matched ones,
+        their bytes over every pool, Main pages past the match, their bytes over every pool)."""
         spaces = self.st.checkpoints[cid].spaces
-        return sum(self.st.pools[pool].page_bytes * sum(1 for p in spaces[pool].pages if p.device < 0)
-                   for pool in self.pools)
+        out = [0, 0, 0, 0]
+        for pool in self.pools:
+            stride = self.st.pools[pool].page_bytes
+            for b, p in enumerate(spaces[pool].pages):
+                if p.device < 0:
+                    at = 0 if b < m else 2
+                    if pool == MAIN:
+                        out[at] += 1
+                    out[at + 1] += stride
+        return out[0], out[1], out[2], out[3]
 
     def _truncate(self, seq: str, frontier: int) -> None:
         """Cut the sequence to `frontier` in every pool (a bundle's pools hold the same committed prefix)."""
@@ -247,51 +277,121 @@ class Simulation:
         self._emit(kt.Release(ckpt=c.cid))
         self._forget(c)
 
+    def _host_release_lru(self, protect: frozenset | set) -> bool:
+        """Release the least-recently-used checkpoint holding Host replicas (not in `protect`); False if none."""
+        victim = next((cid for cid in self.host if cid not in protect), None)
+        if victim is None:
+            return False
+        self._release(self.ckpts[victim])
+        self.s["host_evictions"] += 1
+        return True
+
     def _host_room(self, sizes: list, protect) -> bool:
         """Make Host extents of these sizes fit together (the arena is checked on its geometry, not on free
         bytes), releasing least-recently-used checkpoints that hold Host replicas."""
         arena = self.st.arena
-        while arena.plan([], sizes) is None:
-            victim = next((cid for cid in self.host if cid not in protect), None)
-            if victim is None:
-                return False
-            self._release(self.ckpts[victim])
-            self.s["host_evictions"] += 1
+        if arena.plan([], sizes) is None:
+            self.host_full.append((arena.free_bytes, sum(sizes)))
+            while arena.plan([], sizes) is None:
+                if not self._host_release_lru(protect):
+                    return False
         return True
 
+    def _plan_runs(self, todo: list) -> list | None:
+        """Cut each pool's blocks to copy into runs of consecutive blocks, each fitting one free extent:
+        [(pool, run blocks)] in emission order, or None when the free extents cannot hold them all.
+
+        Extents are visited from the lowest offset and filled with as many whole pages as they hold, so
+        every run is exactly where the model's first fit places a copy of its size (a lower extent has less
+        than one page stride left), and a fragmented arena still takes copies. Store contract: "Host replica
+        使用 logical-order packed HostKVPageLayout ... variable-size extent只为实际 page count 付费" and
+        "Host arena 是有界 variable-size allocator": each copy is one packed extent in logical order, and
+        nothing asks a checkpoint's pages to share one."""
+        free = [list(e) for e in self.st.arena.free_extents()]
+        runs = []
+        for pool, blocks in todo:
+            stride = self.st.pools[pool].page_bytes
+            i = 0
+            for e in free:
+                if i == len(blocks):
+                    break
+                k = min(len(blocks) - i, e[1] // stride)
+                if k:
+                    runs.append((pool, blocks[i:i + k]))
+                    e[0] += k * stride
+                    e[1] -= k * stride
+                    i += k
+            if i < len(blocks):
+                return None
+        return runs
+
+    def _copy_plan(self, todo: list, protect: frozenset | set) -> list | None:
+        """The Offload events of one eviction, [(pool, blocks)], after making Host room; None: no room."""
+        if self.config.host_extents == "checkpoint":
+            sizes = [len(b) * self.st.pools[pool].page_bytes for pool, b in todo]
+            return todo if self._host_room(sizes, protect) else None
+        runs = self._plan_runs(todo)
+        if runs is None:
+            need = sum(len(b) * self.st.pools[pool].page_bytes for pool, b in todo)
+            self.host_full.append((self.st.arena.free_bytes, need))
+            while runs is None:
+                if not self._host_release_lru(protect):
+                    return None
+                runs = self._plan_runs(todo)
+        return runs
+
     def _evict_one(self, cid: str, protect) -> None:
-        """Evict one checkpoint from Device: offload and drop its droppable pages, or release it."""
+        """Evict one checkpoint from Device: offload and drop its droppable pages, or release it. Counts the
+        event, the checkpoints that leave Device entirely and the Main pages that became available."""
         c = self.ckpts[cid]
+        s = self.s
+        before = self.pool.available
         if not self.config.host_bytes:
+            if c.keys and _in_use(self._space(cid).pages[len(c.keys) - 1]):
+                # every full page is in use (a lane holding a page holds the prefix before it): the release
+                # would free the copied partial tail only and take the prefix out of the index
+                return
             self._release(c)
-            self.s["evictions"] += 1
+            s["evictions"] += 1
+            s["checkpoints_evicted"] += 1
+            s["pages_freed"] += self.pool.available - before
             return
         spaces = self.st.checkpoints[cid].spaces
         keep = self.keep
-        plan = []  # per pool: (pool, droppable blocks, blocks without a current Host replica)
+        plan = []  # per pool: (pool, droppable blocks)
+        todo = []  # per pool: (pool, blocks without a current Host replica)
         for pool in self.pools:
             pages = spaces[pool].pages
             blocks = [b for b, p in enumerate(pages) if p.device >= 0 and not p.pins and p not in keep
                       and not _in_use(p)]
             if blocks:
-                plan.append((pool, blocks, tuple(b for b in blocks if not pages[b].host_valid(pages[b].committed))))
+                plan.append((pool, blocks))
+                copy = [b for b in blocks if not pages[b].host_valid(pages[b].committed)]
+                if copy:
+                    todo.append((pool, copy))
         if not plan:
             return  # every Device page is in use by a running request: not evictable now
-        sizes = [len(todo) * self.st.pools[pool].page_bytes for pool, _, todo in plan if todo]
-        if sizes and not self._host_room(sizes, protect | {cid}):  # room for every pool's copies, or none
+        copies = self._copy_plan(todo, protect | {cid}) if todo else []
+        if copies is None:  # room for every pool's copies, or none
             self._release(c)
-            self.s["evictions"] += 1
+            s["evictions"] += 1
+            s["checkpoints_evicted"] += 1
+            s["pages_freed"] += self.pool.available - before
             return
-        for pool, blocks, todo in plan:
-            nbytes = len(todo) * self.st.pools[pool].page_bytes
-            if todo:
-                self._emit(kt.Offload(ckpt=cid, pool=pool, blocks=todo))
-                self.s["host_bytes_out"] += nbytes
+        for pool, blocks in copies:
+            self._emit(kt.Offload(ckpt=cid, pool=pool, blocks=tuple(blocks)))
+            nbytes = len(blocks) * self.st.pools[pool].page_bytes
+            s["host_bytes_out"] += nbytes
+            self.host_moved += nbytes
+        s["offload_extents"] += len(copies)
+        for pool, blocks in plan:
             self._emit(kt.DropDevice(ckpt=cid, pool=pool, blocks=tuple(blocks)))
-        self.s["evictions"] += 1
-        self.s["offloads"] += 1
+        s["evictions"] += 1
+        s["offloads"] += 1
+        s["pages_freed"] += self.pool.available - before
         if all(p.device < 0 for pool in self.pools for p in spaces[pool].pages):
             del self.dev[cid]  # pages a running request still uses stay listed for a later eviction
+            s["checkpoints_evicted"] += 1
         self.host[cid] = None
         self.host.move_to_end(cid)
 
@@ -324,9 +424,11 @@ class Simulation:
         while True:
             need = ent - m + 1  # the reservation beyond the reused pages, and the decode tail's COW page
             if c is not None:
+                # the activation from c restores every Host-only page of c (also past the match: a helper
+                # cuts them afterwards or they stay with c) and copies c's partial tail
                 space = self._space(c.cid)
                 restores = sum(1 for p in space.pages if p.device < 0)
-                need += restores + 1 + max(0, len(space.pages) - m)
+                need += restores + (1 if c.frontier % P else 0)
             protect = frozenset() if c is None else frozenset((c.cid,))
             self.keep = frozenset() if c is None else self._ckpt_pages(c.cid)  # its restores stay as counted
             ok = self._evict_for(need, protect, self.lane_pages if cfg.admission == "wait" else 0)
@@ -335,23 +437,34 @@ class Simulation:
                 break
             if self.prefill is not None or self.lanes:
                 return False  # wait for running requests to free pages
-            if c is None:
-                s["rejected"] += 1
-                return True  # cannot fit in an empty store
+            if c is None and need - 1 <= self.pool.available:
+                break  # alone in the store: its decode continuation takes the prompt's checkpoint (Move), no tail copy
+            if c is None:  # cannot fit in an empty store
+                self._reject(r, o, f"needs {need:,} pages (prompt + output and the decode tail copy), "
+                             f"{self.pool.available:,} available with nothing running or cached "
+                             f"(capacity {self.pool.capacity:,})", "more pages than the store has")
+                return True
             c, m = None, 0  # the matched checkpoint itself is in the way: start from root
         rid = r.rid
         seq = f"p{rid}"
         s["prompt_tokens"] += n
-        s["prompt_blocks"] += -(-n // P)
-        s["reused_blocks"] += m
+        s["prompt_pages"] += -(-n // P)
+        s["reused_pages"] += m
         s["reused_tokens"] += m * P
+        s["workload_blocks"] += len(r.hash_ids)
+        s["reused_workload_blocks"] += m // PAGES_PER_BLOCK
         if c is None:
             ok = self._activate(seq, n, o)
         else:
             # Move when the prompt's own checkpoint will hold every key of c: c is not needed again
             move = c.kind == "prompt" and depth == len(c.keys)
-            s["restored_pages"] += restores
-            s["host_bytes_in"] += restores * self.page_bytes if self.spec is None else self._restore_bytes(c.cid)
+            if restores:
+                used, used_bytes, past, past_bytes = self._restores(c.cid, m)
+                s["restored_pages"] += used
+                s["host_bytes_in"] += used_bytes
+                s["restored_pages_past_match"] += past
+                s["host_bytes_in_past_match"] += past_bytes
+                self.host_moved += used_bytes + past_bytes
             if move:
                 self._forget(c)
             else:
@@ -375,8 +488,22 @@ class Simulation:
                 s["truncates"] += 1
         if not ok:
             raise RuntimeError(f"request {rid}: the store refused an activation the scheduler had room for")
-        self.prefill = Lane(seq, rid, m * P, n, m, n, o, keys)
+        self.prefill = lane = Lane(seq, rid, m * P, n, m, n, o, keys)
+        lane.arrival, lane.admitted = r.arrival, self.now
         return True
+
+    def _reject(self, r: Request, output: int, why: str, kind: str) -> None:
+        """Refuse a request and say why. Unless its prompt is empty, the store is asked to activate it from
+        root first and refuses ("context" for a prompt beyond max_context, "capacity" for more pages than it
+        has), so the report counts it among its refusals and a recorded trace shows it; the stats count
+        rejections per `kind` and keep the first REJECTION_EXAMPLES with `why`."""
+        self.s["rejected"] += 1
+        self.rejections[kind] = self.rejections.get(kind, 0) + 1
+        if len(self.rejected_requests) < REJECTION_EXAMPLES:
+            self.rejected_requests.append({"request": r.rid, "prompt": r.prompt, "output": r.output, "reason": why})
+        seq = f"x{r.rid}"
+        if r.prompt > 0 and self._activate(seq, r.prompt, output):  # the store had room after all: give it back
+            self._emit(kt.Finish(seq=seq))
 
     # -- completions ----------------------------------------------------------------------------
     def _prefill_done(self, pf: Lane) -> None:
@@ -385,8 +512,10 @@ class Simulation:
         c = Ckpt(cid, pf.keys, pf.prompt)
         self._retain(c)
         self.prefill = None
+        pf.first = self.now  # the prefill's last iteration yields the first token
         if pf.output == 0:
             self.s["requests"] += 1
+            self.latency.served(pf.arrival, pf.admitted, pf.first, self.now, pf.prompt, 0)
             return
         seq = f"d{pf.rid}"
         if not self._activate(seq, pf.prompt, pf.output, cid, True):
@@ -397,7 +526,8 @@ class Simulation:
                 self._forget(c)  # the prompt's checkpoint itself goes into the decode sequence
                 if not self._activate(seq, pf.prompt, pf.output, cid, False):
                     raise RuntimeError(f"request {pf.rid}: the decode continuation could not be activated")
-        lane = Lane(seq, pf.rid, pf.prompt, pf.prompt + pf.output, -(-pf.prompt // P))
+        lane = Lane(seq, pf.rid, pf.prompt, pf.prompt + pf.output, -(-pf.prompt // P), pf.prompt, pf.output)
+        lane.arrival, lane.admitted, lane.first = pf.arrival, pf.admitted, pf.first
         lane.own = -(-(pf.prompt + pf.output) // P) - pf.prompt // P
         self.lane_pages += lane.own
         self.lanes[seq] = lane
@@ -413,10 +543,16 @@ class Simulation:
         chunk_max = cfg.prefill_chunk
         launch_row, commit_row = kt.LaunchRow, kt.CommitRow
         pools, spec, injector = self.pools, self.spec, self.injector
+        arena = self.st.arena
+        arena_bytes = arena.capacity
         while True:
             while nxt is not None and nxt.arrival <= self.now:
-                if nxt.prompt < 1 or nxt.prompt > cfg.max_context:
-                    s["rejected"] += 1
+                self.latency.arrived(nxt.arrival)
+                if nxt.prompt < 1:
+                    self._reject(nxt, 0, "empty prompt: nothing to prefill", "empty prompt")
+                elif nxt.prompt > cfg.max_context:
+                    self._reject(nxt, 0, f"prompt of {nxt.prompt:,} tokens is longer than max_context "
+                                 f"S = {cfg.max_context:,}", "longer than max_context")
                 else:
                     queue.append((nxt, page_keys(nxt.hash_ids, nxt.prompt)))
                 nxt = next(it, None)
@@ -464,7 +600,10 @@ class Simulation:
             self.units += 1
             self._emit(kt.Launch(unit=unit, rows=tuple(rows)))
             self._emit(kt.Complete(unit=unit, commit=tuple(commits)))
-            self.now += timing.base + chunk * timing.per_token + len(lanes) * timing.per_lane
+            self.now += timing.iteration(chunk, len(lanes), self.host_moved)
+            self.host_moved = 0
+            if arena_bytes:
+                self.host_fill_sum += 1.0 - arena.free_bytes / arena_bytes
             s["iterations"] += 1
             if spec is not None:
                 done = spec.advance(lanes)
@@ -482,6 +621,7 @@ class Simulation:
                 self.lane_pages -= lane.own
                 self.blocked = False
                 s["requests"] += 1
+                self.latency.served(lane.arrival, lane.admitted, lane.first, self.now, lane.prompt, lane.output)
                 if self.progress is not None:
                     self.progress(1)
             if pf is not None:
@@ -512,7 +652,7 @@ class Simulation:
                     h.update(chunk)
             sha = h.hexdigest()
         result = self.rep.finish(self.events, sha)
-        s = dict(self.s)
+        s: dict = dict(self.s)
         s["hit_ratio"] = round(s["reused_tokens"] / s["prompt_tokens"], 6) if s["prompt_tokens"] else 0.0
         s["peak_pages"] = result.pools[MAIN]["peak_allocated"]
         s["capacity_pages"] = self.pool.capacity
@@ -523,15 +663,57 @@ class Simulation:
         s["violations"] = len(result.violations)
         s["refusals"] = len(result.refusals)
         s["checkpoints_left"] = len(self.ckpts)
+        cfg = self.config
+        s["capacity_mode"] = ("unbounded" if cfg.unbounded else "pages" if cfg.pages is not None
+                              else "hbm" if cfg.hbm_bytes is not None else "max")
+        s.update(self.latency.summary(s["requests"], s["output_tokens"]))
+        arena = self.st.arena
+        if arena.capacity:
+            # fill: time-averaged over iterations, and at the moments a copy needed Host releases; fragmented:
+            # those moments when the arena held at least the bytes to copy but no placement for them
+            full = self.host_full
+            frag = [free for free, need in full if free >= need]
+            s["host_fill_mean"] = round(self.host_fill_sum / s["iterations"], 6) if s["iterations"] else 0.0
+            s["host_full_events"] = len(full)
+            s["host_fill_when_full"] = (round(1.0 - sum(f for f, _ in full) / len(full) / arena.capacity, 6)
+                                        if full else 0.0)
+            s["host_fragmented_events"] = len(frag)
+            s["host_fragmented_bytes"] = sum(frag) // len(frag) if frag else 0
+        s["rejections"] = dict(sorted(self.rejections.items()))
+        s["rejected_requests"] = list(self.rejected_requests)
         if self.spec is not None:
             s.update(self.spec.stats())
             s["peak_mtp_pages"] = result.pools[MTP]["peak_allocated"]
             s["capacity_mtp_pages"] = self.st.pools[MTP].capacity
         if self.injector is not None:
             s.update(self.injector.stats(result.violations))
-        return SimResult(s, self.series.as_dict(), result, self.header)
+        series = self.series.as_dict()
+        series["latency"] = self.latency.curves()
+        return SimResult(s, series, result, self.header)
 
 
 def simulate(requests, config: SimConfig, source: str = "simulate", record=None, progress=None) -> SimResult:
     """Run one simulation of `requests` under `config`."""
     return Simulation(config, source, record, progress).run(requests)
+
+
+def unbounded_config(config: SimConfig, requests: Iterable[Request]) -> SimConfig:
+    """`config` with a capacity no run of `requests` can exhaust, so that nothing is ever evicted: every page
+    the scheduler allocates belongs to one request (its prompt and output, its decode tail copy, a split's
+    tail copy), so Σ ceil((prompt + output)/64) + 2 over the requests it admits bounds the peak. The store's
+    capacity is fixed at startup and at most C·L, so its max_concurrency (rows) rises to hold it while the
+    scheduler still runs `config.concurrency` sequences; the report gives the bound as `capacity_pages`
+    and what the run needed as `peak_pages`."""
+    from kvsim.kvmodel.store import capacity_curve
+    from kvsim.sim.trace.config import store_config
+    s_max = config.max_context
+    bound = 0
+    for r in requests:
+        if 1 <= r.prompt <= s_max:
+            bound += -(-(r.prompt + min(r.output, s_max - r.prompt)) // P) + 2
+    base = replace(config, pages=None, hbm_bytes=None)
+    m_min = capacity_curve(store_config(base.header("unbounded").config)).m_min
+    pages = max(bound, m_min)
+    per_row = -(-s_max // P)
+    return replace(config, pages=pages, hbm_bytes=None, store_rows=max(config.concurrency, -(-pages // per_row)),
+                   unbounded=True)

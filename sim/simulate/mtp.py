@@ -123,6 +123,7 @@ class SpeculativeRounds:
         return done
 
     def stats(self) -> dict:
-        return {"spec_rounds": self.rounds, "draft_tokens": self.drafts, "accepted_draft_tokens": self.accepted_drafts,
-                "acceptance": round(self.accepted_drafts / self.drafts, 6) if self.drafts else 0.0,
-                "tokens_per_round": round((self.rounds + self.accepted_drafts) / self.rounds, 6) if self.rounds else 0.0}
+        rounds, drafts, accepted = self.rounds, self.drafts, self.accepted_drafts
+        return {"spec_rounds": rounds, "draft_tokens": drafts, "accepted_draft_tokens": accepted,
+                "acceptance": round(accepted / drafts, 6) if drafts else 0.0,
+                "tokens_per_round": round((rounds + accepted) / rounds, 6) if rounds else 0.0}

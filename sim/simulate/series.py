@@ -22,7 +22,7 @@ class Series:
         self._n = n + 1
         if n % self.stride:
             return
-        for col, v in zip(self.cols.values(), values):
+        for col, v in zip(self.cols.values(), values, strict=True):
             col.append(v)
         if len(self.cols["time"]) >= MAX_POINTS:
             for name, col in self.cols.items():

@@ -1,11 +1,14 @@
 """What-if sweeps: the same workload simulated at several capacities and KV profiles, points in parallel.
 
-A sweep is the product of its axes (``pages``, ``hbm`` bytes, ``profile``, ``host`` bytes); every point is
+A sweep is the product of its axes (``pages`` — a count or ``unbounded`` —, ``hbm`` bytes, ``profile``,
+``host`` bytes); every point is
 one independent simulation (`run_point`, a module-level function so that any executor can ship it). Points
 run through a `concurrent.futures.Executor`: a local process pool by default, threads or in-process on
 request, or a Dask cluster (``dask://HOST:PORT``, the ``cluster`` extra) through its Executor interface: one
 code path. Profiles at a fixed HBM budget get their capacity from the store model's own capacity
 resolution (automatic kv_capacity). Results come back in the axes' order whatever the completion order.
+Every point carries the decision metrics (latency percentiles in virtual time, throughput) beside hit ratio,
+evictions and Host traffic, so a sweep over HBM shows what capacity buys in TTFT.
 """
 
 from __future__ import annotations
@@ -16,13 +19,16 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from dataclasses import asdict, replace
 
 from kvsim.kvmodel.store import PROFILES
-from kvsim.sim.simulate.engine import SimConfig, simulate
+from kvsim.sim.simulate.engine import SimConfig, simulate, unbounded_config
+from kvsim.sim.simulate.latency import LATENCY_KEYS, THROUGHPUT_KEYS
+from kvsim.sim.simulate.timing import Timing
 from kvsim.sim.workloads.open import open_workload
 
 AXES = ("pages", "hbm", "profile", "host")
-STAT_KEYS = ("requests", "rejected", "hit_ratio", "reused_blocks", "prompt_blocks", "evictions", "host_evictions",
-             "host_bytes_out", "host_bytes_in", "peak_pages", "capacity_pages", "page_bytes", "seconds",
-             "events", "violations", "refusals")
+UNBOUNDED = "unbounded"
+STAT_KEYS = ("requests", "rejected", "hit_ratio", "reused_pages", "prompt_pages", "evictions", "checkpoints_evicted",
+             "pages_freed", "host_evictions", "host_bytes_out", "host_bytes_in", "peak_pages", "capacity_pages",
+             "page_bytes", "seconds", "events", "violations", "refusals", *LATENCY_KEYS, *THROUGHPUT_KEYS)
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -54,18 +60,17 @@ def parse_axis(text: str) -> tuple[str, list]:
             raise ValueError(f"unknown profile {bad[0]!r}; expected one of {', '.join(PROFILES)}")
         return key, items
     if key == "pages":
-        try:
-            return key, [int(v) for v in items]
-        except ValueError:
-            raise ValueError(f"pages values are integers: {text!r}") from None
+        if not all(v == UNBOUNDED or v.isdigit() for v in items):
+            raise ValueError(f"pages values are page counts or {UNBOUNDED!r}: {text!r}")
+        return key, [v if v == UNBOUNDED else int(v) for v in items]
     return key, [parse_bytes(v) for v in items]
 
 
 def point_config(base: SimConfig, point: dict) -> SimConfig:
     """The configuration of one point: the base with the point's axes applied."""
     cfg = base
-    if "pages" in point:
-        cfg = replace(cfg, pages=point["pages"], hbm_bytes=None)
+    if "pages" in point:  # an unbounded point is sized to its workload by run_point
+        cfg = replace(cfg, pages=None if point["pages"] == UNBOUNDED else point["pages"], hbm_bytes=None)
     if "hbm" in point:
         cfg = replace(cfg, pages=None, hbm_bytes=point["hbm"])
     if "profile" in point:
@@ -89,6 +94,8 @@ def check_points(base: SimConfig, points: list[dict]) -> None:
     from kvsim.kvmodel.store import ConfigError, resolve_capacity
     from kvsim.sim.trace.config import store_config
     for p in points:
+        if p.get("pages") == UNBOUNDED:
+            continue  # sized to the workload, within the store's range by construction
         try:
             resolve_capacity(store_config(point_config(base, p).header("sweep").config))
         except ConfigError as exc:
@@ -97,10 +104,11 @@ def check_points(base: SimConfig, points: list[dict]) -> None:
 
 def run_point(workload: str, requests: int | None, config: dict, point: dict) -> dict:
     """One sweep point, self-contained (picklable arguments, plain-dict result)."""
-    from kvsim.sim.simulate.engine import Timing
-    cfg = SimConfig(**{**config, "timing": Timing(**config["timing"])})
+    cfg = point_config(SimConfig(**{**config, "timing": Timing(**config["timing"])}), point)
     try:
-        res = simulate(open_workload(workload, requests), point_config(cfg, point), source=workload)
+        if point.get("pages") == UNBOUNDED:
+            cfg = unbounded_config(cfg, open_workload(workload, requests))
+        res = simulate(open_workload(workload, requests), cfg, source=workload)
     except Exception as exc:  # noqa: BLE001 - re-raised with plain, picklable args
         raise PointError(f"sweep point {point_text(point)}: {type(exc).__name__}: {exc}") from None
     return {"point": point, **{k: res.stats[k] for k in STAT_KEYS}}
@@ -109,7 +117,7 @@ def run_point(workload: str, requests: int | None, config: dict, point: dict) ->
 def sweep_points(axes: list[tuple[str, list]]) -> list[dict]:
     """The product of the axes, first axis outermost."""
     keys = [k for k, _ in axes]
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in axes))]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(v for _, v in axes))]
 
 
 class _Serial(Executor):

@@ -75,6 +75,17 @@ def resolve(spec: str, fmt: str | None = None) -> tuple[str, object]:
                               "mooncake|azure")
 
 
+AZURE_NOTE = ("Azure LLM inference traces carry no prefix data (arrival times and token counts only): every prompt "
+              "block gets a fresh id, so the prefix hit ratio is 0 by construction; such a trace measures arrival "
+              "and length mixes and capacity pressure, not reuse")
+
+
+def workload_notes(spec: str, fmt: str | None = None) -> list[str]:
+    """What a report must say about the workload itself (a trace without prefix data)."""
+    kind, _ = resolve(spec, fmt)
+    return [AZURE_NOTE] if kind == "azure" else []
+
+
 class WorkloadFormatError(WorkloadInputError):
     """A workload file whose format is neither given nor told by its name."""
 
