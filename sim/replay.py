@@ -14,7 +14,9 @@ This module knows nothing of report formats; `sim.report.build` turns results in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kvsim.kvmodel.store import ContractViolation, Finding, Refusal, units
 from kvsim.kvmodel.store.activation import note_refused, plan_activation
@@ -92,7 +94,9 @@ class TraceReplay:
                     kt.Truncate: self._truncate, kt.Finish: self._finish, kt.Release: self._release,
                     kt.Offload: self._offload, kt.DropDevice: self._drop_device, kt.DropHost: self._drop_host,
                     kt.Xfer: self._xfer, kt.Observe: self._observe}
-        self._dispatch = {t: (fn, t.__struct_config__.tag) for t, fn in handlers.items()}
+        # event type -> (handler, op name): every kvtrace/1 record is tagged by its op name (a str)
+        self._dispatch: dict[type, tuple[Callable[[Any], Any], str]] = {
+            t: (fn, str(t.__struct_config__.tag)) for t, fn in handlers.items()}
         self._config_findings(self.checker.config())
         self.timeline.record(-1, self.st.pools, force=True)
 
@@ -270,7 +274,7 @@ class TraceReplay:
         try:
             self._stale_or_illegal(ev, op)
         except ContractViolation as exc:
-            st.cov.count((f.rule, True) for f in exc.findings)
+            st.cov.count([(f.rule, True) for f in exc.findings])
             for f in exc.findings:
                 st.cov.violate(f.rule)
             raise
@@ -343,7 +347,8 @@ class TraceReplay:
         res = ev.result
         if res is None:
             return self.st.grow(ev.seq)
-        return self.st.grow(ev.seq, res.bounded_at, (res.ok, None if res.entitlement is None else dict(res.entitlement)))
+        entitlement = None if res.entitlement is None else dict(res.entitlement)
+        return self.st.grow(ev.seq, res.bounded_at, (res.ok, entitlement))
 
     def _cow(self, ev):
         """`cow` is judged like every request: a refusal where the contract copies, or an ok where it must
@@ -435,7 +440,7 @@ def replay_trace(path, stop_at_first: bool = False, audit_every: int = AUDIT_EVE
                 except (TraceInputError, InternalError):
                     raise
                 except Exception as exc:  # a crash inside the model or a checker: classified, never "violations"
-                    raise InternalError(path, index, line, type(ev).__struct_config__.tag, exc) from exc
+                    raise InternalError(path, index, line, str(type(ev).__struct_config__.tag), exc) from exc
                 if not go_on:
                     break
                 if progress is not None and not n & 4095:

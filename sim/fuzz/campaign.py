@@ -104,7 +104,8 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
     result.examples, result.steps = RUN.examples, RUN.steps
     result.rules = dict(sorted(RUN.rules.items()))
     cov = RUN.coverage
-    result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid))) for rid in _catalogue_ids()}
+    result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid)))
+                       for rid in _catalogue_ids()}
     result.blind_spots = [rid for rid, c in result.coverage.items() if not c["exercised"]]
     result.reachability = table(RUN.reach)
     return result

@@ -16,7 +16,8 @@ from kvsim.sim.fuzz.oracle import Facts, ceil_div
 from kvsim.sim.fuzz.view import ModelView
 from kvsim.sim.trace import records as kt
 
-BACKENDS = st.one_of(st.just(kt.BackendOff()), st.builds(kt.BackendMTP, draft_window=st.sampled_from((1, 2, 3, 65, 130))),
+BACKENDS = st.one_of(st.just(kt.BackendOff()),
+                     st.builds(kt.BackendMTP, draft_window=st.sampled_from((1, 2, 3, 65, 130))),
                      st.just(kt.BackendDFlash(full_layers=1, kv_heads=1, head_dim=128)), st.just(kt.BackendDFlash2()))
 
 

@@ -13,7 +13,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     "ci": dict(max_examples=40, stateful_step_count=40, derandomize=True),  # CI: the same runs every time
     "deep": dict(max_examples=400, stateful_step_count=120),
 }
-COMMON: dict[str, Any] = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True, report_multiple_bugs=False)
+COMMON: dict[str, Any] = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True,
+                              report_multiple_bugs=False)
 
 for _name, _values in PROFILES.items():
     settings.register_profile(_name, **_values, **COMMON)
