@@ -473,8 +473,8 @@ def growth_beyond_capacity() -> Trace:
 
 # -- 5. bounded completion in every pool that writes ------------------------------------------------------------
 
-DFLASH_GROWTH = dict(max_concurrency=2, kv_capacity=M64, prefill_chunk=128, backend={"kind": "dflash", "full_layers": 1},
-                     kv_lease_growth={"window": 128, "cushion_pages": 2})
+DFLASH_GROWTH = dict(max_concurrency=2, kv_capacity=M64, prefill_chunk=128,
+                     backend={"kind": "dflash", "full_layers": 1}, kv_lease_growth={"window": 128, "cushion_pages": 2})
 
 
 def _bounded_dflash(t: Trace) -> None:

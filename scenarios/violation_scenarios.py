@@ -260,7 +260,8 @@ def ent_3_bounded() -> Trace:
     t = Trace("ENT-3_write_after_bounded_completion",
               'Shortfall escaping a step: growth was refused with bounded completion at 1472, the cushion covered '
               'the step in progress, yet the engine launches a decode step writing position 1536 (store contract '
-              '"request 在 window 覆盖的 frontier 上以 length 结束（bounded completion）", "shortfall不通过异常离开该步")',
+              '"request 在 window 覆盖的 frontier 上以 length 结束（bounded completion）", '
+              '"shortfall不通过异常离开该步")',
               config(**GROWTH))
     _checkpoint(t, "s1", 2560, "c1", budget=0)  # 40 pages retained; 24 available
     t.activate("s0", 1344, 2752)  # ceil(1472/64) + 1 = 24 pages: the rest of the pool
@@ -436,7 +437,8 @@ def rep_4_device() -> Trace:
     t.offload("c0", [0, 1, 2])
     t.drop_device("c0", [0, 1, 2])
     t.drop_device("c0", [3], expect="REP-4")
-    t.ckpt("c0", table=[-1, -1, -1, 3], replicas=["host", "host", "host", "device"])  # the rejected fact changed nothing
+    # the rejected fact changed nothing
+    t.ckpt("c0", table=[-1, -1, -1, 3], replicas=["host", "host", "host", "device"])
     t.release("c0")
     t.pool(allocated=0, reserved=0, available=128)
     return t

@@ -134,7 +134,8 @@ def plan_activation(st: KVStore, seq: str, prompt: int, budget: int, source: str
             why = st.ended_ckpts.get(source)
             if why == "released":
                 cov.check("CKPT-2", exercised=True)
-                raise violation("CKPT-2", f"activation from checkpoint {source!r} after its release", seq=seq, ckpt=source)
+                raise violation("CKPT-2", f"activation from checkpoint {source!r} after its release", seq=seq,
+                                ckpt=source)
             raise violation("TRACE-2", f"activation from checkpoint {source!r}, which "
                             + ("was consumed by a Move" if why else "is unknown"), seq=seq, ckpt=source)
     # "默认 entitlement 预留 prompt 加整个 effective output 预算" (decision 18, AS-6 / ENT-1 entries): the effective
@@ -188,7 +189,8 @@ def _plan_rows_and_pages(st: KVStore, seq: str, ceiling: int, plans: list[PoolPl
             if not table.is_free(r):
                 holder = table.owner[r].owner if 0 <= r < table.rows else None
                 raise violation("AS-1", f"{plan.pool} row {r} is " + (f"leased to active sequence {holder!r}"
-                                if holder else f"outside the table's {table.rows} rows"), seq=seq, pool=plan.pool, row=r)
+                                if holder else f"outside the table's {table.rows} rows"), seq=seq, pool=plan.pool,
+                                row=r)
         else:
             r = table.free_row()
             if r < 0:

@@ -139,5 +139,6 @@ def resolve_capacity(config: StoreConfig) -> CapacityResolution:
     # K_main >= S and M in range and nothing more ("并要求 (K_{main}\ge S) 且 (M\in[M_{min},M_{max}])").
     if policy == "automatic" and layout.reservation_bytes != curve.bytes_at(m):
         raise ConfigError("CAP-1", f"capacity curve is not affine for this geometry: B({m}) = "
-                                   f"{layout.reservation_bytes} B but B_min + (M - M_min)·B_step = {curve.bytes_at(m)} B")
+                                   f"{layout.reservation_bytes} B but B_min + (M - M_min)·B_step = "
+                                   f"{curve.bytes_at(m)} B")
     return CapacityResolution(policy, m, curve, layout)

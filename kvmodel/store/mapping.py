@@ -64,7 +64,8 @@ def frozen_check(st: KVStore, space: KVAddressSpace, op: str, rule: str = "UNIT-
                         seq=space.owner, pool=space.pool, unit=space.unit)
 
 
-def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: list | None = None) -> list[int] | Refusal:
+def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: list | None = None
+                  ) -> list[int] | Refusal:
     """ensure_mapped_to_tokens(tokens): list of newly mapped page ids, or Refusal("entitlement")."""
     _, space = active_space(st, seq, pool, "map")
     frozen_check(st, space, "map")

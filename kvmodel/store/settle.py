@@ -88,7 +88,8 @@ def finish(st: KVStore, seq: str, retain: str | None, state_image: bool = True) 
     if retain is not None:
         cov.check("CKPT-1", exercised=True)
         if retain in st.checkpoints:
-            raise violation("TRACE-2", f"finish retains checkpoint {retain!r}, an id already live", seq=seq, ckpt=retain)
+            raise violation("TRACE-2", f"finish retains checkpoint {retain!r}, an id already live", seq=seq,
+                            ckpt=retain)
         if not state_image:
             raise violation("CKPT-1", f"checkpoint {retain!r} retained without its StateImage: Main, backend and "
                             "StateImage must form one complete continuation", seq=seq, ckpt=retain)

@@ -73,7 +73,8 @@ class KVStore:
         self.ended_xfers = EndedHandles()
         self.activations = 0
         self._next_uid = 1
-        self.guessed: set[tuple[str, int]] = set()  # (pool, page id): leases whose id the model chose itself (kvmodel.store.adopt)
+        # (pool, page id): leases whose id the model chose itself (kvmodel.store.adopt)
+        self.guessed: set[tuple[str, int]] = set()
         self.cov = Coverage()
         # rules whose check a replay's error recovery waives while it adopts an engine's claim (sim.replay
         # `_adopt`): only the few claim-shaped checks consult it, never the hot paths

@@ -203,14 +203,16 @@ def verify_failed(st: KVStore, xid: str, direction: str, ckpt: str, pool: str, b
     st.ended_xfers.add(xid)
 
 
-def _reserve(st: KVStore, x: Transfer, engine_pages: list | None = None, engine_offsets: Sequence[int] | None = None) -> None:
+def _reserve(st: KVStore, x: Transfer, engine_pages: list | None = None,
+             engine_offsets: Sequence[int] | None = None) -> None:
     cov = st.cov
     for page in x.pages:
         cov.check("PAGE-3", exercised=True)
         ok = page.device_valid(page.committed) if x.direction == "d2h" else page.host_valid(page.committed)
         if not ok:
             raise violation("PAGE-3", f"transfer {x.xid!r}: block {page.block} has no current "
-                            f"{'Device' if x.direction == 'd2h' else 'Host'} source replica", xfer=x.xid, block=page.block)
+                            f"{'Device' if x.direction == 'd2h' else 'Host'} source replica", xfer=x.xid,
+                            block=page.block)
         if x.direction == "h2d" and page.device >= 0:
             raise violation("REP-1", f"transfer {x.xid!r}: block {page.block} already has a Device replica",
                             xfer=x.xid, block=page.block)

@@ -37,7 +37,8 @@ def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     if not m_min <= res.m <= m_max:
         return f"M = {res.m} outside [M_min, M_max] = [{m_min}, {m_max}]"
     pol = cfg.capacity
-    if pol.kind == "explicit" and pol.tokens is not None and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
+    if pol.kind == "explicit" and pol.tokens is not None \
+            and res.m != resolve_explicit(pol.tokens, cfg.max_context, m_min, m_max):
         return f"explicit kv_capacity {pol.tokens} resolved to M = {res.m}, not ceil(K/P)"
     if pol.kind == "automatic" and pol.free_bytes is not None and pol.headroom_bytes is not None \
             and res.m != resolve_automatic(res.curve, pol.free_bytes, pol.headroom_bytes):
@@ -52,7 +53,8 @@ def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
 @state_rule("CAP-2", "Backend pool sizes derive from M: MTP M + C·ceil((K−1)/P), Draft Full M, at most two pools",
             'store contract: "MTP physical pages = M + C * ceil((K - 1) / P)", "当前最多有两个 growing pools"',
             scope="config", evidence="model",
-            decisions="Guards the model (the pool vector is derived, never reported by a trace). DFlash/DFlash2 get a Draft Full pool only with full_layers > 0 (the official DFlash2 config "
+            decisions="Guards the model (the pool vector is derived, never reported by a trace). DFlash/DFlash2 get a "
+                      "Draft Full pool only with full_layers > 0 (the official DFlash2 config "
                       "has none and needs Main only).")
 def cap_2(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     want = pool_pages(st.config, st.resolution.m)
@@ -103,7 +105,8 @@ def cap_4(st: KVStore, name: str, full: bool) -> str | bool | None:
 @state_rule("CAP-5", "Byte accounting comes from the typed plane inventory (PageBytes, startup bytes)",
             'store contract: "PageBytes=\\sum_{plane} PlaneBytesPerToken\\cdot P", "不能用 2 * vector_bytes 代替 K8V4"',
             scope="config", evidence="model",
-            decisions="Guards the model (kvtrace/1 carries no byte figures). Draft Full uses its own BF16 profile at the draft head_dim; the BF16 profile stores BF16 V.")
+            decisions="Guards the model (kvtrace/1 carries no byte figures). Draft Full uses its own BF16 profile at "
+                      "the draft head_dim; the BF16 profile stores BF16 V.")
 def cap_5(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     cfg = st.config
     if bytes_per_token_head(cfg.kv_profile, 256) != SEED_BYTES_D256[cfg.kv_profile]:

@@ -25,7 +25,8 @@ def ckpt_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if ck is None or not ck.state_image:
         return f"checkpoint {space.owner!r} is retained without a StateImage"
     if tuple(ck.spaces) != st.pool_names or any(s.active for s in ck.spaces.values()):
-        return f"checkpoint {space.owner!r} covers pools {list(ck.spaces)}, the continuation needs {list(st.pool_names)}"
+        return (f"checkpoint {space.owner!r} covers pools {list(ck.spaces)}, the continuation needs "
+                f"{list(st.pool_names)}")
     if space.protected != space.committed:
         return f"checkpoint {space.owner!r} ({space.pool}) protects {space.protected} of {space.committed} tokens"
     return True

@@ -18,7 +18,8 @@ transition_rule("CONS-1", "Consumers read through paged views within the frozen 
                           "physical table equals the membership mirror over its committed blocks.")
 
 transition_rule("CONS-2", "Correctness is independent of physical id order; no whole-context gather",
-                'store contract: "Kernel correctness不依赖physical page ID连续性，也不通过gather建立request-contiguous KV"',
+                'store contract: "Kernel correctness不依赖physical page '
+                'ID连续性，也不通过gather建立request-contiguous KV"',
                 "kvsim.sim.lockstep.Lockstep.check_row",
                 evidence="model",
                 decisions="Decision 19 (what CONS-2/CONS-3 judge; store contract \"Growing-cache Ops 直接消费 paged "

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
             'store contract: "Active entitlement在terminal release前不进入global available capacity"', scope="space",
             evidence="model",
             decisions="Guards the model: the engine's counters are judged by CAP-3 and TRACE-1 at `observe`; this "
-                      "state form recounts the model's own reservations. Entitlement = membership + reservation; default ceil(min(S, prompt+budget)/P) pages "
+                      "state form recounts the model's own reservations. Entitlement = membership + reservation; "
+                      "default ceil(min(S, prompt+budget)/P) pages "
                       "(prompt + the effective output budget min(budget, S − prompt): decision 18, AS-6), "
                       "MTP may lead by ceil((K−1)/P), Draft Full equals Main. The pool's reserved is the sum of "
                       "active reservations (recounted whenever the pool's counters moved); only finish returns a "
@@ -32,7 +33,8 @@ def ent_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if full or space.pool in st.t_pools:  # recount when reservations of this pool may have moved
         total = sum(s.reservation for b in st.bundles.values() for s in b.spaces.values() if s.pool == space.pool)
         if total != st.pools[space.pool].reserved:
-            return f"{space.pool}: active reservations sum to {total}, the pool counts {st.pools[space.pool].reserved} reserved"
+            return (f"{space.pool}: active reservations sum to {total}, the pool counts "
+                    f"{st.pools[space.pool].reserved} reserved")
     return True
 
 
@@ -41,7 +43,8 @@ transition_rule("ENT-2", "ensure_mapped_to_tokens is a lower bound that fails on
                 decisions="A refusal while the entitlement covers the request, or mapping more/fewer new pages "
                           "than needed, is a violation.")
 
-transition_rule("ENT-3", "Launches are covered by entitlement at the round boundary; growth only there; bounded completion",
+transition_rule("ENT-3", "Launches are covered by entitlement at the round boundary; growth only there; bounded "
+                "completion",
                 'store contract: "每个 launch 在 round boundary 上要求 entitlement 覆盖该步所需 pages"', units.launch,
                 decisions="kv_lease_growth: window max(prefill_chunk, window) tokens + cushion pages. The contract "
                           "fixes no growth step (\"按需扩充\"): an engine's accepted growth is judged only by whether "
@@ -75,13 +78,15 @@ transition_rule("ENT-5", "kv_lease_growth leases at most the frontier + the boun
 
 
 @state_rule("ENT-4", "Truncated leases return to the same reservation; the last partial page is kept",
-            'store contract: "对 active address space，解除的 Device leases 回到 同一 active reservation"', scope="space",
+            'store contract: "对 active address space，解除的 Device leases 回到 同一 active reservation"',
+            scope="space",
             evidence="model",
             decisions="Guards the model: an engine that keeps truncated leases is caught by its counters (TRACE-1 at "
                       "`observe`). Decision 16 (destructive truncate into a forked prefix, a kvtrace/1 extension): "
                       "unmapping a member another address space still holds frees no lease, and the entitlement "
                       "shrinks by that page, always; nothing moves between the reservation and global "
-                      "available (store contract \"两者不改变其他 requests 可用的 global capacity\"). An engine reports "
+                      "available (store contract \"两者不改变其他 requests 可用的 global capacity\"). An engine "
+                      "reports "
                       "it through unchanged reserved/available counters, and must refuse a later map beyond the "
                       "smaller entitlement (ENT-2); a `cow` of a shared member takes its page from global "
                       "available. State form: an active space keeps at least ceil(committed/P) pages. "

@@ -46,7 +46,8 @@ def page_1(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
         return None
     holder = st.pools[page.pool].holder[page.device]
     if holder is not page:
-        return f"{page.pool} page {page.device} is claimed by descriptor {page.handle} but carries {getattr(holder, 'handle', None)}"
+        return (f"{page.pool} page {page.device} is claimed by descriptor {page.handle} but carries "
+                f"{getattr(holder, 'handle', None)}")
     return True
 
 
@@ -93,7 +94,8 @@ def page_3(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
 
 
 @state_rule("PAGE-4", "A descriptor is reclaimed only at zero references, replicas and pins; nothing leaks",
-            'store contract: "只有当 references、replicas 和 transaction pins 均为零时，descriptor 才能回收并推进 generation"',
+            'store contract: "只有当 references、replicas 和 transaction pins 均为零时，descriptor 才能回收并推进 '
+            'generation"',
             scope="page", full=leaked, evidence="model",
             decisions="Guards the model: reclamation and leases are the model's own bookkeeping (a trace reports no "
                       "descriptors). The audit builds the ownership graph (networkx) from live address spaces and open "

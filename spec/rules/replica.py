@@ -168,7 +168,8 @@ def _rep_3_whole(st: KVStore) -> str | bool | None:
         if off not in st.host_guessed:
             return f"host extent [{off}, {off + size}) leaves the arena of {arena.capacity} B"
     if sum(size for _, size in beyond) != st.host_virtual:
-        return f"host placeholders account for {sum(size for _, size in beyond)} B, the model counts {st.host_virtual} B"
+        return (f"host placeholders account for {sum(size for _, size in beyond)} B, the model counts "
+                f"{st.host_virtual} B")
     live = sorted((off, size) for off, size in spans if off < arena.capacity)
     free = arena.free_extents()
     spans = sorted(live + free)

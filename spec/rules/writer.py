@@ -18,7 +18,8 @@ if TYPE_CHECKING:
             'store contract: "任一 logical page 同时至多一个 writer"', scope="page", evidence="model",
             decisions="Guards the model: the writer derives from the holders (the sole active holder writes), so a "
                       "trace's write into a page with other holders is WR-2 and one into another space's page "
-                      "cannot be named by a trace; only model state can fire WR-1. The writer is explicit state; it must be the page's only holder and active. A launch "
+                      "cannot be named by a trace; only model state can fire WR-1. The writer is explicit state; it "
+                      "must be the page's only holder and active. A launch "
                       "writing a page it is not the writer of is a violation (kvmodel.store.units).")
 def wr_1(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     w = page.writer
@@ -30,7 +31,8 @@ def wr_1(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
 
 
 @state_rule("WR-2", "Shared pages are immutable; a non-aligned shared tail is copied (COW) before writing",
-            'store contract: "存在多个 address-space references 的 full page immutable； 需要写入 shared partial tail 时必须先 COW"',
+            'store contract: "存在多个 address-space references 的 full page immutable； 需要写入 shared partial tail '
+            '时必须先 COW"',
             scope="page",
             decisions="A launch writing a block whose page has several references is the violation; `cow` "
                       "(a kvtrace/1 extension) replaces the member with a private copy first.")
@@ -51,7 +53,8 @@ def wr_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
                       "checkpoint: it has two references and no writer, and the write is WR-2; a write below the "
                       "writer's own frontier is UNIT-3; truncate applies to active spaces only. The launch still "
                       "names WR-3 beside WR-2 when the written columns are protected; the state form guards the "
-                      "model (protected columns are committed content). Protected columns are derived from the holders' checkpoint-protected frontiers (a "
+                      "model (protected columns are committed content). Protected columns are derived from the "
+                      "holders' checkpoint-protected frontiers (a "
                       "retained checkpoint protects its committed frontier); they must be committed content. A "
                       "write or truncate below them is the transition violation.")
 def wr_3(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
