@@ -344,7 +344,7 @@ class TraceWriter:
         if not isinstance(header, Header):
             raise TypeError(f"header must be a sim.trace.records.Header, not {type(header).__name__}")
         self._owned = isinstance(target, (str, os.PathLike))
-        self._stream: Any = open(target, "wb") if self._owned else target
+        self._stream: Any = open(target, "wb") if isinstance(target, (str, os.PathLike)) else target
         self._text = isinstance(self._stream, io.TextIOBase)
         self._validate = validate
         self.events = 0
