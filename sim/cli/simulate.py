@@ -275,7 +275,7 @@ def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
                      "its peak")
     report["stats"]["notes"] = notes
     if plan:  # a violation at an injected fault's bad event with its rule is expected; anything else is not
-        injected = {(event, rule) for _, rule, event, _ in sim.injector.injected}
+        injected = {(event, rule) for _, rule, event, _ in (sim.injector.injected if sim.injector else ())}
         for v in report["violations"]:
             v["expected"] = (v.get("event"), v.get("rule")) in injected
     verdict = stamp(report)  # with faults: every injected fault flagged at its event with its rule, nothing else

@@ -53,6 +53,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from kvsim.sim.replay import InternalError, TraceReplay
 from kvsim.sim.simulate.inject import FaultPlan, Injector
@@ -65,8 +66,8 @@ from kvsim.sim.trace import records as kt
 from kvsim.sim.trace.stream import TraceInputError, TraceWriter
 from kvsim.sim.workloads.request import Request
 
-MAIN = "main"
-MTP = "mtp"
+MAIN: kt.Pool = "main"
+MTP: kt.Pool = "mtp"
 ADMISSION = ("evict", "wait")
 HOST_EXTENTS = ("run", "checkpoint")
 REJECTION_EXAMPLES = 20
@@ -120,7 +121,7 @@ class SimConfig:
             cap = kt.KVCapacity(auto=kt.AutoCapacity(free_bytes=self.hbm_bytes, headroom_bytes=0))
         return kt.Header(format="kvtrace/1", config=kt.Config(
             max_context=self.max_context, max_concurrency=max(self.concurrency, self.store_rows), page_size=P,
-            kv_profile=self.profile,
+            kv_profile=self.profile,  # type: ignore[arg-type]  # a PROFILES name (SimConfig checks it)
             backend=kt.BackendMTP(draft_window=self.draft_window) if self.backend == "mtp" else kt.BackendOff(),
             model=kt.Model(full_attention_layers=self.layers, kv_heads=self.kv_heads, head_dim=256),
             kv_capacity=cap, host_arena_bytes=self.host_bytes, prefill_chunk=self.prefill_chunk),
@@ -171,11 +172,11 @@ class Simulation:
             raise ValueError(f"host extents {config.host_extents!r}: expected one of {', '.join(HOST_EXTENTS)}")
         self.config = config
         # every pool a unit writes and a truncate or eviction covers: Main, and MTP under the MTP backend
-        self.pools = (MAIN, MTP) if config.backend == "mtp" else (MAIN,)
+        self.pools: tuple[kt.Pool, ...] = (MAIN, MTP) if config.backend == "mtp" else (MAIN,)
         self.spec = SpeculativeRounds(config) if config.backend == "mtp" else None
         self.path = os.fspath(record) if record else f"<simulate {source}>"
         self.header = config.header(source, None if faults is None else {"faults": faults.meta()})
-        kw = {} if audit_every is None else {"audit_every": audit_every}
+        kw: dict[str, Any] = {} if audit_every is None else {"audit_every": audit_every}
         self.rep = TraceReplay(self.path, self.header, recover=True, **kw)  # one cause, one finding (sim.recovery)
         self.st = self.rep.st
         self.pool = self.st.pools[MAIN]
@@ -631,9 +632,9 @@ class Simulation:
                     self.blocked = False
                     if pf.output == 0 and self.progress is not None:
                         self.progress(1)
-            pool = self.pool
+            main = self.pool
             pt = s["prompt_tokens"]
-            self.series.record(round(self.now, 6), pool.allocated, pool.reserved, pool.capacity,
+            self.series.record(round(self.now, 6), main.allocated, main.reserved, main.capacity,
                                s["reused_tokens"] / pt if pt else 0.0, s["host_bytes_out"], s["host_bytes_in"],
                                len(lanes), len(queue) - head)
             if injector is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from kvsim.kvmodel.store.errors import InvariantError
 from kvsim.sim.replay import TraceReplay
 from kvsim.sim.trace.faults import FAULTS, Episode
 
@@ -48,7 +49,8 @@ class _Episode(Episode):
         return "f" + self._tag + super().new(kind)[1:]
 
     def top(self, n: int) -> list[int]:
-        pool, p, ids = self._pool, self._next_top, []
+        pool, p = self._pool, self._next_top
+        ids: list[int] = []
         while len(ids) < n and p >= 0:
             if pool.is_free(p):
                 ids.append(p)
@@ -197,6 +199,8 @@ class Injector:
         first = sim.events
         ep = _Episode(put, sim.pools, sim.pool, sim.config.max_context, len(self.injected))
         FAULTS[name].episode(ep)
+        if ep.bad_event is None:  # FAULTS episodes always write theirs: fault_runs_alone checked it
+            raise InvariantError("a fault episode writes its bad event", f"{name} wrote none")
         self.injected.append((name, FAULTS[name].rule, ep.bad_event, sim.events - first))
 
     def boundary(self) -> None:

@@ -35,7 +35,8 @@ from __future__ import annotations
 from kvsim.sim.trace import records as kt
 
 P = 64
-MAIN, MTP = "main", "mtp"
+MAIN: kt.Pool = "main"
+MTP: kt.Pool = "mtp"
 _MASK = (1 << 64) - 1
 _UNIT = 2.0 ** -53
 

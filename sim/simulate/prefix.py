@@ -16,6 +16,9 @@ every key after it). This module knows keys and holders, nothing of the store mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from kvsim.sim.workloads.request import BLOCK_TOKENS
@@ -68,7 +71,7 @@ class PrefixIndex:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def lookup(self, keys) -> tuple[object, int]:
+    def lookup(self, keys: Sequence[int]) -> tuple[Any, int]:  # the holder: whatever the caller indexed
         """(holder, pages): the longest indexed prefix of `keys` that has a known holder, and a holder of it
         (the shortest when known); (None, 0) when the first page is not indexed."""
         index = self._keys

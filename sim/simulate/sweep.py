@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, replace
 
@@ -139,15 +140,15 @@ def quiet_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def make_executor(spec: str, workers: int) -> tuple[Executor, object]:
+def make_executor(spec: str, workers: int) -> tuple[Executor, Callable[[], object] | None]:
     """(executor, close): ``process`` | ``thread`` | ``serial`` | ``dask://HOST:PORT`` (a client of a
     running cluster; closing it leaves the cluster running)."""
     if spec == "process":
-        ex = ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker)
-        return ex, ex.shutdown
+        procs = ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker)
+        return procs, procs.shutdown
     if spec == "thread":
-        ex = ThreadPoolExecutor(max_workers=workers)
-        return ex, ex.shutdown
+        threads = ThreadPoolExecutor(max_workers=workers)
+        return threads, threads.shutdown
     if spec == "serial":
         return _Serial(), None
     if spec.startswith("dask://"):
