@@ -142,10 +142,10 @@ def test_cli_nothing_received_is_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,first", [
-    (["events"], "events: name a log"),
-    (["events", "x.jsonl", "--zmq", "ipc:///tmp/x"], "--zmq: judge either"),
-    (["events", "x.jsonl", "--replay", "ipc:///tmp/x"], "--replay: only with --zmq"),
-    (["events", "--zmq", "ipc:///tmp/x", "--duration", "0"], "--duration: 0.0 must be"),
+    (["events"], "kvsim events: name a log"),
+    (["events", "x.jsonl", "--zmq", "ipc:///tmp/x"], "kvsim events: --zmq: judge either"),
+    (["events", "x.jsonl", "--replay", "ipc:///tmp/x"], "kvsim events: --replay: only with --zmq"),
+    (["events", "--zmq", "ipc:///tmp/x", "--duration", "0"], "kvsim events: --duration must be a number of seconds > 0"),
 ])
 def test_live_flags_are_validated(argv, first, capsys):
     assert main(argv) == 2
