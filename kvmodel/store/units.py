@@ -303,7 +303,7 @@ def plan_complete(st: KVStore, unit: str, commits: Sequence[CommitRow]) -> Compl
         bundle = bundles.get(seq)
         sp = None if bundle is None else bundle.spaces.get(pool)
         r = None if sp is None else sp.in_flight
-        if r is not None and r.unit != unit and sp.readers:  # type: ignore[union-attr]  # r is not None: sp is not  # one of several units reading the space
+        if r is not None and r.unit != unit and sp.readers:  # type: ignore[union-attr]  # r set: sp is too; one of several readers
             r = next((x for x in u.rows if x.space is sp), None)
         if r is None or r.unit != unit:
             raise violation("UNIT-2", f"unit {unit!r} commits {seq!r} ({pool}) although it is not a row of the "

@@ -2,7 +2,7 @@
 
 from kvsim.kvmodel.store.units import COMMIT_RULES, LAUNCH_RULES  # noqa: E402
 from kvsim.spec.catalogue import require  # noqa: E402
-from kvsim.spec.rules import (  # noqa: F401  # noqa: F401
+from kvsim.spec.rules import (  # noqa: F401 — imported to register each family's rules
     cache_admission,
     cache_clauses,
     cache_geometry,
