@@ -145,7 +145,8 @@ def test_cli_nothing_received_is_exit_2(tmp_path, capsys):
     (["events"], "kvsim events: name a log"),
     (["events", "x.jsonl", "--zmq", "ipc:///tmp/x"], "kvsim events: --zmq: judge either"),
     (["events", "x.jsonl", "--replay", "ipc:///tmp/x"], "kvsim events: --replay: only with --zmq"),
-    (["events", "--zmq", "ipc:///tmp/x", "--duration", "0"], "kvsim events: --duration must be a number of seconds > 0"),
+    (["events", "--zmq", "ipc:///tmp/x", "--duration", "0"],
+     "kvsim events: --duration must be a number of seconds > 0"),
 ])
 def test_live_flags_are_validated(argv, first, capsys):
     assert main(argv) == 2
