@@ -19,13 +19,6 @@ M64 = {"tokens": 4096}
 HOST = dict(kv_capacity=M128, host_arena_bytes=8 * BF16_PAGE)
 
 
-def _confirmed_checkpoint(t: Trace, seq: str, prompt: int, ckpt: str, pages: list, budget: int = 0) -> None:
-    """`seq` prefills `prompt` tokens into the engine's `pages` and is retained as `ckpt`."""
-    t.activate(seq, prompt, budget)
-    t.map(seq, prompt, result={"ok": True, "pages": pages})
-    t.step(seq, 0, prompt)
-    t.finish(seq, retain=ckpt)
-
 
 # -- 1. restore destinations are the engine's -------------------------------------------------------
 
@@ -35,7 +28,7 @@ def restore_engine_destinations() -> Trace:
               'three Host-only blocks and copies the tail to pages 9, 7, 8, 5, and an h2d transfer names its '
               'destination 20 (store contract "Physical IDs 可以任意排列", "restore required Host-only pages")',
               config(**HOST))
-    _confirmed_checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)  # 4 pages, tail of 8 columns
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)  # 4 pages, tail of 8 columns
     t.offload("c0", [0, 1, 2, 3])
     t.drop_device("c0", [0, 1, 2, 3])
     t.ckpt("c0", table=[-1, -1, -1, -1], frontier=200, replicas=["host"] * 4)
@@ -68,7 +61,7 @@ def restore_onto_leased_page() -> Trace:
     t.activate("s9", 100, 28)
     t.map("s9", 100, result={"ok": True, "pages": [10, 11]})
     t.step("s9", 0, 100)
-    _confirmed_checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.offload("c0", [0, 1, 2, 3])
     t.drop_device("c0", [0, 1, 2, 3])
     t.activate("s1", 200, 56, src="c0")
@@ -134,7 +127,7 @@ def fork_while_copying() -> Trace:
               'A Fork reads a checkpoint whose pages a D2H copy pins: legal, only releasing the sole valid source '
               'or publishing early is forbidden; the source is released once no active sequence needs it (store '
               'contract "Copy 进行时 source 与 destination 都被 pin", "唯一有效 source 也不能先释放")', config(**HOST))
-    _confirmed_checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
     t.activate("s1", 200, 56, src="c0")  # shares blocks 0..2, copies the tail (page 4: the engine's, unsaid)
@@ -154,7 +147,7 @@ def drop_source_while_fork_reads() -> Trace:
               'While a D2H copy pins c0 and a fork reads it, the engine drops the Device copy of block 3 — the '
               'copy\'s sole valid source (store contract "Copy 进行时 source 与 destination 都被 pin", "唯一有效 '
               'source 也不能先释放")', config(**HOST))
-    _confirmed_checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
     t.activate("s1", 200, 56, src="c0")
@@ -571,7 +564,7 @@ def move_while_copying() -> Trace:
               'A private checkpoint resumes by Move while a D2H copy of it is in flight; the sequence appends '
               'into its tail only after the copy is published (store contract "Copy 进行时 source 与 destination 都'
               '被 pin", "Private tail 的唯一 writer 可以继续在未保护 suffix append")', config(**HOST))
-    _confirmed_checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
     t.activate("s0", 200, 56, src="c0", keep_source=False)  # reading pinned pages is legal
@@ -591,7 +584,7 @@ def write_into_pinned_page() -> Trace:
               'The engine resumes c0 by Move during a D2H copy and appends into its tail page while the copy still '
               'pins it: the copied payload no longer matches what verify checks (store contract "Copy 进行时 '
               'source 与 destination 都被 pin", "source/destination pins")', config(**HOST))
-    _confirmed_checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
     t.activate("s0", 200, 56, src="c0", keep_source=False)

@@ -18,13 +18,6 @@ S4000 = dict(max_context=4000, kv_capacity=M128)  # L = 63 pages; the last page 
 HOST = dict(kv_capacity=M128, host_arena_bytes=8 * BF16_PAGE)
 
 
-def _checkpoint(t: Trace, seq: str, prompt: int, ckpt: str, pages: list | None = None, budget: int = 0) -> None:
-    """`seq` prefills `prompt` tokens (into the engine's `pages`, when given) and is retained as `ckpt`."""
-    t.activate(seq, prompt, budget)
-    t.map(seq, prompt, result=None if pages is None else {"ok": True, "pages": pages})
-    t.step(seq, 0, prompt)
-    t.finish(seq, retain=ckpt)
-
 
 # -- 1. the effective output budget (decision 18) -------------------------------------------------------------
 
@@ -69,9 +62,9 @@ def _fragmented_arena(t: Trace) -> None:
     """Arena of 4 strides; the engine names every offset, so the model knows the layout: c0's block 1 at
     stride 1, c1 at stride 2, holes [0, 1) and [3, 4): 2 strides of free bytes, no 2-stride hole."""
     S = BF16_PAGE
-    _checkpoint(t, "s0", 128, "c0")  # 2 pages
-    _checkpoint(t, "s1", 64, "c1")  # 1 page
-    _checkpoint(t, "s2", 128, "c2")  # 2 pages
+    t.checkpoint("s0", 128, "c0")  # 2 pages
+    t.checkpoint("s1", 64, "c1")  # 1 page
+    t.checkpoint("s2", 128, "c2")  # 2 pages
     t.offload("c0", [0, 1], offsets=[0, S])
     t.offload("c1", [0], offsets=[2 * S])
     t.drop_host("c0", [0])
@@ -120,7 +113,7 @@ def host_replica_logical_order() -> Trace:
               'The engine lists the blocks of an offload as [1, 0] and packs them in logical order: block 0 at the '
               'extent\'s first stride, block 1 at the next (store contract "Host replica 使用 logical-order packed '
               'HostKVPageLayout"; decision 22)', config(**HOST))
-    _checkpoint(t, "s0", 128, "c0")
+    t.checkpoint("s0", 128, "c0")
     t.offload("c0", [1, 0], offsets=[3 * S, 2 * S])
     t.ckpt("c0", replicas=["both", "both"])
     t.drop_device("c0", [0, 1])
@@ -138,7 +131,7 @@ def host_replica_reverses_logical_order() -> Trace:
               'The engine lists the blocks of an offload as [1, 0] and packs them in that listed order, block 1 '
               'before block 0: the extent is not in logical block order (store contract "Host replica 使用 '
               'logical-order packed HostKVPageLayout"; decision 22)', config(**HOST))
-    _checkpoint(t, "s0", 128, "c0")
+    t.checkpoint("s0", 128, "c0")
     t.offload("c0", [1, 0], offsets=[2 * S, 3 * S], expect="REP-3")
     t.ckpt("c0", replicas=["device", "device"])  # nothing was published
     t.offload("c0", [0, 1], offsets=[2 * S, 3 * S])  # the engine's retry, in logical order
@@ -155,7 +148,7 @@ def reads_while_copy_reserved() -> Trace:
               'forbids releasing or writing them, not reading them: a Fork reads c0 before the copy starts, and '
               'c0 resumes by Move and appends only once the copy is published (store contract "Copy 进行时 source '
               '与 destination 都被 pin", "唯一有效 source 也不能先释放"; decision 24)', config(**HOST))
-    _checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.activate("s1", 200, 0, src="c0")  # Fork: 3 shared full pages + a private copy of the 8-column tail
     t.row("s1", frontier=200)
@@ -178,7 +171,7 @@ def drop_source_before_copy() -> Trace:
               '0\'s Device replica because its Host replica is current: the transaction already pins it (store '
               'contract "Copy 完成前 ... 唯一有效 source 也不能先释放", "source/destination pins"; decision 24)',
               config(**HOST))
-    _checkpoint(t, "s0", 128, "c0")
+    t.checkpoint("s0", 128, "c0")
     t.offload("c0", [0])
     t.xfer("x1", "d2h", "c0", [0, 1], "reserve")
     t.drop_device("c0", [0], expect="REP-2")
@@ -259,7 +252,7 @@ def _moved_while_copying(t: Trace) -> None:
     """c0 (200 tokens on the engine's pages 0..3) is being copied to the Host (x1 reserved and copying) when
     s0 resumes it by Move (entitlement ceil(256/64) = 4 = membership: reservation 0), then truncates to 128:
     blocks 2 and 3, private and pinned by x1, are unmapped."""
-    _checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
     t.activate("s0", 200, 56, src="c0", keep_source=False)
@@ -310,7 +303,7 @@ def map_onto_pinned_page_group() -> Trace:
               'reading, instead of waiting for the copy to publish (store contract "Copy 进行时 source 与 destination '
               '都被 pin"; decision 26)', config(max_context=1024, max_concurrency=2, kv_capacity={"tokens": 1280},
                                                  host_arena_bytes=8 * BF16_PAGE))  # M = 20
-    _checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
     t.activate("s0", 200, 56, src="c0", keep_source=False)
@@ -372,7 +365,7 @@ def _cut_while_copying(t: Trace) -> None:
     """The fuzzer's counterexample, shortest form: c0 (200 tokens on pages 0..3) is copied to the Host (x1
     reserved and copying) when s0 resumes it by Move and truncates to 180: block 2 is cut to 52 columns (a
     new content epoch) while x1 still pins it, block 3 is unmapped (its lease back in s0's reservation)."""
-    _checkpoint(t, "s0", 200, "c0", [0, 1, 2, 3], budget=56)
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3], budget=56)
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "reserve")
     t.xfer("x1", "d2h", "c0", [0, 1, 2, 3], "copy")
     t.activate("s0", 200, 56, src="c0", keep_source=False)

@@ -131,6 +131,13 @@ class Trace:
         """Map the prompt, then one unit writing [start, prompt) and committing the prompt."""
         return self.advance(seq, start, prompt, pool)
 
+    def checkpoint(self, seq: str, prompt: int, ckpt: str, pages: list | None = None, budget: int = 0) -> None:
+        """`seq` prefills `prompt` tokens (into the engine's `pages`, when given) and is retained as `ckpt`."""
+        self.activate(seq, prompt, budget)
+        self.map(seq, prompt, result=None if pages is None else {"ok": True, "pages": pages})
+        self.step(seq, 0, prompt)
+        self.finish(seq, retain=ckpt)
+
     def truncate(self, seq, frontier, pool="main", expect=None) -> int:
         return self.ev("truncate", expect, seq=seq, pool=pool, frontier=frontier)
 
