@@ -51,7 +51,7 @@ def add_parser(sub: Any) -> None:
                    help="declare the sliding-window group replayable (re-fed before a hit, never cached)")
     p.add_argument("--ack-delay", type=integer(0), default=0,
                    help="hold each cache op's acknowledgement for 0..N plans (drawn from --seed)")
-    p.add_argument("--seed", type=integer(0), default=0, help="seed of the --ack-delay draws")
+    p.add_argument("--seed", type=integer(0), default=0, help="seed of the --ack-delay and --l3-miss-rate draws")
     p.add_argument("--snapshot-pages", type=integer(1), default=1,
                    help="num_snapshot_pages, the retraction snapshot pool (1: none, retraction off)")
     p.add_argument("--max-retracted", type=integer(0), default=0,
@@ -60,6 +60,16 @@ def add_parser(sub: Any) -> None:
                    help="the wheel's debug_force_retraction_interval: retract a decode every N plans (0: never)")
     p.add_argument("--clear-every", type=integer(0), default=0,
                    help="request ClearCache after every N-th answer (0: never)")
+    p.add_argument("--block-granularity", type=integer(1), default=None, metavar="N",
+                   help="tokens per block of every group, dividing --prefix-granularity (default: equal to it)")
+    p.add_argument("--l3", action="store_true",
+                   help="L3 storage below the Host tier (needs --host-pages), answered by an in-process object store")
+    p.add_argument("--l3-miss-rate", type=float, default=0.0, metavar="R",
+                   help="each L3 get key fails with probability R, drawn from --seed (needs --l3)")
+    p.add_argument("--l3-host-blocks", type=integer(1), default=None, metavar="N",
+                   help="Host pages L3 gets may hold at once (default: half the usable Host pages)")
+    p.add_argument("--l3-wait-plans", type=integer(1), default=None, metavar="N",
+                   help="plans an unanswered L3 op may wait before the scheduler cancels it (default: never)")
     p.add_argument("--inject-fault", default=None, metavar="NAME",
                    help="perturb the recorded plans with one named fault (sim.peers.faults), to see its rule fire")
     p.add_argument("--record", type=output_path, metavar="F", help="tokenspeed: write every plan as cachetrace/1; "
@@ -101,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{src.name}:1: no requests: nothing to drive the scheduler with")
     sha = src.sha256()
     p = args.prefix_granularity
-    pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, p, 1 + (args.swa_window is not None))
+    pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, args.block_granularity or p,
+                                                                             1 + (args.swa_window is not None))
     if args.swa_replayable and args.swa_window is None:
         raise InputError("kvsim peer: --swa-replayable needs --swa-window")
     if (args.snapshot_pages > 1) != (args.max_retracted > 0):
@@ -111,6 +122,18 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("kvsim peer: --force-retraction needs --max-retracted > 0")
     if args.ack_delay and args.host_pages == 0 and args.max_retracted == 0:
         raise InputError("kvsim peer: --ack-delay: no cache ops to delay without --host-pages")
+    if args.block_granularity is not None and p % args.block_granularity:
+        raise InputError(f"kvsim peer: --block-granularity: {args.block_granularity} does not divide "
+                         f"--prefix-granularity {p}")
+    if args.l3 and args.host_pages < 2:
+        raise InputError("kvsim peer: --l3: L3 storage sits below the Host tier: give --host-pages (at least 2)")
+    if not args.l3 and (args.l3_miss_rate or args.l3_host_blocks is not None or args.l3_wait_plans is not None):
+        raise InputError("kvsim peer: --l3-miss-rate/--l3-host-blocks/--l3-wait-plans need --l3")
+    if not 0.0 <= args.l3_miss_rate <= 1.0:
+        raise InputError(f"kvsim peer: --l3-miss-rate: {args.l3_miss_rate} is outside [0, 1]")
+    if args.l3_host_blocks is not None and args.l3_host_blocks >= args.host_pages:
+        raise InputError(f"kvsim peer: --l3-host-blocks: {args.l3_host_blocks} exceeds the {args.host_pages - 1} "
+                         "usable Host pages")
     from kvsim.sim.peers import faults
     if args.inject_fault is not None and args.inject_fault not in faults.NAMES:
         raise InputError(f"kvsim peer: --inject-fault: unknown fault {args.inject_fault!r} (known: "
@@ -120,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
                        seed=args.seed,
                        snapshot_pages=args.snapshot_pages, max_retracted=args.max_retracted,
                        force_retraction=args.force_retraction, clear_every=args.clear_every,
-                       fault=args.inject_fault)
+                       fault=args.inject_fault, block_granularity=args.block_granularity, l3=args.l3,
+                       l3_miss_rate=args.l3_miss_rate, l3_host_blocks=args.l3_host_blocks or 0,
+                       l3_wait_plans=args.l3_wait_plans or 0)
     meta = {"workload": Path(src.name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
     prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
@@ -146,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
                       "max_retracted": args.max_retracted, "force_retraction": args.force_retraction,
                       "clears": out.clears, "clears_accepted": out.clears_accepted,
                       **({"fault": args.inject_fault} if args.inject_fault else {}),
+                      **({"block_granularity": args.block_granularity} if args.block_granularity else {}),
+                      **({"l3": {"miss_rate": args.l3_miss_rate, "host_blocks": args.l3_host_blocks,
+                                 "wait_plans": args.l3_wait_plans, "store": out.l3}} if args.l3 else {}),
                       "rejected_requests": len(out.rejected),
                       "rejections": [{"request": r, "reason": why} for r, why in out.rejected[:20]]}}
     if not args.no_timing:

@@ -281,6 +281,7 @@ class Contract:
             hit = b.prefix_lengths[k] + _replay(b, k)  # the input re-feeds the replay window before the hit
             r.hit = hit
             self.hits[rid] = hit
+            self.l2.hit(rid, r, hit, fresh, line)
             self.stats["hit_tokens"] += hit
             self.stats["hits"] += hit > 0
             if hit % p:
@@ -305,6 +306,8 @@ class Contract:
                 self._writes(rid, r, start, start + n, floor, line)
         for op in rec.cache:
             self.stats["cache_ops"] += 1
+            if op.kind.startswith("Storage"):  # L3 ids are their own namespace (sim.peers.host_tier judges them)
+                continue
             for oid in op.op_ids:
                 if oid in self.issued:
                     self._find("PEER-3", line, f"cache op {oid} issued twice", op_id=oid)
@@ -354,6 +357,8 @@ class Contract:
             self.stats["finished"] += 1
             self._end(rid)
         failed = set(rec.failed)
+        for sd in rec.storage:  # L3 ops number their own ids and are acknowledged by their outcome
+            self.l2.storage_done(sd, line)
         for oid in rec.done:
             if oid not in self.issued:
                 self._find("PEER-3", line, f"cache op {oid} acknowledged but never issued", op_id=oid)
@@ -382,6 +387,7 @@ class Contract:
 
     def finish(self, line: int = 0) -> None:
         """End of the trace: every issued op must have been acknowledged."""
+        self.l2.finish(line)
         missing = sorted(self.issued - self.acked)
         if missing:
             self._find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",

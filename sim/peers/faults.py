@@ -222,10 +222,61 @@ class FailedLoadPublished(Fault):
         return res
 
 
+class FailedGetLoaded(Fault):
+    name, rule = "failed-get-loaded", "TS-L2-10"
+    why = ("an L3 get's first key is recorded as failed while the scheduler, told it succeeded, loads that Host "
+           "page into Device (the run needs L3 gets: --l3 and a Host tier small enough to evict)")
+
+    def __init__(self, config: ct.Config) -> None:
+        super().__init__(config)
+        self.gets: set[int] = set()
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        self.gets.update(op.op_ids[0] for op in rec.cache if op.kind == "StorageGetOp" and op.op_ids and op.keys)
+        return False
+
+    def result(self, res: ct.Result) -> ct.Result:
+        res = super().result(res)
+        for k, sd in enumerate(res.storage):
+            if not self.fired and sd.op in self.gets and sd.success and all(sd.success):
+                self.fired = True
+                res.storage = list(res.storage)
+                res.storage[k] = ct.StorageDone(sd.op, [False] + list(sd.success[1:]), list(sd.object_failures))
+        return res
+
+
+class UnclampedHostPrefix(Fault):
+    name, rule = "unclamped-host-prefix", "TS-L2-11"
+    why = ("a load-back serving a first extend's hit drops its last page, handed out zeroed instead, while the "
+           "hit is not shortened (a group short of Host pages leaving the hit between grains)")
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        b = rec.batch
+        first: set[str] = {rid for k, rid in enumerate(b.requests) if k < b.extends and b.prefix_lengths[k] > 0}
+        for op in rec.cache:
+            if op.kind != "LoadBackOp" or len(op.pages) < 2:
+                continue
+            k = len(op.pages) - 1
+            gi = op.groups[k] if op.groups else 0
+            g = self.groups[gi]
+            dst = op.pages[k][1]
+            if not any(dst in row for rid, row in rec.tables.get(g, {}).items() if rid in first):
+                continue
+            op.pages = list(op.pages[:k])
+            for name in ("groups", "keys", "offsets", "tiers"):
+                v = getattr(op, name)
+                if v:
+                    setattr(op, name, list(v[:k]))
+            rec.zero = dict(rec.zero)
+            rec.zero[g] = list(rec.zero.get(g, [])) + [dst]
+            return True
+        return False
+
+
 _FAULTS: dict[str, type[Fault]] = {f.name: f for f in (ZeroPinnedSource, UnpinnedStore, RepeatTransfer,
                                                        StoreKeyTwice, KeyedHostLoad, WrongKey,
                                                        ReplayableWriteBack, AcceptClear, DecodeStream,
-                                                       FailedLoadPublished)}
+                                                       FailedLoadPublished, FailedGetLoaded, UnclampedHostPrefix)}
 NAMES: dict[str, str] = {name: f.rule for name, f in _FAULTS.items()}
 
 

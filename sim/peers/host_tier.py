@@ -25,8 +25,19 @@ rules (catalogue: ``spec/rules/cache_l2.py``, where each cites its seed clause):
   survives it (a later hit on a page computed before it is PEER-4).
 * TS-L2-9 write-back policy: a full-attention page completed during decode is not streamed to Host while
   its request still runs (it is queued only at finish or retraction); sliding-window pages may stream.
-* TS-L2-10 L3 failures: a load whose L3 prefetch failed (acknowledged unsuccessfully) publishes nothing:
-  no later table names its destination as cached content and no write-back stores it under a key.
+* TS-L2-10 L3 failures: a failed L3 prefetch copies nothing into Device and publishes nothing, and its
+  tokens are recomputed. On the released wheel a prefetch is a ``StorageGetOp`` filling Host pages, answered
+  per object key (cachetrace/1 result ``storage``): no load-back reads, and no ``StoragePutOp`` stores, a
+  Host page whose get failed; a first extend's hit covers no slot whose key failed (its tokens are computed
+  again). A load-back acknowledged unsuccessfully (result ``failed``, the seed's LoadBackDone(success=false))
+  leaves its destinations without content: no later table names one as cached, no write-back keys it.
+* TS-L2-11 Host prefix clamp: a first extend whose hit is served by this plan's Host loads ends on a
+  multiple of prefix_granularity and leaves no slot below it without its content (a group short of Host
+  pages mid-prefix must not leave hit_tokens between grains).
+
+The L3 ops themselves are judged like the L2 ones: hygiene (TS-L2-3: keys, Host pages in range, a cancel
+names an op in flight), Host pages a get fills or a put reads are not written back into before that op's
+completion (TS-L2-1), a put reads an acknowledged Host page (TS-L2-5) under the key it holds (TS-L2-6).
 """
 
 from __future__ import annotations
@@ -61,8 +72,13 @@ RULES: dict[str, tuple[str, str]] = {
                 "ClearCache rejects in-flight Host writebacks"),
     "TS-L2-9": ("full-attention pages do not stream to Host during decode",
                 "full-attention pages do not stream to Host during decode"),
-    "TS-L2-10": ("a failed L3 prefetch publishes nothing", "It never acknowledges or publishes a successful copy"),
+    "TS-L2-10": ("a failed L3 prefetch copies nothing, publishes nothing, and its tokens are recomputed",
+                 "It never acknowledges or publishes a successful copy"),
+    "TS-L2-11": ("a Host-served prefix hit is clamped to prefix_granularity and leaves no slot without content",
+                 "must not leave hit_tokens between grains"),
 }
+STORAGE_GET, STORAGE_PUT, STORAGE_QUERY, STORAGE_CANCEL = "StorageGetOp", "StoragePutOp", "StorageQueryOp", \
+    "StorageCancelOp"
 
 WRITE_BACK, LOAD_BACK, SNAPSHOT, RESTORE = "WriteBackOp", "LoadBackOp", "SnapshotOp", "RestoreOp"
 
@@ -90,6 +106,16 @@ class InFlight:
     device_dst: list[tuple[str, int]] = field(default_factory=list)    # (group, Device page) it fills
 
 
+@dataclass
+class StorageOp:
+    """An issued L3 op awaiting its outcome: its object keys and (get, put) their Host pages."""
+    kind: str
+    plan: int
+    keys: list[tuple[str | None, str, int]]   # (group id or None when out of range, content hash, offset)
+    pages: list[int]
+    cancelled: bool = False
+
+
 class HostTier:
     def __init__(self, contract: Contract):
         self.c = contract
@@ -107,9 +133,18 @@ class HostTier:
         self.failed_dst: dict[str, set[int]] = {g: set() for g in self.gids}
         self.retracted: list[str] = []
         self.l3_filled: dict[int, str] = {}                  # Host page -> object key an L3 prefetch fills it with
+        self.storage: dict[int, StorageOp] = {}              # L3 op in flight (until its outcome) by id
+        self.storage_issued: set[int] = set()                # every L3 op id issued (a namespace of its own)
+        self.host_busy: dict[int, int] = {}                  # Host page an L3 get fills or put reads -> op id
+        self.failed_host: dict[str, dict[int, int]] = {g: {} for g in self.gids}  # Host page -> failed get
+        self.failed_keys: set[tuple[str, str, int]] = set()  # (group, content hash, offset) a get failed to read
+        self._loaded_now: dict[str, list[int]] = {}          # Device pages this plan's loads fill
         self.stats = {"write_backs": 0, "load_backs": 0, "snapshots": 0, "restores": 0, "unpinned_stores": 0,
                       "pages_written_back": 0, "pages_loaded": 0, "pages_restored": 0, "acks_held": 0,
                       "clears": 0, "clears_accepted": 0, "storage_ops": 0, "failed_loads": 0,
+                      "storage_gets": 0, "storage_puts": 0, "storage_queries": 0, "storage_cancels": 0,
+                      "get_keys": 0, "get_keys_failed": 0, "put_keys": 0, "query_keys": 0, "query_hits": 0,
+                      "host_served_hits": 0,
                       "unpinned_regranted": 0}
         self._unpinned_srcs: set[tuple[str, int]] = set()  # this plan's unpinned store sources
         self.exercised = {r: 0 for r in RULES}
@@ -171,10 +206,7 @@ class HostTier:
         self._unpinned_srcs = set()
         for idx, op in enumerate(rec.cache):
             if op.kind.startswith("Storage"):
-                self.stats["storage_ops"] += 1
-                if op.kind == "StorageGetOp":  # an L3 prefetch fills these Host pages under these keys
-                    for page, skey in zip(op.host_blocks, op.storage_keys, strict=False):
-                        self.l3_filled[page] = skey
+                self._storage_op(op, line)
                 continue
             oid = op.op_ids[0] if op.op_ids else -1
             fl = InFlight(op.kind, rec.plan)
@@ -224,6 +256,7 @@ class HostTier:
                 self.stats["restores"] += 1
             for oid2 in op.op_ids:
                 self.inflight[oid2] = fl
+        self._loaded_now = filled
         return filled, keyed
 
     def _write_back(self, op, oid, g, src, dst, key, off, fl, snapshots, written, line) -> None:
@@ -235,6 +268,12 @@ class HostTier:
             if pin is not None:
                 self._find("TS-L2-1", line, f"Host page {dst} is written back into while load {pin}, which "
                            "reads it, is unacknowledged", page=dst, op_id=pin)
+            busy = self.host_busy.get(dst)
+            if busy is not None:
+                self._find("TS-L2-1", line, f"Host page {dst} is written back into while L3 "
+                           f"{self.storage[busy].kind} {busy}, which uses it, is incomplete", page=dst, op_id=busy)
+            for fh in self.failed_host.values():
+                fh.pop(dst, None)
         have = c.content[g].get(src) if ok else None
         if key and src in self.failed_dst[g]:
             self.exercised["TS-L2-10"] += 1
@@ -344,6 +383,14 @@ class HostTier:
         self.exercised["TS-L2-1"] += 1
         fl.host_pins.append(src)
         hp = self.host[g].get(src)
+        get = self.failed_host[g].get(src)
+        if get is not None:
+            self.exercised["TS-L2-10"] += 1
+            self._find("TS-L2-10", line, f"{op.kind} {oid} copies Host page {src} of {g} into Device page {dst}, but "
+                       f"L3 get {get} failed to read that page: nothing was fetched", op_id=oid, group=g, page=src)
+            self.failed_dst[g].add(dst)
+            c.writer[g].pop(dst, None)
+            return
         self.exercised["TS-L2-5"] += 1
         if key and op.kind == LOAD_BACK:
             if src not in self.l3_filled:
@@ -353,8 +400,8 @@ class HostTier:
             self._find("TS-L2-5", line, f"{op.kind} {oid} reads Host page {src} of {g}, which no write-back of "
                        f"{g} filled", op_id=oid, group=g, page=src)
         elif not hp.acked:
-            self._find("TS-L2-5", line, f"{op.kind} {oid} reads Host page {src} before write-back {hp.op} that "
-                       "fills it was acknowledged", op_id=oid, group=g, page=src)
+            self._find("TS-L2-5", line, f"{op.kind} {oid} reads Host page {src} before op {hp.op} that fills it "
+                       "was acknowledged", op_id=oid, group=g, page=src)
         elif key and key != hp.stored_as:  # a restore re-registers what it restores under the stored key
             self._find("TS-L2-5", line, f"{op.kind} {oid} restores Host page {src} under key {key[:12]}.., which it "
                        f"was not written back with", op_id=oid, group=g, page=src)
@@ -377,6 +424,214 @@ class HostTier:
                        op_id=oid)
         if op.request in c.reqs:
             self.retracted.append(op.request)
+
+    # -- the L3 tier ------------------------------------------------------------------------------------------
+    def _storage_op(self, op: ct.CacheOp, line: int) -> None:
+        """An L3 op of the plan: hygiene (TS-L2-3); a get takes its Host pages (their content is unknown until
+        its outcome), a put reads acknowledged Host pages under the key they hold (TS-L2-5, TS-L2-6, and
+        TS-L2-10 for a page a failed get left empty); both hold their pages until the outcome (TS-L2-1)."""
+        self.stats["storage_ops"] += 1
+        self.exercised["TS-L2-3"] += 1
+        if op.kind == STORAGE_CANCEL:
+            self.stats["storage_cancels"] += 1
+            tgt = self.storage.get(op.cancels) if op.cancels is not None else None
+            if tgt is None:
+                self._find("TS-L2-3", line, f"L3 cancel names op {op.cancels}, which is no L3 op in flight",
+                           op_id=op.cancels)
+            else:
+                tgt.cancelled = True
+            return
+        if len(op.op_ids) != 1:
+            raise ValueError(f"{op.kind} carries {len(op.op_ids)} op ids (one expected)")
+        oid = op.op_ids[0]
+        if oid in self.storage_issued:  # PEER-3 on the L3 id namespace
+            self._find("PEER-3", line, f"L3 op {oid} issued twice", op_id=oid)
+        self.storage_issued.add(oid)
+        n = len(op.keys)
+        for name in ("groups", "offsets"):
+            if len(getattr(op, name)) != n:
+                raise ValueError(f"{op.kind} {oid} has {len(getattr(op, name))} {name} for {n} keys")
+        paged = op.kind in (STORAGE_GET, STORAGE_PUT)
+        if paged and len(op.host_blocks) != n:
+            raise ValueError(f"{op.kind} {oid} has {len(op.host_blocks)} host_blocks for {n} keys")
+        if not n:
+            self._find("TS-L2-3", line, f"{op.kind} {oid} carries no object key (an op with nothing to move never "
+                       "completes a copy)", op_id=oid)
+        keys: list[tuple[str | None, str, int]] = []
+        for gi, key, off in zip(op.groups, op.keys, op.offsets, strict=True):
+            g = self.gids[gi] if gi < len(self.gids) else None
+            if g is None:
+                self._find("TS-L2-3", line, f"{op.kind} {oid} names cache group {gi}, beyond the "
+                           f"{len(self.gids)} groups", op_id=oid)
+            keys.append((g, key, off))
+        sop = StorageOp(op.kind, self.c._plan, keys, list(op.host_blocks) if paged else [])
+        self.storage[oid] = sop
+        if op.kind == STORAGE_QUERY:
+            self.stats["storage_queries"] += 1
+            self.stats["query_keys"] += n
+            return
+        seen: set[int] = set()
+        for (g, key, off), page in zip(keys, sop.pages, strict=True):
+            if not self._host_id(page, line, f"{op.kind} Host page", oid):
+                continue
+            if page in seen:
+                self._find("TS-L2-3", line, f"{op.kind} {oid} names Host page {page} twice", op_id=oid, page=page)
+            seen.add(page)
+            other = self.host_busy.get(page)
+            if other is not None and other != oid:
+                self._find("TS-L2-1", line, f"{op.kind} {oid} uses Host page {page} while L3 "
+                           f"{self.storage[other].kind} {other}, which uses it, is incomplete", op_id=oid, page=page)
+            self.host_busy[page] = oid
+            if g is None:
+                continue
+            if op.kind == STORAGE_GET:
+                self._get_into(oid, g, key, off, page, line)
+            else:
+                self._put_from(oid, g, key, off, page, line)
+        if op.kind == STORAGE_GET:
+            self.stats["storage_gets"] += 1
+            self.stats["get_keys"] += n
+        else:
+            self.stats["storage_puts"] += 1
+            self.stats["put_keys"] += n
+
+    def _get_into(self, oid: int, g: str, key: str, off: int, page: int, line: int) -> None:
+        pin = self.host_pins.get(page)
+        if pin is not None:
+            self._find("TS-L2-1", line, f"L3 get {oid} reads into Host page {page} while load {pin}, which reads "
+                       "it, is unacknowledged", op_id=oid, page=page)
+        try:
+            digest = bytes.fromhex(key)
+        except ValueError:
+            raise ValueError(f"StorageGetOp {oid}: key {key!r} is not a hex content hash") from None
+        for other in self.host.values():
+            other.pop(page, None)
+        for fh in self.failed_host.values():
+            fh.pop(page, None)
+        self.host[g][page] = HostPage((digest, off), None, oid, stored_as=key)
+        self.l3_filled[page] = key
+
+    def _put_from(self, oid: int, g: str, key: str, off: int, page: int, line: int) -> None:
+        get = self.failed_host[g].get(page)
+        hp = self.host[g].get(page)
+        if get is not None:
+            self.exercised["TS-L2-10"] += 1
+            self._find("TS-L2-10", line, f"L3 put {oid} stores Host page {page} of {g} under key {key[:12]}.., but "
+                       f"L3 get {get} failed to read that page: it publishes what was never fetched", op_id=oid,
+                       group=g, page=page)
+            return
+        self.exercised["TS-L2-5"] += 1
+        if hp is None or not hp.acked:
+            self._find("TS-L2-5", line, f"L3 put {oid} reads Host page {page} of {g}, which "
+                       + ("no write-back or get filled" if hp is None else f"op {hp.op} has not yet filled"),
+                       op_id=oid, group=g, page=page)
+            return
+        self.exercised["TS-L2-6"] += 1
+        want = hp.key
+        if key != hp.stored_as and (want is None or want != (bytes.fromhex(key) if _hex(key) else b"", off)):
+            self._find("TS-L2-6", line, f"L3 put {oid} stores Host page {page} of {g} under key {key[:12]}.. offset "
+                       f"{off}, but the page holds "
+                       + (f"key {want[0].hex()[:12]}.. offset {want[1]}" if want else "no completed prefix page"),
+                       op_id=oid, group=g, page=page)
+
+    def storage_done(self, sd: ct.StorageDone, line: int) -> None:
+        """An L3 op's outcome, per object key: a get's read keys fill their Host pages (acknowledged, under
+        that key), its failed ones leave them empty (TS-L2-10 watches them); every page it held is free."""
+        sop = self.storage.pop(sd.op, None)
+        if sop is None:
+            self._find("PEER-3", line, f"L3 op {sd.op} answered " + (
+                "twice" if sd.op in self.storage_issued else "but never issued"), op_id=sd.op)
+            return
+        if len(sd.success) != len(sop.keys):
+            raise ValueError(f"storage outcome of {sop.kind} {sd.op} has {len(sd.success)} flags for "
+                             f"{len(sop.keys)} keys")
+        if sd.object_failures and len(sd.object_failures) != len(sop.keys):
+            raise ValueError(f"storage outcome of {sop.kind} {sd.op} has {len(sd.object_failures)} object failures "
+                             f"for {len(sop.keys)} keys")
+        for page in sop.pages:
+            if self.host_busy.get(page) == sd.op:
+                del self.host_busy[page]
+        if sop.kind == STORAGE_QUERY:
+            self.stats["query_hits"] += sum(sd.success)
+            return
+        if sop.kind != STORAGE_GET:
+            return
+        for (g, key, off), page, ok in zip(sop.keys, sop.pages, sd.success, strict=True):
+            if g is None:
+                continue
+            hp = self.host[g].get(page)
+            mine = hp is not None and hp.op == sd.op
+            if ok:
+                if mine:
+                    hp.acked = True  # type: ignore[union-attr]
+                self.failed_keys.discard((g, key, off))
+                continue
+            self.stats["get_keys_failed"] += 1
+            self.exercised["TS-L2-10"] += 1
+            self.failed_keys.add((g, key, off))
+            if mine:
+                del self.host[g][page]
+                self.failed_host[g][page] = sd.op
+                self.l3_filled.pop(page, None)
+
+    def hit(self, rid: str, r: Any, hit: int, fresh: dict[str, set[int]], line: int) -> None:
+        """A request's first extend: when this plan's Host loads serve its hit, the hit ends on a multiple of
+        P and every whole-page slot below it holds that slot's content (TS-L2-11); a slot whose L3 get failed
+        is recomputed, never covered (TS-L2-10). Device-hit slots (not fresh) are TS-TBL-1's."""
+        c = self.c
+        p = c.p
+        loaded = self._loaded_now
+        served = False
+        for g, row in r.rows.items():
+            grp = c.groups[g]
+            got = loaded.get(g)
+            if grp.replayable or not got:
+                continue
+            bg = grp.block_granularity
+            ids = set(got)
+            if any(row[i] in ids for i in range(min(len(row), -(-hit // bg))) if row[i] > 0):
+                served = True
+                break
+        if not served:
+            return
+        self.stats["host_served_hits"] += 1
+        self.exercised["TS-L2-11"] += 1
+        if self.failed_keys:
+            self.exercised["TS-L2-10"] += 1
+        if hit % p:
+            self._find("TS-L2-11", line, f"{rid} hits {hit} tokens served from Host, not clamped to a multiple of "
+                       f"prefix_granularity {p}", request=rid, hit=hit)
+        whole = hit // p * p
+        for g, row in r.rows.items():
+            grp = c.groups[g]
+            if grp.replayable:
+                continue
+            bg = grp.block_granularity
+            new = fresh.get(g, set())
+            for i in range(min(len(row), whole // bg)):
+                blk = row[i]
+                if blk <= 0 or blk not in new:
+                    continue
+                d = r.digest(i * bg // p, p)
+                want = (d, i % (p // bg) if bg < p else 0)
+                if c.content[g].get(blk) == want:
+                    continue
+                if (d is not None and (g, d.hex(), want[1]) in self.failed_keys) or blk in self.failed_dst[g]:
+                    self._find("TS-L2-10", line, f"{rid}'s hit of {hit} tokens covers its {g} slot {i} (block {blk}), "
+                               "whose L3 prefetch failed: those tokens must be recomputed", request=rid, group=g,
+                               slot=i, block=blk)
+                else:
+                    self._find("TS-L2-11", line, f"{rid}'s hit of {hit} tokens covers its {g} slot {i} (block {blk}), "
+                               "which holds no content: the Host prefix was not clamped to what was loaded",
+                               request=rid, group=g, slot=i, block=blk)
+                break
+
+    def finish(self, line: int) -> None:
+        """End of the trace: every L3 op was answered (PEER-3: "an op that never completes a copy would hold
+        its tickets forever")."""
+        if self.storage:
+            first = min(self.storage)
+            self._find("PEER-3", line, f"{len(self.storage)} L3 ops never answered (first {first})", op_id=first)
 
     # -- checks the contract calls ----------------------------------------------------------------------------
     def granted(self, g: str, pages, line: int, how: str) -> None:
@@ -443,7 +698,16 @@ class HostTier:
                        f"unacknowledged (first {pending[0]})", op_id=pending[0])
         for g in self.host:
             self.host[g].clear()
+            self.failed_host[g].clear()
 
     def take_retracted(self) -> list[str]:
         out, self.retracted = self.retracted, []
         return out
+
+
+def _hex(key: str) -> bool:
+    try:
+        bytes.fromhex(key)
+    except ValueError:
+        return False
+    return True

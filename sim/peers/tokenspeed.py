@@ -25,6 +25,7 @@ import numpy as np
 from kvsim.sim.peers import faults
 from kvsim.sim.peers.contract import Contract
 from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.object_store import ObjectStore
 from kvsim.sim.peers.workload import VOCAB, Request
 from kvsim.sim.trace import cachetrace as ct
 
@@ -70,6 +71,11 @@ class RunConfig:
     force_retraction: int = 0        # debug_force_retraction_interval: retract a decode every N plans (0: off)
     clear_every: int = 0             # request ClearCache after every N-th answer (0: never)
     fault: str | None = None         # inject one named fault into the recorded plans (sim.peers.faults)
+    block_granularity: int | None = None  # tokens per block of every group (None: prefix_granularity)
+    l3: bool = False                 # L3 storage below the Host tier, answered by an in-process object store
+    l3_miss_rate: float = 0.0        # each L3 get key fails with this probability (seeded by `seed`)
+    l3_host_blocks: int = 0          # Host pages L3 gets may hold at once (0: half the usable Host pages)
+    l3_wait_plans: int = 0           # plans an L3 op may stay unanswered before the scheduler cancels it (0: never)
 
 
 @dataclass
@@ -85,21 +91,46 @@ class RunOutcome:
     plan_costs_ms: list[float] = field(default_factory=list)
     clears: int = 0
     clears_accepted: int = 0
+    l3: dict = field(default_factory=dict)  # the object store's counts (puts, queries, gets, misses)
 
 
 def unbounded_pages(requests: list[Request], p: int, groups: int = 1) -> int:
     """A pool that never evicts: every request's prompt and output pages and a tail copy, in every group (the
-    groups share one pool of parents), and the null page."""
+    groups share one pool of parents), and the null page. ``p`` is the tokens per block."""
     return 1 + groups * sum(-(-(len(r.tokens) + r.max_new_tokens) // p) + 2 for r in requests)
+
+
+PLAN_US = 1000  # the simulated clock an L3 tick carries: one plan is 1 ms (never the wall clock)
+
+
+def _bg(cfg: RunConfig) -> int:
+    return cfg.block_granularity or cfg.prefix_granularity
+
+
+def _l3_host_blocks(cfg: RunConfig) -> int:
+    return cfg.l3_host_blocks or max(1, (cfg.host_pages - 1) // 2)
+
+
+def _storage_config(cfg: RunConfig):
+    import tokenspeed_scheduler as ts
+    wait = (cfg.l3_wait_plans or 1 << 30) * PLAN_US
+    high = ts.StoragePressure(1 << 20, 1 << 50, 1 << 50)  # the driver's store never pushes back
+    low = ts.StoragePressure(0, 0, 0)
+    return ts.StorageConfig(max_operations=64, max_keys_per_operation=4096, max_host_blocks=_l3_host_blocks(cfg),
+                            metadata_entries=max(4096, 4 * cfg.host_pages),
+                            max_prefetch_tokens=cfg.max_scheduled_tokens, min_prefetch_tokens=cfg.prefix_granularity,
+                            wait_timeout_us=wait, ready_timeout_us=wait,
+                            pressure_high=high, pressure_low=low)
 
 
 def _config(cfg: RunConfig):
     import tokenspeed_scheduler as ts
     c = ts.SchedulerConfig()
     c.prefix_granularity = cfg.prefix_granularity
-    c.cache_groups = [ts.CacheGroupConfig(GROUP, cfg.prefix_granularity, cfg.pages, ts.AttnKind.Full)]
+    bg = _bg(cfg)
+    c.cache_groups = [ts.CacheGroupConfig(GROUP, bg, cfg.pages, ts.AttnKind.Full)]
     if cfg.swa_window is not None:
-        swa = ts.CacheGroupConfig(SWA, cfg.prefix_granularity, cfg.pages, ts.AttnKind.SlidingWindow, cfg.swa_window)
+        swa = ts.CacheGroupConfig(SWA, bg, cfg.pages, ts.AttnKind.SlidingWindow, cfg.swa_window)
         swa.replayable = cfg.swa_replayable
         c.cache_groups = c.cache_groups + [swa]
         if cfg.swa_replayable:  # "the window the scheduler re-feeds is the retention window itself"
@@ -114,14 +145,17 @@ def _config(cfg: RunConfig):
     c.num_snapshot_pages = cfg.snapshot_pages  # 0 is refused; 1 (the null page alone) disables retraction
     c.max_retracted_requests = cfg.max_retracted
     c.debug_force_retraction_interval = cfg.force_retraction
+    if cfg.l3:
+        c.enable_l3_storage = True
+        c.storage_config = _storage_config(cfg)
     return c
 
 
 def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
     return ct.Header(format=ct.FORMAT, config=ct.Config(
         scheduler=f"tokenspeed-scheduler {version()}", prefix_granularity=cfg.prefix_granularity,
-        groups=[ct.Group(GROUP, cfg.prefix_granularity, cfg.pages, "full")] + (
-            [ct.Group(SWA, cfg.prefix_granularity, cfg.pages, "sliding", cfg.swa_window,
+        groups=[ct.Group(GROUP, _bg(cfg), cfg.pages, "full")] + (
+            [ct.Group(SWA, _bg(cfg), cfg.pages, "sliding", cfg.swa_window,
                       replayable=cfg.swa_replayable)]
             if cfg.swa_window is not None else []), num_device_pages=cfg.pages,
         num_host_pages=cfg.host_pages, num_snapshot_pages=cfg.snapshot_pages,
@@ -157,9 +191,13 @@ def _cache_ops(op) -> list[ct.CacheOp]:
     its Device sources are pinned, (snapshot / restore) the request, its pool index, the snapshot slot and
     each source's tier, (L3) the Host blocks and object keys."""
     kind = type(op).__name__
+    if kind == "StorageCancelOp":  # its id is the op it cancels, which is still answered once
+        return [ct.CacheOp(kind, [], cancels=int(op.op_id))]
     if kind.startswith("Storage"):
-        return [ct.CacheOp(kind, [int(op.op_id)], host_blocks=[int(x) for x in getattr(op, "host_blocks", [])],
-                           storage_keys=[str(k) for k in getattr(op, "keys", [])])]
+        keys = [tuple(k) for k in op.keys]  # CacheKey: (group index, content hash, page offset)
+        return [ct.CacheOp(kind, [int(op.op_id)], groups=[int(k[0]) for k in keys], keys=[str(k[1]) for k in keys],
+                           offsets=[int(k[2]) for k in keys],
+                           host_blocks=[int(x) for x in getattr(op, "host_blocks", [])])]
     ids = [int(x) for x in op.op_ids]
     n = len(ids)
     src, dst = _per_id(op, "src_pages", n), _per_id(op, "dst_pages", n)
@@ -268,6 +306,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             out.judge_s += clock() - t3
 
     last_rows: dict[str, bytes] = {}
+    store = ObjectStore(cfg.l3_miss_rate, cfg.seed) if cfg.l3 else None
+    l3_ops: dict[int, tuple[str, list, int]] = {}  # unanswered L3 op id -> (kind, object keys, plan issued)
     rng = random.Random(cfg.seed)
     held: dict[int, list[tuple[str, int]]] = {}  # plan whose answer acknowledges -> (op kind, op id)
     fault = faults.get(cfg.fault, hdr.config) if cfg.fault else None
@@ -277,6 +317,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         submit_due(plan_no)
         t0 = clock()
         busy = sched.waiting_size() + sched.prefilling_size() + sched.decoding_size() + sched.retracted_size()
+        if store is not None and not busy and not held:
+            busy = sched.storage_pending()
         if (not busy and not queue and not held) or (max_plans is not None and plan_no >= max_plans):
             out.sched_s += clock() - t0
             break
@@ -314,6 +356,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
         copy = {g: [(int(a), int(b)) for a, b in np.asarray(v).reshape(-1, 2)]
                 for g, v in plan.pages_to_copy_arrays().items() if len(v)}
         ops = list(plan.cache)
+        l3_keys = {int(o.op_id): [tuple(k) for k in o.keys] for o in ops
+                   if type(o).__name__ in ("StorageGetOp", "StoragePutOp", "StorageQueryOp")}
         cache = [c for op in ops for c in _cache_ops(op)]
         for c in cache:
             if c.kind == "SnapshotOp" and c.request is not None:  # retracted: its next row is a new one
@@ -353,22 +397,36 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
                 fin.request_id = rid
                 event.add_event(fin)
                 finish.append(rid)
-        for c in cache:  # each acknowledgement is held 0..ack_delay plans (seeded draws, op order)
-            if c.kind.startswith("Storage"):
+        for c in cache:
+            if not c.op_ids:  # a cancel: the op it names is answered when its own answer is due
                 continue
+            if c.kind.startswith("Storage"):
+                l3_ops[c.op_ids[0]] = (c.kind, l3_keys[c.op_ids[0]], plan_no)
+            # each acknowledgement is held 0..ack_delay plans (seeded draws, op order)
             d = rng.randint(0, cfg.ack_delay) if cfg.ack_delay > 0 else 0
             held.setdefault(plan_no + d, []).append((c.kind, c.op_ids[0]))
         done = []
+        outcomes = []
         for kind, oid in held.pop(plan_no, []):
-            event.add_event(_done_event(kind, oid))
-            done.append(oid)
+            if kind.startswith("Storage"):  # the object store answers each key when the op completes
+                _, keys, _ = l3_ops.pop(oid)
+                ok = store.answer(kind, keys)  # type: ignore[union-attr]
+                event.add_event(ts.Cache.StorageDone(oid, [int(x) for x in ok], True, [0] * len(ok)))
+                outcomes.append(ct.StorageDone(oid, ok))
+            else:
+                event.add_event(_done_event(kind, oid))
+                done.append(oid)
+        if store is not None:  # the runtime's clock and queue, once per answer
+            oldest = min((p for _, _, p in l3_ops.values()), default=plan_no + 1)
+            event.add_event(ts.Cache.StorageTick((plan_no + 1) * PLAN_US, True, True, ts.StoragePressure(
+                len(l3_ops), 0, (plan_no + 1 - oldest) * PLAN_US)))
         for a in plan.aborts:
             last_rows.pop(a.request_id, None)
         for rid in finish:
             last_rows.pop(rid, None)
         if progress is not None:
             progress(len(finish))
-        res = ct.Result(plan_no, toks, finish, done)
+        res = ct.Result(plan_no, toks, finish, done, storage=outcomes)
         if fault is not None:
             res = fault.result(res)
         line += 1
@@ -425,6 +483,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
     contract.finish(line)
     out.judge_s += clock() - t0
     out.plans = plan_no
+    if store is not None:
+        out.l3 = dict(store.stats)
     if writer:
         writer.close()
     if elog:

@@ -42,7 +42,7 @@ from kvsim.sim.files import label, open_source
 from kvsim.sim.trace.stream import TraceInputError
 
 __all__ = [
-    "FORMAT", "Header", "Config", "Group", "Submit", "Plan", "Batch", "CacheOp", "Abort", "Result",
+    "FORMAT", "Header", "Config", "Group", "Submit", "Plan", "Batch", "CacheOp", "Abort", "Result", "StorageDone",
     "KvEvents", "KvEvent", "Clear", "BlockStored", "BlockRemoved", "AllBlocksCleared", "Line",
     "CacheTraceInputError", "read_cachetrace", "CacheTraceWriter", "is_cachetrace", "schema_document",
     "schema_text", "SCHEMA_PATH", "main",
@@ -120,7 +120,11 @@ class CacheOp(msgspec.Struct, **_S):
     hex; "" for a Host-only transfer), ``offsets`` (the page offset inside the prefix page). ``pinned`` is a
     write-back's ``source_pinned``; ``request``, ``pool_index``, ``slot`` and ``tiers`` (per pair, "L2" or
     "snapshot") name a snapshot / restore; ``host_blocks`` and ``storage_keys`` an L3 op's Host pages and
-    object keys."""
+    object keys. An L3 op (``StorageQueryOp``, ``StorageGetOp``, ``StoragePutOp``) lists its object keys per
+    key as ``groups`` / ``keys`` / ``offsets`` (the CacheKey: group, content hash, page offset) and, for a get
+    or a put, the Host page of each key in ``host_blocks``. L3 op ids are a namespace of their own, answered
+    by the result's ``storage`` outcomes, never in ``done``; a ``StorageCancelOp`` carries no op id of its own
+    and names the L3 op it cancels in ``cancels`` (that op is still answered once)."""
     kind: str
     op_ids: list[Nat]
     pages: list[tuple[Nat, Nat]] = []
@@ -134,6 +138,7 @@ class CacheOp(msgspec.Struct, **_S):
     tiers: list[Literal["L2", "snapshot"]] = []
     host_blocks: list[Nat] = []
     storage_keys: list[str] = []
+    cancels: Nat | None = None
 
 
 class Abort(msgspec.Struct, **_S):
@@ -152,15 +157,26 @@ class Plan(msgspec.Struct, tag_field="op", tag="plan", **_S):
     aborts: list[Abort] = []
 
 
+class StorageDone(msgspec.Struct, **_S):
+    """The runtime's completion of an L3 op: per object key, in the op's key order, whether it succeeded (a
+    query: the object exists; a get: it was read into its Host page; a put: it was stored) and whether the
+    object itself is known bad (``object_failures``, only where ``success`` is false)."""
+    op: Nat
+    success: list[bool]
+    object_failures: list[bool] = []
+
+
 class Result(msgspec.Struct, tag_field="op", tag="result", **_S):
     """The runtime's answer to plan ``plan``: per batch slot the tokens produced, finished requests,
     acknowledged cache op ids (``done``; an acknowledgement may come plans after the op was issued) and,
-    among them, those completed unsuccessfully (``failed``: an L3 prefetch that missed)."""
+    among them, those completed unsuccessfully (``failed``: a load-back whose L3 prefetch missed); ``storage``
+    holds the outcome of each L3 op answered (its acknowledgement: L3 ids are their own namespace)."""
     plan: Nat
     tokens: list[list[Nat]] = []
     finish: list[Rid] = []
     done: list[Nat] = []
     failed: list[Nat] = []
+    storage: list[StorageDone] = []
 
 
 class BlockStored(msgspec.Struct, tag_field="type", tag="BlockStored", **_S):

@@ -23,7 +23,8 @@ _rule("TS-L2-1", "Pinned sources are not re-granted, overwritten or written befo
       "A pinned write-back's Device sources may not be zeroed, copy destinations, load-back or restore "
       "destinations, nor written by a forward, from the plan that issues it until its acknowledgement (the same "
       "plan included: a pinned op is not fenced). A load-back's or restore's Host sources may not be written "
-      "back into before its acknowledgement (the Host side of the same ticket).")
+      "back into before its acknowledgement (the Host side of the same ticket); likewise the Host pages an L3 get "
+      "fills or an L3 put reads, until that op's outcome -- a cancelled get too, whose bytes may still land.")
 _rule("TS-L2-2", "Only a retraction's snapshot store is unpinned, and it is launched first",
       'cache concepts L187: "the snapshot store is stream-ordered instead, because its sources are re-granted in '
       'the same round"; L108: "An unpinned op\'s sources may be re-granted in the same plan, so it is launched '
@@ -37,7 +38,9 @@ _rule("TS-L2-3", "Every op carries a transfer; no (group, source, destination) t
       "Write-back, load-back and restore ops list at least one page pair; a snapshot (and a restore of a "
       "request whose every page is still cached) moves the request image, its snapshot slot, instead. Group "
       "ids index the configured groups, Device ids lie in [1, total_pages), Host ids in [1, num_host_pages), "
-      "snapshot slots in [1, max_retracted_requests]; a snapshot names a live request.")
+      "snapshot slots in [1, max_retracted_requests]; a snapshot names a live request. An L3 op lists at least one "
+      "object key, a get or put one Host page per key (each once, in range); a StorageCancelOp names an L3 op in "
+      "flight.")
 _rule("TS-L2-4", "No key is stored twice while its store is in flight",
       'cache concepts L112: "a store skips keys already in flight"', "_write_back",
       "A keyed write-back's (group, content hash, page offset) must not be the key of another unacknowledged "
@@ -49,14 +52,17 @@ _rule("TS-L2-5", "A load's Host source was written back and acknowledged under i
       "A load-back or L2 restore reads a Host page of its group that a write-back filled and that write-back "
       "was acknowledged. A load-back carries a key only when its Host page is an L3 prefetch destination; a "
       "restore's key, when given, is the key its page was written back with. Snapshot-pool sources are the "
-      "request's own image and are not Host-tier content.")
+      "request's own image and are not Host-tier content. A Host page an L3 get read successfully counts as "
+      "filled and acknowledged under the get's key (cache concepts L189: a Host miss known to exist in L3 "
+      "'batch_get_intos it, then runs the ordinary H2D load'); an L3 put reads an acknowledged Host page too.")
 _rule("TS-L2-6", "A write-back's key is its source page's chained prefix hash and offset",
       'cache concepts L154: "Indices are pool-scoped: one index serves both the Device and Host tiers of its '
       'group"; research §3: CacheKey = {namespace_id=0, group_id, content_hash, page_offset}', "_write_back",
       "The key must equal the SHA-256 chain (kvmodel.cache.prefix_hash) of the page the source block holds, "
       "recomputed by the judge from the tokens, at the slot's offset in its prefix page -- or, for a published "
       "partial tail page, the chain over the tokens the tail held. An unkeyed write-back (a private page of a "
-      "retraction) is not judged here.")
+      "retraction) is not judged here. An L3 put (cache concepts L189: 'after D2H, the runtime batch_put_froms each "
+      "packed Host CacheBlock') stores each Host page under the key it holds: the one its write-back or get named.")
 _rule("TS-L2-7", "Replayable groups never appear in Host transfers",
       'cache concepts L185: "Replayable groups are outside match_order_ and skip publication on both tiers -- '
       'never registered, never streamed to Host"', "ops",
@@ -75,12 +81,33 @@ _rule("TS-L2-9", "Full-attention pages do not stream to Host during decode",
       "finish/retraction queue may stream it. Sliding-window pages are exempt. The other policy clauses (each "
       "prefill boundary queues its newly published pages; sliding entries always stream) state what must be "
       "queued, not when the drain runs, and are not judged.")
-_rule("TS-L2-10", "A failed L3 prefetch publishes nothing",
-      'cache concepts L112: "An L3 prefetch failure is an explicit unsuccessful completion ... It never '
-      'acknowledges or publishes a successful copy"; L189: "skips Device prefix publication for those prefetch '
-      'destinations"', "named",
-      "A load acknowledged unsuccessfully (cachetrace/1 result 'failed') leaves its Device destinations without "
-      "content: a table naming one as a cached page, or a keyed write-back storing one, before it is handed out "
-      "fresh again is a violation. The "
-      "released wheel's L3 ops need a storage backend the driver does not provide; the rule is judged on "
-      "recorded traces and injected faults.")
+_rule("TS-L2-10", "A failed L3 prefetch copies nothing, publishes nothing, and its tokens are recomputed",
+      'cache concepts L112: "An L3 prefetch failure is an explicit unsuccessful completion: it skips H2D and '
+      'releases the failed load ... so the request can recompute. It never acknowledges or publishes a successful '
+      'copy"; L185: "L3 prefetch destinations wait for LoadBackDone.success ... publishing them earlier would cache '
+      'empty KV"; L189: "a miss unregisters the keys, skips H2D / skips publishing empty Host pages ..., skips '
+      'Device prefix publication for those prefetch destinations ... so the next admit recomputes those tokens"',
+      "named",
+      "On the released wheel (0.1.42) an L3 prefetch is a StorageGetOp reading object keys into Host pages, answered "
+      "per key by StorageDone(success) (cachetrace/1 result 'storage'); the seed's LoadBackDone(success=false) "
+      "becomes a get key answered false, and the load-back that follows is an ordinary Host-only one. Judged: no "
+      "load-back reads, and no StoragePutOp stores, a Host page whose get failed until a write-back or a later get "
+      "refills it (copies / publishes nothing); a request's first extend served by Host loads covers no fresh slot "
+      "whose key a get failed to read (those tokens are recomputed: the extend starts at or below the boundary). A "
+      "load-back acknowledged unsuccessfully (result 'failed') leaves its Device destinations without content: a "
+      "table naming one as cached, or a keyed write-back storing one, before it is handed out fresh again is a "
+      "violation. A failed read is transient in kvsim's object store (the object stays; a later query finds it).")
+_rule("TS-L2-11", "A Host-served prefix hit is clamped to prefix_granularity and leaves no slot without content",
+      'cache concepts L179: "An L3 Host-prefetch shortage is different: Admit may return a shorter '
+      'host_prefix_tokens than the probe, rounded down to prefix_granularity so every group keeps a reusable '
+      'identity boundary. A finer block_granularity group that runs out of Host pages mid-prefix must not leave '
+      'hit_tokens between grains ... schedulePrefillFirstChunk retries from that clamped boundary rather than '
+      'forwarding a window that skips the discarded prefix"', "hit",
+      "Judged at a request's first extend when any block of its rows within the hit was filled by a load-back of "
+      "the same plan: the hit is a multiple of prefix_granularity, and every slot of a non-replayable group below "
+      "the last whole prefix page of the hit whose block is fresh in that plan (zeroed or loaded) holds that slot's "
+      "prefix key and page offset after the plan's loads -- a zeroed page, or a load from a Host page with no "
+      "content, inside the hit is a prefix the forward skips without its KV. Device-hit slots (not fresh) are "
+      "TS-TBL-1's. The probe itself (how many keys a query found) is not observable per request, so 'shorter than "
+      "the probe' is not judged; a shortage shows on the wheel as a get of fewer keys than the query found (the "
+      "Host credits, StorageConfig.max_host_blocks) and a hit clamped to whole prefix pages.")

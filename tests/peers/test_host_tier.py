@@ -291,11 +291,141 @@ def test_failed_but_unacknowledged_is_an_input_error():
         run(steps)
 
 
+# -- the L3 tier: StorageGetOp / StoragePutOp answered per key (the released wheel's prefetch) -------------------
+
+GET, PUT, QUERY, CANCEL = "StorageGetOp", "StoragePutOp", "StorageQueryOp", "StorageCancelOp"
+KEYS = dict(groups=[0, 0, 1, 1], keys=[H[0], H[1], H[0], H[1]], offsets=[0, 0, 0, 0])
+
+
+def l3(kind, oid, pages=(5, 6, 7, 8), **kw):
+    return ct.CacheOp(kind, [oid], host_blocks=list(pages) if kind != QUERY else [], **{**KEYS, **kw})
+
+
+def fetched(success=(True, True, True, True), load=None, hit=8, zero=None, get=None):
+    """a's pages reach L3 (put 1: L3 ids are their own namespace, beside write-back 1); b's prefix is queried
+    and read back into Host pages 5-8 (get 2, answered per key in plan 3's result), then loaded for b."""
+    load = load or lb(3, [(5, 7), (6, 8), (7, 10), (8, 11)], [0, 0, 1, 1])
+    zero = zero or {"full": [9], "swa": [12]}
+    return prefix() + [
+        (plan(2, cache=[l3(PUT, 1, (1, 2, 3, 4)), l3(QUERY, 2)]), 8),
+        (ct.Result(2, storage=[ct.StorageDone(1, [True] * 4), ct.StorageDone(2, [True] * 4)]), 9),
+        (plan(3, cache=[get or l3(GET, 3)]), 10),
+        (ct.Result(3, storage=[ct.StorageDone(3, list(success))]), 11),
+        (plan(4, ["b"], 1, [len(B) - hit], [hit], {"b": [7, 8, 9]}, {"b": [10, 11, 12]}, zero, [load] if load.pages
+              else []), 12),
+        (ct.Result(4, [[60]], ["b"], [3] if load.pages else []), 13)]
+
+
+@pytest.mark.rule("TS-L2-5", "keeps")
+@pytest.mark.rule("TS-L2-11", "keeps")
+def test_l3_get_then_load_is_clean():
+    c = run(fetched())
+    assert found(c) == []
+    assert c.l2.stats["storage_gets"] == 1 and c.l2.stats["host_served_hits"] == 1
+    assert c.l2.stats["query_hits"] == 4 and c.l2.exercised["TS-L2-11"] == 1
+
+
+@pytest.mark.rule("TS-L2-10", "keeps")
+def test_failed_get_key_recomputed_is_clean():
+    """get 3 fails to read full page 1: b loads page 0 only, its hit stops at 4 and the rest is computed."""
+    load = lb(3, [(5, 7), (7, 10)], [0, 1])
+    c = run(fetched((True, False, True, True), load, hit=4, zero={"full": [8, 9], "swa": [11, 12]}))
+    assert found(c) == [] and c.l2.stats["get_keys_failed"] == 1 and c.l2.exercised["TS-L2-10"] >= 1
+
+
+@pytest.mark.rule("TS-L2-10", "fires")
+def test_failed_get_page_loaded_and_hit_fires():
+    c = run(fetched((True, False, True, True)))
+    assert found(c) == [("TS-L2-10", 12)]
+    assert len([f for f in c.findings if f.rule == "TS-L2-10"]) == 2  # the load, and the hit over its slot
+
+
+@pytest.mark.rule("TS-L2-10", "fires")
+def test_hit_over_a_failed_key_without_a_load_fires():
+    """the scheduler loads page 0 but keeps the 8-token hit: slot 1 is a zeroed page whose key failed."""
+    load = lb(3, [(5, 7), (7, 10), (8, 11)], [0, 1, 1])
+    c = run(fetched((True, False, True, True), load, zero={"full": [8, 9], "swa": [12]}))
+    assert found(c) == [("TS-L2-10", 12)]
+
+
+@pytest.mark.rule("TS-L2-10", "fires")
+def test_put_of_a_failed_get_page_fires():
+    steps = fetched((False, True, True, True), lb(3, [], []), hit=0, zero={"full": [7, 8, 9], "swa": [10, 11, 12]})
+    steps += [(plan(5, cache=[l3(PUT, 4, (5,), groups=[0], keys=[H[0]], offsets=[0])]), 14),
+              (ct.Result(5, storage=[ct.StorageDone(4, [True])]), 15)]
+    assert found(run(steps)) == [("TS-L2-10", 14)]
+
+
+@pytest.mark.rule("TS-L2-11", "fires")
+def test_host_hit_left_between_grains_fires():
+    """every key was read, but the full group got only page 0 loaded while the hit still claims 8 tokens."""
+    load = lb(3, [(5, 7), (7, 10), (8, 11)], [0, 1, 1])
+    assert found(run(fetched(load=load, zero={"full": [8, 9], "swa": [12]}))) == [("TS-L2-11", 12)]
+
+
+@pytest.mark.rule("TS-L2-11", "fires")
+def test_host_hit_off_the_prefix_granularity_fires():
+    load = lb(3, [(5, 7), (6, 8), (7, 10), (8, 11)], [0, 0, 1, 1])
+    assert ("TS-L2-11", 12) in found(run(fetched(load=load, hit=6)))
+
+
+@pytest.mark.rule("TS-L2-1", "fires")
+def test_write_back_into_a_host_page_a_get_fills_fires():
+    steps = prefix() + [(plan(2, cache=[l3(GET, 1), wb(2, [(1, 6)], [0], [H[0]])]), 8),
+                        (ct.Result(2, [], [], [2], storage=[ct.StorageDone(1, [True] * 4)]), 9)]
+    assert found(run(steps)) == [("TS-L2-1", 8)]
+
+
+@pytest.mark.rule("TS-L2-3", "keeps")
+def test_cancelled_get_answered_later_is_clean():
+    steps = prefix() + [(plan(2, cache=[l3(GET, 1)]), 8), (ct.Result(2), 9),
+                        (plan(3, cache=[ct.CacheOp(CANCEL, [], cancels=1)]), 10),
+                        (ct.Result(3, storage=[ct.StorageDone(1, [True] * 4)]), 11)]
+    c = run(steps)
+    assert found(c) == [] and c.l2.stats["storage_cancels"] == 1
+
+
+@pytest.mark.rule("TS-L2-3", "fires")
+@pytest.mark.parametrize("op", [l3(GET, 1, (), groups=[], keys=[], offsets=[]),   # no object key
+                                l3(GET, 1, (5, 16, 7, 8)),                          # Host page out of range
+                                l3(PUT, 1, (1, 1, 3, 4)),                           # a Host page twice
+                                ct.CacheOp(CANCEL, [], cancels=7)])                 # cancels no op in flight
+def test_l3_op_hygiene_fires(op):
+    done = [ct.StorageDone(1, [True] * len(op.keys))] if op.op_ids else []
+    steps = prefix() + [(plan(2, cache=[op]), 8), (ct.Result(2, storage=done), 9)]
+    assert ("TS-L2-3", 8) in found(run(steps))
+
+
+@pytest.mark.rule("TS-L2-5", "fires")
+@pytest.mark.rule("TS-L2-6", "fires")
+@pytest.mark.parametrize("put,rule", [(l3(PUT, 1, (9,), groups=[0], keys=[H[0]], offsets=[0]), "TS-L2-5"),
+                                      (l3(PUT, 1, (1,), groups=[0], keys=[H[1]], offsets=[0]), "TS-L2-6")])
+def test_put_reads_an_acknowledged_host_page_under_its_key(put, rule):
+    steps = prefix() + [(plan(2, cache=[put]), 8), (ct.Result(2, storage=[ct.StorageDone(1, [True])]), 9)]
+    assert found(run(steps)) == [(rule, 8)]
+
+
+def test_l3_op_unanswered_or_answered_twice_is_peer_3():
+    steps = prefix() + [(plan(2, cache=[l3(QUERY, 1)]), 8), (ct.Result(2), 9)]
+    assert found(run(steps)) == [("PEER-3", 999)]
+    steps = prefix() + [(plan(2, cache=[l3(QUERY, 1)]), 8), (ct.Result(2, storage=[ct.StorageDone(1, [True] * 4)]), 9),
+                        (plan(3), 10), (ct.Result(3, storage=[ct.StorageDone(1, [True] * 4)]), 11)]
+    assert found(run(steps)) == [("PEER-3", 11)]
+
+
+def test_l3_outcome_of_the_wrong_length_is_an_input_error():
+    steps = prefix() + [(plan(2, cache=[l3(GET, 1)]), 8), (ct.Result(2, storage=[ct.StorageDone(1, [True])]), 9)]
+    with pytest.raises(ValueError, match="1 flags for 4 keys"):
+        run(steps)
+
+
 # -- injected faults on the real wheel -------------------------------------------------------------------------
 
 FAULT_RUNS = {
     "zero-pinned-source": {}, "unpinned-store": {}, "repeat-transfer": {}, "store-key-twice": {},
     "keyed-host-load": {}, "wrong-key": {}, "decode-stream": {}, "failed-load-published": {},
+    "failed-get-loaded": {"host_pages": 16, "l3": True, "stagger": 8},
+    "unclamped-host-prefix": {"host_pages": 16, "l3": True, "stagger": 8},
     "replayable-write-back": {"swa_replayable": True},
     "accept-clear": {"ack_delay": 3, "clear_every": 2},
 }
