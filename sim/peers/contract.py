@@ -344,7 +344,9 @@ class Contract:
                     for i in range(before // bg, min((r.computed - 1) // bg + 1, len(row))):
                         if row[i] > 0:
                             writer[row[i]] = (r, i)
-                for i in range(before // bg, min(r.computed // bg, len(row))):
+                # from the prefix page `before` lies in: a block finer than P completed in an earlier chunk
+                # gets its key only once its whole prefix page is known
+                for i in range(before // p * p // bg, min(r.computed // bg, len(row))):
                     d = r.digest((i * bg) // p, p) if ((i * bg) // p + 1) * p <= r.computed else None
                     if d is None:
                         continue

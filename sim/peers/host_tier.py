@@ -280,6 +280,7 @@ class HostTier:
             self._find("TS-L2-10", line, f"write-back {oid} stores {g} page {src}, the destination of a failed L3 "
                        "prefetch, under a key (publishing what was never copied)", op_id=oid, group=g, block=src)
         if key:
+            self.failed_keys.discard((g, key, off))  # the page was computed again and is stored afresh
             self.exercised["TS-L2-6"] += 1
             want = (have[0].hex(), have[1]) if have is not None else None
             if want != (key, off) and not self._tail_key(g, src, key):
@@ -592,13 +593,14 @@ class HostTier:
             if any(row[i] in ids for i in range(min(len(row), -(-hit // bg))) if row[i] > 0):
                 served = True
                 break
-        if not served:
-            return
-        self.stats["host_served_hits"] += 1
-        self.exercised["TS-L2-11"] += 1
-        if self.failed_keys:
+        if self.failed_keys:  # a first extend while a get's failed keys are outstanding: recomputed?
             self.exercised["TS-L2-10"] += 1
-        if hit % p:
+        elif not served:
+            return
+        if served:
+            self.stats["host_served_hits"] += 1
+            self.exercised["TS-L2-11"] += 1
+        if served and hit % p:
             self._find("TS-L2-11", line, f"{rid} hits {hit} tokens served from Host, not clamped to a multiple of "
                        f"prefix_granularity {p}", request=rid, hit=hit)
         whole = hit // p * p
@@ -620,10 +622,12 @@ class HostTier:
                     self._find("TS-L2-10", line, f"{rid}'s hit of {hit} tokens covers its {g} slot {i} (block {blk}), "
                                "whose L3 prefetch failed: those tokens must be recomputed", request=rid, group=g,
                                slot=i, block=blk)
-                else:
+                elif served:
                     self._find("TS-L2-11", line, f"{rid}'s hit of {hit} tokens covers its {g} slot {i} (block {blk}), "
                                "which holds no content: the Host prefix was not clamped to what was loaded",
                                request=rid, group=g, slot=i, block=blk)
+                else:
+                    continue
                 break
 
     def finish(self, line: int) -> None:
