@@ -31,9 +31,9 @@ rules (catalogue: ``spec/rules/cache_l2.py``, where each cites its seed clause):
   Host page whose get failed; a first extend's hit covers no slot whose key failed (its tokens are computed
   again). A load-back acknowledged unsuccessfully (result ``failed``, the seed's LoadBackDone(success=false))
   leaves its destinations without content: no later table names one as cached, no write-back keys it.
-* TS-L2-11 Host prefix clamp: a first extend whose hit is served by this plan's Host loads ends on a
-  multiple of prefix_granularity and leaves no slot below it without its content (a group short of Host
-  pages mid-prefix must not leave hit_tokens between grains).
+* TS-L2-11 Host prefix clamp: a first extend whose hit is served by this plan's Host loads leaves no slot
+  below it without its content (a group short of Host pages mid-prefix must not leave hit_tokens between
+  grains); that the hit is a multiple of prefix_granularity is TS-PFX-1's.
 
 The L3 ops themselves are judged like the L2 ones: hygiene (TS-L2-3: keys, Host pages in range, a cancel
 names an op in flight), Host pages a get fills or a put reads are not written back into before that op's
@@ -74,7 +74,7 @@ RULES: dict[str, tuple[str, str]] = {
                 "full-attention pages do not stream to Host during decode"),
     "TS-L2-10": ("a failed L3 prefetch copies nothing, publishes nothing, and its tokens are recomputed",
                  "It never acknowledges or publishes a successful copy"),
-    "TS-L2-11": ("a Host-served prefix hit is clamped to prefix_granularity and leaves no slot without content",
+    "TS-L2-11": ("a Host-served prefix hit leaves no slot without content (clamped to what was loaded)",
                  "must not leave hit_tokens between grains"),
 }
 STORAGE_GET, STORAGE_PUT, STORAGE_QUERY, STORAGE_CANCEL = "StorageGetOp", "StoragePutOp", "StorageQueryOp", \
@@ -576,9 +576,10 @@ class HostTier:
                 self.l3_filled.pop(page, None)
 
     def hit(self, rid: str, r: Any, hit: int, fresh: dict[str, set[int]], line: int) -> None:
-        """A request's first extend: when this plan's Host loads serve its hit, the hit ends on a multiple of
-        P and every whole-page slot below it holds that slot's content (TS-L2-11); a slot whose L3 get failed
-        is recomputed, never covered (TS-L2-10). Device-hit slots (not fresh) are TS-TBL-1's."""
+        """A request's first extend: when this plan's Host loads serve its hit, every slot below the hit's last
+        whole prefix page holds that slot's content (TS-L2-11); a slot whose L3 get failed is recomputed, never
+        covered (TS-L2-10). Device-hit slots (not fresh) are TS-TBL-1's; a hit off a multiple of P is
+        TS-PFX-1's."""
         c = self.c
         p = c.p
         loaded = self._loaded_now
@@ -600,9 +601,6 @@ class HostTier:
         if served:
             self.stats["host_served_hits"] += 1
             self.exercised["TS-L2-11"] += 1
-        if served and hit % p:
-            self._find("TS-L2-11", line, f"{rid} hits {hit} tokens served from Host, not clamped to a multiple of "
-                       f"prefix_granularity {p}", request=rid, hit=hit)
         whole = hit // p * p
         for g, row in r.rows.items():
             grp = c.groups[g]

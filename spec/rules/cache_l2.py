@@ -97,17 +97,19 @@ _rule("TS-L2-10", "A failed L3 prefetch copies nothing, publishes nothing, and i
       "load-back acknowledged unsuccessfully (result 'failed') leaves its Device destinations without content: a "
       "table naming one as cached, or a keyed write-back storing one, before it is handed out fresh again is a "
       "violation. A failed read is transient in kvsim's object store (the object stays; a later query finds it).")
-_rule("TS-L2-11", "A Host-served prefix hit is clamped to prefix_granularity and leaves no slot without content",
+_rule("TS-L2-11", "A Host-served prefix hit leaves no slot without content (clamped to what was loaded)",
       'cache concepts L179: "An L3 Host-prefetch shortage is different: Admit may return a shorter '
       'host_prefix_tokens than the probe, rounded down to prefix_granularity so every group keeps a reusable '
       'identity boundary. A finer block_granularity group that runs out of Host pages mid-prefix must not leave '
       'hit_tokens between grains ... schedulePrefillFirstChunk retries from that clamped boundary rather than '
       'forwarding a window that skips the discarded prefix"', "hit",
       "Judged at a request's first extend when any block of its rows within the hit was filled by a load-back of "
-      "the same plan: the hit is a multiple of prefix_granularity, and every slot of a non-replayable group below "
-      "the last whole prefix page of the hit whose block is fresh in that plan (zeroed or loaded) holds that slot's "
-      "prefix key and page offset after the plan's loads -- a zeroed page, or a load from a Host page with no "
-      "content, inside the hit is a prefix the forward skips without its KV. Device-hit slots (not fresh) are "
-      "TS-TBL-1's. The probe itself (how many keys a query found) is not observable per request, so 'shorter than "
+      "the same plan: every slot of a non-replayable group below the last whole prefix page of the hit whose block "
+      "is fresh in that plan (zeroed or loaded) holds that slot's prefix key and page offset after the plan's "
+      "loads -- a zeroed page, or a load from a Host page with no content, inside the hit is a prefix the forward "
+      "skips without its KV. Device-hit slots (not fresh) are TS-TBL-1's. That the hit is a multiple of "
+      "prefix_granularity is TS-PFX-1's: the wheel also serves published partial tails from Host (its documented "
+      "tail-hit finding), which is not reported twice. The probe itself (how many keys a query found) is not "
+      "observable per request, so 'shorter than "
       "the probe' is not judged; a shortage shows on the wheel as a get of fewer keys than the query found (the "
       "Host credits, StorageConfig.max_host_blocks) and a hit clamped to whole prefix pages.")

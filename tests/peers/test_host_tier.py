@@ -363,10 +363,10 @@ def test_host_hit_left_between_grains_fires():
     assert found(run(fetched(load=load, zero={"full": [8, 9], "swa": [12]}))) == [("TS-L2-11", 12)]
 
 
-@pytest.mark.rule("TS-L2-11", "fires")
-def test_host_hit_off_the_prefix_granularity_fires():
+def test_host_hit_off_the_prefix_granularity_is_ts_pfx_1s_alone():
     load = lb(3, [(5, 7), (6, 8), (7, 10), (8, 11)], [0, 0, 1, 1])
-    assert ("TS-L2-11", 12) in found(run(fetched(load=load, hit=6)))
+    assert "TS-L2-11" not in {r for r, _ in found(run(fetched(load=load, hit=6)))}
+    assert ("TS-PFX-1", 12) in found(run(fetched(load=load, hit=6)))
 
 
 @pytest.mark.rule("TS-L2-1", "fires")
