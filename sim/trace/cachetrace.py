@@ -119,12 +119,12 @@ class CacheOp(msgspec.Struct, **_S):
     ``groups`` (index into the header's groups; absent: every pair in group 0), ``keys`` (the content hash,
     hex; "" for a Host-only transfer), ``offsets`` (the page offset inside the prefix page). ``pinned`` is a
     write-back's ``source_pinned``; ``request``, ``pool_index``, ``slot`` and ``tiers`` (per pair, "L2" or
-    "snapshot") name a snapshot / restore; ``host_blocks`` and ``storage_keys`` an L3 op's Host pages and
-    object keys. An L3 op (``StorageQueryOp``, ``StorageGetOp``, ``StoragePutOp``) lists its object keys per
-    key as ``groups`` / ``keys`` / ``offsets`` (the CacheKey: group, content hash, page offset) and, for a get
-    or a put, the Host page of each key in ``host_blocks``. L3 op ids are a namespace of their own, answered
-    by the result's ``storage`` outcomes, never in ``done``; a ``StorageCancelOp`` carries no op id of its own
-    and names the L3 op it cancels in ``cancels`` (that op is still answered once)."""
+    "snapshot") name a snapshot / restore; ``storage_keys`` (no longer written) is accepted so that older
+    files still read. An L3 op (``StorageQueryOp``, ``StorageGetOp``, ``StoragePutOp``) lists its object keys
+    per key as ``groups`` / ``keys`` / ``offsets`` (the CacheKey: group, content hash, page offset) and, for a
+    get or a put, the Host page of each key in ``host_blocks``. L3 op ids are a namespace of their own,
+    answered by the result's ``storage`` outcomes, never in ``done``; a ``StorageCancelOp`` carries no op id
+    of its own and names the L3 op it cancels in ``cancels`` (that op is still answered once)."""
     kind: str
     op_ids: list[Nat]
     pages: list[tuple[Nat, Nat]] = []
