@@ -483,8 +483,9 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
     contract.finish(line)
     out.judge_s += clock() - t0
     out.plans = plan_no
-    if store is not None:
-        out.l3 = dict(store.stats)
+    if store is not None:  # the object store's counts, and the scheduler's own (backup keys it dropped, ...)
+        st = sched.storage_stats()
+        out.l3 = {**store.stats, "scheduler": {k: getattr(st, k) for k in sorted(dir(st)) if not k.startswith("_")}}
     if writer:
         writer.close()
     if elog:
