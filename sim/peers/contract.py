@@ -26,9 +26,11 @@ With a Host tier (``sim.peers.host_tier``, rules TS-L2-*), a write-back copies a
 key and last writer) to a Host page of the same group at plan time, and a load-back or restore hands out a
 fresh Device page holding that Host page's content; a table that names it is judged by that content. A
 snapshot retracts its request: its rows are released (the stream-ordered snapshot store has read them) and
-its next row, after the restore, is judged afresh. A page handed out fresh to a request outside the batch
-(a restore's growth page) counts as fresh when a table first names it, in a later plan -- a weaker check
-than the same-plan one, since the judge cannot tell which request it was meant for.
+its next row, after the restore, is judged afresh -- and, as its readmission, by TS-ADM-2
+(``sim.peers.retraction``): it must secure more headroom than its previous admission did. A page handed
+out fresh to a request outside the batch (a restore's growth page) counts as fresh when a table first names
+it, in a later plan -- a weaker check than the same-plan one, since the judge cannot tell which request it
+was meant for.
 
 Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
 the tokens its results produced). This module knows cachetrace/1 records, never a scheduler's API.
@@ -39,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import host_tier
+from kvsim.sim.peers import host_tier, retraction
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -60,6 +62,7 @@ RULES: dict[str, tuple[str, str]] = {
     "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
                "the FIFO data plane orders any hitter's forward after the writer"),
     **host_tier.RULES,
+    **retraction.RULES,
 }
 
 
@@ -132,6 +135,9 @@ class Contract:
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
         self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> last (request, slot)
         self.l2 = host_tier.HostTier(self)
+        self.headroom = retraction.Headroom()
+        # the full-history group whose rows show what an admission secured (TS-ADM-2)
+        self._history = next((g.id for g in config.groups if g.attn_kind == "full"), None)
         # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
         # restore hands pages to a request that rejoins the batch plans later
         self.handed: dict[str, set[int]] = {g: set() for g in self.groups}
@@ -166,6 +172,7 @@ class Contract:
             raise ValueError(f"request {rec.request!r} submitted while still live")
         r = _Req(rec.request, rec.tokens)
         self.reqs[rec.request] = r
+        self.headroom.submit(rec.request, rec.max_new_tokens)
         self.stats["requests"] += 1
         self.stats["prompt_tokens"] += len(rec.tokens)
         pages = hashed_pages(len(rec.tokens), self.p)
@@ -184,7 +191,8 @@ class Contract:
 
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
         st = self.stats
-        before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"])
+        before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
+                  self.headroom.stats["readmissions"])
         l2_before = dict(self.l2.exercised)
         self._plan_body(rec, line)
         ex = self.exercised
@@ -201,6 +209,8 @@ class Contract:
             ex["PEER-4"] += 1
         if st["cache_ops"] > before[2]:
             ex["PEER-3"] += 1
+        if self.headroom.stats["readmissions"] > before[3]:
+            ex["TS-ADM-2"] += 1
 
     def _plan_body(self, rec: ct.Plan, line: int) -> None:
         self._plan = rec.plan
@@ -439,6 +449,11 @@ class Contract:
         if r is None:
             raise ValueError(f"table of request {rid!r} that was never submitted")
         grp = self.groups[g]
+        if g == self._history and g not in r.rows:  # the first row after an admission (or a readmission)
+            why = self.headroom.admit(rid, len(row) * grp.block_granularity, len(r.tokens) + len(r.generated),
+                                      len(r.generated))
+            if why:
+                self._find("TS-ADM-2", line, why, request=rid, group=g)
         old = r.rows.get(g, [])
         hold, content = self.holders[g], self.content[g]
         bg, p, total = grp.block_granularity, self.p, grp.total_pages
@@ -513,6 +528,7 @@ class Contract:
         if r.rows:
             r.image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
         r.rows = {}
+        self.headroom.retract(rid)
 
     def _end(self, rid: str) -> None:
         r = self.reqs.get(rid)
@@ -528,6 +544,7 @@ class Contract:
                     else:
                         del hold[blk]
         del self.reqs[rid]
+        self.headroom.end(rid)
 
     # -- summary ----------------------------------------------------------------------------------------------
     def summary(self) -> dict:
@@ -537,6 +554,7 @@ class Contract:
         s["trace_bound_ratio"] = round(self.stats["bound_tokens"] / pt, 6)
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
         s["host_tier"] = dict(self.l2.stats)
+        s["retraction"] = dict(self.headroom.stats)
         return s
 
 
