@@ -14,6 +14,11 @@ table names which block, and which prefix key each block's content carries -- an
 * TS-PFX-1 (prefix_granularity "defines the identity boundary of cached prefixes: two requests share cache
   only at multiples of this many tokens"): prefix hits are multiples of P and never reach the prompt's last
   token.
+* TS-PFX-3 (cache concepts L179: a replayable group "never claims a hit, so its table is empty at first
+  admission and the scheduler materializes it as a sparse private suffix from the replay window's first
+  token"; L185: replayable groups "skip publication on both tiers"): at a request's first extend, a replayable
+  group's row holds null holes below the slot of the replay window's first token and fresh pages from there;
+  its pages are never published, so no later table may name one as cached content.
 * PEER-1 capacity: every block id lies in [1, total_pages) of its group.
 * PEER-2 fresh pages ("a load targets freshly acquired pages"): a page to zero or copy into is named by no
   live table other than the one receiving it in that plan, and appears once per plan.
@@ -53,6 +58,9 @@ RULES: dict[str, tuple[str, str]] = {
                   "a replicated group translates to itself minus the null block"),
     "TS-PFX-1": ("prefix hits only at multiples of prefix_granularity, short of the prompt's last token",
                  "two requests share cache only at multiples of this many tokens"),
+    "TS-PFX-3": ("a replayable group claims no hit: null holes below the replay window, fresh private pages from it",
+                 "never claims a hit, so its table is empty at first admission and the scheduler materializes it "
+                 "as a sparse private suffix from the replay window's first token"),
     "PEER-1": ("every block id lies within its group's pages (capacity never exceeded)",
                "its capacity belongs to the global empty-parent FIFO rather than any group"),
     "PEER-2": ("pages to zero and copy destinations are fresh: no other live table names them",
@@ -130,6 +138,8 @@ class Contract:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
+        self._replayable = [g.id for g in config.groups if g.replayable]
+        self._replay_rows = 0  # replayable rows judged at a first extend (TS-PFX-3's premise)
         self.reqs: dict[str, _Req] = {}
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
@@ -192,7 +202,7 @@ class Contract:
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
         st = self.stats
         before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
-                  self.headroom.stats["readmissions"])
+                  self.headroom.stats["readmissions"], self._replay_rows)
         l2_before = dict(self.l2.exercised)
         self._plan_body(rec, line)
         ex = self.exercised
@@ -211,6 +221,8 @@ class Contract:
             ex["PEER-3"] += 1
         if self.headroom.stats["readmissions"] > before[3]:
             ex["TS-ADM-2"] += 1
+        if self._replay_rows > before[4]:
+            ex["TS-PFX-3"] += 1
 
     def _plan_body(self, rec: ct.Plan, line: int) -> None:
         self._plan = rec.plan
@@ -262,6 +274,7 @@ class Contract:
             for blk in blocks:
                 self.l2.fresh(g, blk)
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
+        private = {g: fresh.get(g, set()) | self.handed[g] for g in self._replayable}  # fresh for TS-PFX-3
         for g, rows in rec.tables.items():
             if g not in self.groups:
                 raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
@@ -288,6 +301,8 @@ class Contract:
             if r.seen:
                 continue
             r.seen = True
+            if self._replayable:
+                self._replayable_rows(rid, b.prefix_lengths[k], rec.tables, private, line)
             hit = b.prefix_lengths[k] + _replay(b, k)  # the input re-feeds the replay window before the hit
             r.hit = hit
             self.hits[rid] = hit
@@ -351,6 +366,8 @@ class Contract:
                     for i in range(before // bg, min((r.computed - 1) // bg + 1, len(row))):
                         if row[i] > 0:
                             writer[row[i]] = (r, i)
+                if self.groups[g].replayable:  # never registered (L185): its rows stay private
+                    continue
                 for i in range(before // bg, min(r.computed // bg, len(row))):
                     d = r.digest((i * bg) // p, p) if ((i * bg) // p + 1) * p <= r.computed else None
                     if d is None:
@@ -424,6 +441,31 @@ class Contract:
                            "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
 
     # -- pieces -----------------------------------------------------------------------------------------------
+    def _replayable_rows(self, rid: str, start: int, tables: dict, private: dict[str, set[int]], line: int) -> None:
+        """TS-PFX-3: at its first extend a request's replayable rows are null holes below the slot of the replay
+        window's first token (``start``, where the input begins) and fresh pages from it."""
+        for g in self._replayable:
+            row = tables.get(g, {}).get(rid)
+            if row is None:
+                continue
+            self._replay_rows += 1
+            first = start // self.groups[g].block_granularity
+            for i, blk in enumerate(row):
+                if i < first and blk > 0:
+                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, below the "
+                               f"replay window's first slot {first}: a replayable group claims no hit", request=rid,
+                               group=g, slot=i, block=blk)
+                    return
+                if i >= first and blk > 0 and blk not in private[g]:
+                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, which was "
+                               "not handed out fresh: a replayable group's suffix is private", request=rid, group=g,
+                               slot=i, block=blk)
+                    return
+                if i >= first and blk <= 0:
+                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row has no page at slot {i}, inside the "
+                               "replay window it must regenerate", request=rid, group=g, slot=i)
+                    return
+
     def _check_ids(self, g: str, blocks, line: int, what: str) -> None:
         total = self.groups[g].total_pages
         for blk in blocks:

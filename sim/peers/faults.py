@@ -226,6 +226,27 @@ class FailedLoadPublished(Fault):
         return res
 
 
+class ReplayableHit(Fault):
+    name, rule = "replayable-hit", "TS-PFX-3"
+    why = ("a request admitted with a prefix hit names, below its replay window, the page its full-attention row "
+           "hits at that slot, in the replayable group too (the run needs one: --swa-replayable)")
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        rep = [g.id for g in self.config.groups if g.replayable]
+        full = next((g.id for g in self.config.groups if g.attn_kind == "full"), None)
+        b = rec.batch
+        if not rep or full is None:
+            return False
+        for k in range(b.extends):
+            rid = b.requests[k]
+            row, hit_row = (rec.tables or {}).get(rep[0], {}).get(rid), (rec.tables or {}).get(full, {}).get(rid)
+            if row and hit_row and b.prefix_lengths[k] > 0 and row[0] == 0:
+                rec.tables = {g: dict(rows) for g, rows in rec.tables.items()}
+                rec.tables[rep[0]][rid] = [hit_row[0]] + list(row[1:])
+                return True
+        return False
+
+
 class FlatReadmission(Fault):
     name, rule = "flat-readmission", "TS-ADM-2"
     why = ("a retracted request's readmission row is cut back to the headroom its previous admission secured "
@@ -276,7 +297,8 @@ class FlatReadmission(Fault):
 _FAULTS: dict[str, type[Fault]] = {f.name: f for f in (ZeroPinnedSource, UnpinnedStore, RepeatTransfer,
                                                        StoreKeyTwice, KeyedHostLoad, WrongKey,
                                                        ReplayableWriteBack, AcceptClear, DecodeStream,
-                                                       FailedLoadPublished, FlatReadmission)}
+                                                       FailedLoadPublished, ReplayableHit,
+                                                       FlatReadmission)}
 NAMES: dict[str, str] = {name: f.rule for name, f in _FAULTS.items()}
 WHY: dict[str, str] = {name: f.why for name, f in _FAULTS.items()}
 
