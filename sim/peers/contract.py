@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import host_tier, retraction
+from kvsim.sim.peers import host_tier, retraction, store_policy
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -71,6 +71,7 @@ RULES: dict[str, tuple[str, str]] = {
                "the FIFO data plane orders any hitter's forward after the writer"),
     **host_tier.RULES,
     **retraction.RULES,
+    **store_policy.RULES,
 }
 
 
@@ -146,6 +147,7 @@ class Contract:
         self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> last (request, slot)
         self.l2 = host_tier.HostTier(self)
         self.headroom = retraction.Headroom()
+        self.stores = store_policy.StorePolicy(self)  # TS-L2-12: what the write-back policy owes the Host tier
         # the full-history group whose rows show what an admission secured (TS-ADM-2)
         self._history = next((g.id for g in config.groups if g.attn_kind == "full"), None)
         # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
@@ -202,7 +204,7 @@ class Contract:
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
         st = self.stats
         before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
-                  self.headroom.stats["readmissions"], self._replay_rows)
+                  self.headroom.stats["readmissions"], self._replay_rows, self.stores.judged)
         l2_before = dict(self.l2.exercised)
         self._plan_body(rec, line)
         ex = self.exercised
@@ -223,6 +225,8 @@ class Contract:
             ex["TS-ADM-2"] += 1
         if self._replay_rows > before[4]:
             ex["TS-PFX-3"] += 1
+        if self.stores.judged > before[5]:
+            ex["TS-L2-12"] += 1
 
     def _plan_body(self, rec: ct.Plan, line: int) -> None:
         self._plan = rec.plan
@@ -238,7 +242,9 @@ class Contract:
         # Host tier: write-backs, load-backs, snapshots and restores run before this plan's copies, zeroing
         # and forward (cache concepts: "an unpinned op's sources may be re-granted in the same plan, so it is
         # launched first"); a snapshot's request is retracted: its rows are released once the store read them
+        room = self.stores.room()
         loaded, keyed = self.l2.ops(rec, line)
+        stored = self.stores.ops(rec)
         for rid in self.l2.take_retracted():
             self._retract(rid)
         # copies run before zeroing: "an unpinned op's sources may be re-granted in the same plan, so it is
@@ -328,6 +334,7 @@ class Contract:
             n = b.input_lengths[k]
             if n:
                 self._writes(rid, r, start, start + n, floor, line)
+        self.stores.check(rec, line, room, stored)  # after the rows: a page swapped to its canonical block is no debt
         for op in rec.cache:
             self.stats["cache_ops"] += 1
             for oid in op.op_ids:
@@ -336,6 +343,7 @@ class Contract:
                 self.issued.add(oid)
         for a in rec.aborts:
             self.stats["aborts"] += 1
+            self.stores.dropped(a.request)
             self._end(a.request)
         live = sum(len(h) for h in self.holders.values())
         if live > self.stats["peak_live_blocks"]:
@@ -373,12 +381,15 @@ class Contract:
                     if d is None:
                         continue
                     blk = row[i]
+                    key = (d, i % (p // bg) if bg < p else 0)
                     if blk > 0:
-                        content[blk] = (d, i % (p // bg) if bg < p else 0)
+                        content[blk] = key
+                    self.stores.computed(rid, g, i, blk, key, k < b.extends)
                     if bg >= p or (i + 1) * bg % p == 0:
                         self.pending.append(d)
         for rid in rec.finish:
             self.stats["finished"] += 1
+            self.stores.finished(rid)
             self._end(rid)
         failed = set(rec.failed)
         for oid in rec.done:
@@ -402,6 +413,7 @@ class Contract:
         if self.l2.exercised["TS-L2-8"] > n:
             self.exercised["TS-L2-8"] += 1
         if rec.accepted:
+            self.stores.cleared()
             self.published.clear()
             self.pending.clear()
             for g in self.content:
@@ -571,6 +583,7 @@ class Contract:
             r.image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
         r.rows = {}
         self.headroom.retract(rid)
+        self.stores.dropped(rid)
 
     def _end(self, rid: str) -> None:
         r = self.reqs.get(rid)
@@ -597,6 +610,7 @@ class Contract:
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
         s["host_tier"] = dict(self.l2.stats)
         s["retraction"] = dict(self.headroom.stats)
+        s["store_policy"] = dict(self.stores.stats)
         return s
 
 

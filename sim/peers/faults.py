@@ -226,6 +226,24 @@ class FailedLoadPublished(Fault):
         return res
 
 
+class SkipStore(Fault):
+    name, rule = "skip-store", "TS-L2-12"
+    why = ("the first write-back of several keyed pages leaves its first keyed page out (a whole page, never "
+           "stored: a partial tail is last)")
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in _write_backs(rec):
+            keyed = [k for k, key in enumerate(op.keys) if key]
+            if len(op.pages) >= 2 and keyed:
+                k = keyed[0]
+                for name in ("pages", "groups", "keys", "offsets"):
+                    v = getattr(op, name)
+                    if v:
+                        setattr(op, name, list(v[:k]) + list(v[k + 1:]))
+                return True
+        return False
+
+
 class ReplayableHit(Fault):
     name, rule = "replayable-hit", "TS-PFX-3"
     why = ("a request admitted with a prefix hit names, below its replay window, the page its full-attention row "
@@ -297,8 +315,8 @@ class FlatReadmission(Fault):
 _FAULTS: dict[str, type[Fault]] = {f.name: f for f in (ZeroPinnedSource, UnpinnedStore, RepeatTransfer,
                                                        StoreKeyTwice, KeyedHostLoad, WrongKey,
                                                        ReplayableWriteBack, AcceptClear, DecodeStream,
-                                                       FailedLoadPublished, ReplayableHit,
-                                                       FlatReadmission)}
+                                                       FailedLoadPublished, SkipStore,
+                                                       ReplayableHit, FlatReadmission)}
 NAMES: dict[str, str] = {name: f.rule for name, f in _FAULTS.items()}
 WHY: dict[str, str] = {name: f.why for name, f in _FAULTS.items()}
 
