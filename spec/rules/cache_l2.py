@@ -113,3 +113,19 @@ _rule("TS-L2-11", "A Host-served prefix hit leaves no slot without content (clam
       "observable per request, so 'shorter than "
       "the probe' is not judged; a shortage shows on the wheel as a get of fewer keys than the query found (the "
       "Host credits, StorageConfig.max_host_blocks) and a hit clamped to whole prefix pages.")
+
+transition_rule(
+    "TS-L2-12", "Pages a prefill computed are stored by its next admission; every page by the plan after finish",
+    'cache concepts L187: "During prefill, each completed scheduling boundary queues all newly published '
+    'full-attention pages ... The first decode admission from PrefillDone applies the same policy to the final '
+    'prompt boundary"; "At finish or retraction, eligible non-state Device pages ... are queued before request '
+    'ownership is released. Ordinary sliding-window entries always stream when published"',
+    "kvsim.sim.peers.store_policy.StorePolicy.check",
+    decisions="With a Host tier: a whole page a prefill forward computed (full-attention or non-replayable sliding "
+              "group) is published at the request's next admission (its next chunk or first decode) and must be "
+              "stored by the end of that plan; pages a decode computed, and prefill pages still owed, by the end of "
+              "the plan after the answer that finished the request. Stored: some write-back (pinned or not, "
+              "acknowledged or not) copied a Device page holding that key and offset to Host since it was "
+              "computed, by any request. Retraction, abort, an accepted ClearCache or the end of the trace drop "
+              "what was owed; state groups and the seed's 'eligible' at retraction are not judged.",
+    scope="cache")
