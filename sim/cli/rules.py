@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -113,9 +114,10 @@ def run_obligations(args) -> int:
 def obligations_summary(ledger: ob.Ledger, kinds: tuple[str, ...]) -> dict:
     """The counts as JSON: per section and in total, each status before and now."""
     before, now = ledger.counts("before", kinds), ledger.counts("now", kinds)
+    none: Counter = Counter()
     sections = [{"line": s.line, "title": s.title,
-                 "before": {st: before.get(s.title, {}).get(st, 0) for st in ob.STATUSES},
-                 "now": {st: now.get(s.title, {}).get(st, 0) for st in ob.STATUSES}}
+                 "before": {st: before.get(s.title, none)[st] for st in ob.STATUSES},
+                 "now": {st: now.get(s.title, none)[st] for st in ob.STATUSES}}
                 for s in ledger.sections if s.title in before or s.title in now]
     tb, tn = ledger.totals("before", kinds), ledger.totals("now", kinds)
     return {"seed": ledger.seed, "baseline": ledger.baseline, "kinds": list(kinds),
@@ -140,12 +142,13 @@ def obligations_table(ledger: ob.Ledger, kinds: tuple[str, ...]) -> Table:
     for st in ob.STATUSES:
         table.add_column(st, no_wrap=True)
 
-    def cells(b: dict, a: dict) -> list[str]:
-        return [f"{b.get(st, 0)} -> {a.get(st, 0)}" for st in ob.STATUSES]
+    def cells(b: Counter, a: Counter) -> list[str]:
+        return [f"{b[st]} -> {a[st]}" for st in ob.STATUSES]
 
+    none: Counter = Counter()
     for s in ledger.sections:
         if s.title in before or s.title in now:
-            table.add_row(str(s.line), s.title, *cells(before.get(s.title, {}), now.get(s.title, {})))
+            table.add_row(str(s.line), s.title, *cells(before.get(s.title, none), now.get(s.title, none)))
     table.add_row("", "all sections", *cells(ledger.totals("before", kinds), ledger.totals("now", kinds)),
                   end_section=True)
     judged = tuple(k for k in kinds if k in ob.JUDGEABLE)
