@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
                       "ack_delay": args.ack_delay, "seed": args.seed, "snapshot_pages": args.snapshot_pages,
                       "max_retracted": args.max_retracted, "force_retraction": args.force_retraction,
                       "clears": out.clears, "clears_accepted": out.clears_accepted,
-                      **({"fault": args.inject_fault} if args.inject_fault else {}),
+                      **({"fault": args.inject_fault, "fault_applied": out.fault_applied} if args.inject_fault
+                         else {}),
                       "rejected_requests": len(out.rejected),
                       "rejections": [{"request": r, "reason": why} for r, why in out.rejected[:20]]}}
     if not args.no_timing:
@@ -157,8 +158,10 @@ def run(args: argparse.Namespace) -> int:
             "plan_cost_mean_ms": round(sum(out.plan_costs_ms) / len(out.plan_costs_ms), 3) if out.plan_costs_ms
             else None}
     inputs = [{"path": src.name, "sha256": sha, "events": out.plans}]
-    # violations name the cachetrace/1 line (the recorded file when --record is given)
-    report = build(inputs, args.record or src.name, out.contract, out.events, stats)
+    # violations name lines of the run's cachetrace/1 record: the file --record wrote, or, unrecorded, the record
+    # the same (deterministic) run would write -- never the workload, whose lines are requests
+    trace = args.record or "(tokenspeed run)"
+    report = build(inputs, trace, out.contract, out.events, stats)
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
     if args.json:
         write(args.json, dumps_report(report))
@@ -167,6 +170,12 @@ def run(args: argparse.Namespace) -> int:
     if not style.quiet:
         _print(report, console, style)
     print_verdict(verdict, console, style, "kvsim peer")
+    if args.inject_fault and not out.fault_applied:
+        sys.stderr.write(f"kvsim peer: --inject-fault {args.inject_fault}: its premise never occurred in this run, so "
+                         f"nothing was injected ({faults.WHY[args.inject_fault]})\n")
+    if report["violations"] and not args.record and not style.quiet:
+        sys.stderr.write("kvsim peer: lines are those of this run's cachetrace/1 record; rerun with --record F to "
+                         "keep it and judge it again with `kvsim replay F`\n")
     if args.events_log and not style.quiet:
         sys.stderr.write(f"kvsim peer: check its KV-event log with: {events_command(args.events_log, p, pages)}\n")
     return verdict.exit_code

@@ -14,6 +14,11 @@ table names which block, and which prefix key each block's content carries -- an
 * TS-PFX-1 (prefix_granularity "defines the identity boundary of cached prefixes: two requests share cache
   only at multiples of this many tokens"): prefix hits are multiples of P and never reach the prompt's last
   token.
+* TS-PFX-3 (cache concepts L179: a replayable group "never claims a hit, so its table is empty at first
+  admission and the scheduler materializes it as a sparse private suffix from the replay window's first
+  token"; L185: replayable groups "skip publication on both tiers"): at a request's first extend, a replayable
+  group's row holds null holes below the slot of the replay window's first token and fresh pages from there;
+  its pages are never published, so no later table may name one as cached content.
 * PEER-1 capacity: every block id lies in [1, total_pages) of its group.
 * PEER-2 fresh pages ("a load targets freshly acquired pages"): a page to zero or copy into is named by no
   live table other than the one receiving it in that plan, and appears once per plan.
@@ -26,9 +31,11 @@ With a Host tier (``sim.peers.host_tier``, rules TS-L2-*), a write-back copies a
 key and last writer) to a Host page of the same group at plan time, and a load-back or restore hands out a
 fresh Device page holding that Host page's content; a table that names it is judged by that content. A
 snapshot retracts its request: its rows are released (the stream-ordered snapshot store has read them) and
-its next row, after the restore, is judged afresh. A page handed out fresh to a request outside the batch
-(a restore's growth page) counts as fresh when a table first names it, in a later plan -- a weaker check
-than the same-plan one, since the judge cannot tell which request it was meant for.
+its next row, after the restore, is judged afresh -- and, as its readmission, by TS-ADM-2
+(``sim.peers.retraction``): it must secure more headroom than its previous admission did. A page handed
+out fresh to a request outside the batch (a restore's growth page) counts as fresh when a table first names
+it, in a later plan -- a weaker check than the same-plan one, since the judge cannot tell which request it
+was meant for.
 
 Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
 the tokens its results produced). This module knows cachetrace/1 records, never a scheduler's API.
@@ -39,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import host_tier
+from kvsim.sim.peers import host_tier, retraction, store_policy
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -51,6 +58,9 @@ RULES: dict[str, tuple[str, str]] = {
                   "a replicated group translates to itself minus the null block"),
     "TS-PFX-1": ("prefix hits only at multiples of prefix_granularity, short of the prompt's last token",
                  "two requests share cache only at multiples of this many tokens"),
+    "TS-PFX-3": ("a replayable group claims no hit: null holes below the replay window, fresh private pages from it",
+                 "never claims a hit, so its table is empty at first admission and the scheduler materializes it "
+                 "as a sparse private suffix from the replay window's first token"),
     "PEER-1": ("every block id lies within its group's pages (capacity never exceeded)",
                "its capacity belongs to the global empty-parent FIFO rather than any group"),
     "PEER-2": ("pages to zero and copy destinations are fresh: no other live table names them",
@@ -60,6 +70,8 @@ RULES: dict[str, tuple[str, str]] = {
     "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
                "the FIFO data plane orders any hitter's forward after the writer"),
     **host_tier.RULES,
+    **retraction.RULES,
+    **store_policy.RULES,
 }
 
 
@@ -127,11 +139,17 @@ class Contract:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
+        self._replayable = [g.id for g in config.groups if g.replayable]
+        self._replay_rows = 0  # replayable rows judged at a first extend (TS-PFX-3's premise)
         self.reqs: dict[str, _Req] = {}
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
         self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> last (request, slot)
         self.l2 = host_tier.HostTier(self)
+        self.headroom = retraction.Headroom()
+        self.stores = store_policy.StorePolicy(self)  # TS-L2-12: what the write-back policy owes the Host tier
+        # the full-history group whose rows show what an admission secured (TS-ADM-2)
+        self._history = next((g.id for g in config.groups if g.attn_kind == "full"), None)
         # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
         # restore hands pages to a request that rejoins the batch plans later
         self.handed: dict[str, set[int]] = {g: set() for g in self.groups}
@@ -166,6 +184,7 @@ class Contract:
             raise ValueError(f"request {rec.request!r} submitted while still live")
         r = _Req(rec.request, rec.tokens)
         self.reqs[rec.request] = r
+        self.headroom.submit(rec.request, rec.max_new_tokens)
         self.stats["requests"] += 1
         self.stats["prompt_tokens"] += len(rec.tokens)
         pages = hashed_pages(len(rec.tokens), self.p)
@@ -184,7 +203,8 @@ class Contract:
 
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
         st = self.stats
-        before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"])
+        before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
+                  self.headroom.stats["readmissions"], self._replay_rows, self.stores.judged)
         l2_before = dict(self.l2.exercised)
         self._plan_body(rec, line)
         ex = self.exercised
@@ -201,6 +221,12 @@ class Contract:
             ex["PEER-4"] += 1
         if st["cache_ops"] > before[2]:
             ex["PEER-3"] += 1
+        if self.headroom.stats["readmissions"] > before[3]:
+            ex["TS-ADM-2"] += 1
+        if self._replay_rows > before[4]:
+            ex["TS-PFX-3"] += 1
+        if self.stores.judged > before[5]:
+            ex["TS-L2-12"] += 1
 
     def _plan_body(self, rec: ct.Plan, line: int) -> None:
         self._plan = rec.plan
@@ -216,7 +242,9 @@ class Contract:
         # Host tier: write-backs, load-backs, snapshots and restores run before this plan's copies, zeroing
         # and forward (cache concepts: "an unpinned op's sources may be re-granted in the same plan, so it is
         # launched first"); a snapshot's request is retracted: its rows are released once the store read them
+        room = self.stores.room()
         loaded, keyed = self.l2.ops(rec, line)
+        stored = self.stores.ops(rec)
         for rid in self.l2.take_retracted():
             self._retract(rid)
         # copies run before zeroing: "an unpinned op's sources may be re-granted in the same plan, so it is
@@ -252,6 +280,7 @@ class Contract:
             for blk in blocks:
                 self.l2.fresh(g, blk)
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
+        private = {g: fresh.get(g, set()) | self.handed[g] for g in self._replayable}  # fresh for TS-PFX-3
         for g, rows in rec.tables.items():
             if g not in self.groups:
                 raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
@@ -278,6 +307,8 @@ class Contract:
             if r.seen:
                 continue
             r.seen = True
+            if self._replayable:
+                self._replayable_rows(rid, b.prefix_lengths[k], rec.tables, private, line)
             hit = b.prefix_lengths[k] + _replay(b, k)  # the input re-feeds the replay window before the hit
             r.hit = hit
             self.hits[rid] = hit
@@ -303,6 +334,7 @@ class Contract:
             n = b.input_lengths[k]
             if n:
                 self._writes(rid, r, start, start + n, floor, line)
+        self.stores.check(rec, line, room, stored)  # after the rows: a page swapped to its canonical block is no debt
         for op in rec.cache:
             self.stats["cache_ops"] += 1
             for oid in op.op_ids:
@@ -311,6 +343,7 @@ class Contract:
                 self.issued.add(oid)
         for a in rec.aborts:
             self.stats["aborts"] += 1
+            self.stores.dropped(a.request)
             self._end(a.request)
         live = sum(len(h) for h in self.holders.values())
         if live > self.stats["peak_live_blocks"]:
@@ -341,17 +374,22 @@ class Contract:
                     for i in range(before // bg, min((r.computed - 1) // bg + 1, len(row))):
                         if row[i] > 0:
                             writer[row[i]] = (r, i)
+                if self.groups[g].replayable:  # never registered (L185): its rows stay private
+                    continue
                 for i in range(before // bg, min(r.computed // bg, len(row))):
                     d = r.digest((i * bg) // p, p) if ((i * bg) // p + 1) * p <= r.computed else None
                     if d is None:
                         continue
                     blk = row[i]
+                    key = (d, i % (p // bg) if bg < p else 0)
                     if blk > 0:
-                        content[blk] = (d, i % (p // bg) if bg < p else 0)
+                        content[blk] = key
+                    self.stores.computed(rid, g, i, blk, key, k < b.extends)
                     if bg >= p or (i + 1) * bg % p == 0:
                         self.pending.append(d)
         for rid in rec.finish:
             self.stats["finished"] += 1
+            self.stores.finished(rid)
             self._end(rid)
         failed = set(rec.failed)
         for oid in rec.done:
@@ -375,6 +413,7 @@ class Contract:
         if self.l2.exercised["TS-L2-8"] > n:
             self.exercised["TS-L2-8"] += 1
         if rec.accepted:
+            self.stores.cleared()
             self.published.clear()
             self.pending.clear()
             for g in self.content:
@@ -414,6 +453,31 @@ class Contract:
                            "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
 
     # -- pieces -----------------------------------------------------------------------------------------------
+    def _replayable_rows(self, rid: str, start: int, tables: dict, private: dict[str, set[int]], line: int) -> None:
+        """TS-PFX-3: at its first extend a request's replayable rows are null holes below the slot of the replay
+        window's first token (``start``, where the input begins) and fresh pages from it."""
+        for g in self._replayable:
+            row = tables.get(g, {}).get(rid)
+            if row is None:
+                continue
+            self._replay_rows += 1
+            first = start // self.groups[g].block_granularity
+            for i, blk in enumerate(row):
+                if i < first and blk > 0:
+                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, below the "
+                               f"replay window's first slot {first}: a replayable group claims no hit", request=rid,
+                               group=g, slot=i, block=blk)
+                    return
+                if i >= first and blk > 0 and blk not in private[g]:
+                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, which was "
+                               "not handed out fresh: a replayable group's suffix is private", request=rid, group=g,
+                               slot=i, block=blk)
+                    return
+                if i >= first and blk <= 0:
+                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row has no page at slot {i}, inside the "
+                               "replay window it must regenerate", request=rid, group=g, slot=i)
+                    return
+
     def _check_ids(self, g: str, blocks, line: int, what: str) -> None:
         total = self.groups[g].total_pages
         for blk in blocks:
@@ -439,6 +503,11 @@ class Contract:
         if r is None:
             raise ValueError(f"table of request {rid!r} that was never submitted")
         grp = self.groups[g]
+        if g == self._history and g not in r.rows:  # the first row after an admission (or a readmission)
+            why = self.headroom.admit(rid, len(row) * grp.block_granularity, len(r.tokens) + len(r.generated),
+                                      len(r.generated))
+            if why:
+                self._find("TS-ADM-2", line, why, request=rid, group=g)
         old = r.rows.get(g, [])
         hold, content = self.holders[g], self.content[g]
         bg, p, total = grp.block_granularity, self.p, grp.total_pages
@@ -513,6 +582,8 @@ class Contract:
         if r.rows:
             r.image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
         r.rows = {}
+        self.headroom.retract(rid)
+        self.stores.dropped(rid)
 
     def _end(self, rid: str) -> None:
         r = self.reqs.get(rid)
@@ -528,6 +599,7 @@ class Contract:
                     else:
                         del hold[blk]
         del self.reqs[rid]
+        self.headroom.end(rid)
 
     # -- summary ----------------------------------------------------------------------------------------------
     def summary(self) -> dict:
@@ -537,6 +609,8 @@ class Contract:
         s["trace_bound_ratio"] = round(self.stats["bound_tokens"] / pt, 6)
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
         s["host_tier"] = dict(self.l2.stats)
+        s["retraction"] = dict(self.headroom.stats)
+        s["store_policy"] = dict(self.stores.stats)
         return s
 
 

@@ -93,7 +93,10 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "(never a false EV-1; at worst one phantom copy). Without the preset both fire EV-2 "
            "(reproducers: sim/peers/samples/findings/vllm_*)."),
     EvRule("EV-3", "parent hash chains resolve to live, full blocks", _SEED_EVENTS,
-           "The parent is looked up in the same medium and group first, then in any."),
+           "The parent is looked up in the same medium and group first, then in any. TokenSpeed 0.1.42 breaks it "
+           "twice, both findings kept as failures with reproducers (sim/peers/samples/README.md): with a "
+           "sliding-window group its first store names a parent it never announced, and after a retraction's "
+           "restore it removes the request's blocks and later stores the next tail under one of them."),
     EvRule("EV-4", "token counts agree with the block size (a partial tail only where the engine documents it)",
            _SEED_PREFIX,
            "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "

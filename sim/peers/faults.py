@@ -1,9 +1,10 @@
-"""Named faults injected into a live peer run's records, so each TS-L2 rule can be shown firing on what a
-real scheduler's plans would look like if it broke that rule (``kvsim peer tokenspeed --inject-fault NAME``).
+"""Named faults injected into a live peer run's records, so each TS-L2 rule (and TS-ADM-2) can be shown firing
+on what a real scheduler's plans would look like if it broke that rule (``kvsim peer tokenspeed
+--inject-fault NAME``).
 
 A fault perturbs the recorded plan, answer or ClearCache record once, at the first place it applies, before
-the judge sees it; the scheduler itself is driven unchanged. ``get(name)`` returns a fresh fault; ``NAMES``
-lists them with the rule each breaks.
+the judge sees it (it may read the submissions); the scheduler itself is driven unchanged. ``get(name)``
+returns a fresh fault; ``NAMES`` lists them with the rule each breaks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class Fault:
         self.groups = [g.id for g in config.groups]
         self.fired = False
         self.extra_done: list[int] = []
+
+    def submit(self, rec: ct.Submit) -> None:
+        """A request handed to the scheduler (faults that need its prompt or budget keep it)."""
 
     def plan(self, rec: ct.Plan) -> ct.Plan:
         if not self.fired and self._plan(rec):
@@ -222,11 +226,99 @@ class FailedLoadPublished(Fault):
         return res
 
 
+class SkipStore(Fault):
+    name, rule = "skip-store", "TS-L2-12"
+    why = ("the first write-back of several keyed pages leaves its first keyed page out (a whole page, never "
+           "stored: a partial tail is last)")
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in _write_backs(rec):
+            keyed = [k for k, key in enumerate(op.keys) if key]
+            if len(op.pages) >= 2 and keyed:
+                k = keyed[0]
+                for name in ("pages", "groups", "keys", "offsets"):
+                    v = getattr(op, name)
+                    if v:
+                        setattr(op, name, list(v[:k]) + list(v[k + 1:]))
+                return True
+        return False
+
+
+class ReplayableHit(Fault):
+    name, rule = "replayable-hit", "TS-PFX-3"
+    why = ("a request admitted with a prefix hit names, below its replay window, the page its full-attention row "
+           "hits at that slot, in the replayable group too (the run needs one: --swa-replayable)")
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        rep = [g.id for g in self.config.groups if g.replayable]
+        full = next((g.id for g in self.config.groups if g.attn_kind == "full"), None)
+        b = rec.batch
+        if not rep or full is None:
+            return False
+        for k in range(b.extends):
+            rid = b.requests[k]
+            row, hit_row = (rec.tables or {}).get(rep[0], {}).get(rid), (rec.tables or {}).get(full, {}).get(rid)
+            if row and hit_row and b.prefix_lengths[k] > 0 and row[0] == 0:
+                rec.tables = {g: dict(rows) for g, rows in rec.tables.items()}
+                rec.tables[rep[0]][rid] = [hit_row[0]] + list(row[1:])
+                return True
+        return False
+
+
+class FlatReadmission(Fault):
+    name, rule = "flat-readmission", "TS-ADM-2"
+    why = ("a retracted request's readmission row is cut back to the headroom its previous admission secured "
+           "(the run needs retraction and a request whose generation that headroom does not cover)")
+
+    def __init__(self, config: ct.Config) -> None:
+        super().__init__(config)
+        g = next((g for g in config.groups if g.attn_kind == "full"), config.groups[0])
+        self.group, self.bg = g.id, g.block_granularity
+        self.budget: dict[str, tuple[int, int]] = {}   # request -> (prompt tokens, max_new_tokens)
+        self.produced: dict[str, int] = {}
+        self.secured: dict[str, int] = {}               # headroom its latest admission secured
+        self.retracted: set[str] = set()
+        self.batch: list[str] = []
+
+    def submit(self, rec: ct.Submit) -> None:
+        self.budget[rec.request] = (len(rec.tokens), rec.max_new_tokens)
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        self.batch = list(rec.batch.requests)
+        cut = False
+        for rid, row in list((rec.tables or {}).get(self.group, {}).items()):
+            if rid not in self.budget or (rid in self.secured and rid not in self.retracted):
+                continue
+            prompt, max_new = self.budget[rid]
+            made = self.produced.get(rid, 0)
+            tokens = prompt + made
+            if rid in self.retracted and not cut:
+                keep = (tokens + self.secured[rid]) // self.bg   # no more headroom than last time
+                if -(-(tokens + 1) // self.bg) <= keep < len(row) and keep * self.bg - tokens < max_new - made:
+                    rec.tables = {g: dict(rows) for g, rows in rec.tables.items()}
+                    rec.tables[self.group][rid] = list(row[:keep])
+                    cut = True
+            self.retracted.discard(rid)
+            self.secured[rid] = len(row) * self.bg - tokens
+        for op in rec.cache:
+            if op.kind == "SnapshotOp" and op.request is not None:
+                self.retracted.add(op.request)
+        return cut
+
+    def result(self, res: ct.Result) -> ct.Result:
+        res = super().result(res)
+        for rid, toks in zip(self.batch, res.tokens):
+            self.produced[rid] = self.produced.get(rid, 0) + len(toks)
+        return res
+
+
 _FAULTS: dict[str, type[Fault]] = {f.name: f for f in (ZeroPinnedSource, UnpinnedStore, RepeatTransfer,
                                                        StoreKeyTwice, KeyedHostLoad, WrongKey,
                                                        ReplayableWriteBack, AcceptClear, DecodeStream,
-                                                       FailedLoadPublished)}
+                                                       FailedLoadPublished, SkipStore,
+                                                       ReplayableHit, FlatReadmission)}
 NAMES: dict[str, str] = {name: f.rule for name, f in _FAULTS.items()}
+WHY: dict[str, str] = {name: f.why for name, f in _FAULTS.items()}
 
 
 def get(name: str, config: ct.Config) -> Fault:

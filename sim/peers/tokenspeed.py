@@ -9,14 +9,22 @@ retracted. Every plan becomes cachetrace/1 records (``sim.trace.cachetrace``), j
 
 Three clocks are kept apart: time inside scheduler calls, time spent observing (reading the plan out of the
 binding, building answers, recording) and time spent judging. The judge must cost no more than the scheduler.
-This module is the only one that imports ``tokenspeed_scheduler``.
+This module is the only one that imports ``tokenspeed_scheduler`` (through ``_engine``). The wheel logs
+through spdlog to the process's standard output (one info line per retraction and restore, with a wall-clock
+stamp): it is imported at level ``warn`` unless ``SPDLOG_LEVEL`` says otherwise, and while it runs, file
+descriptor 1 points at standard error, so kvsim's own output stays one finding per line and the same bytes
+for the same run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import sys
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -34,12 +42,38 @@ GROUP = "full"
 SWA = "swa"
 
 
+def _engine():
+    """The wheel's module, imported with its logger at ``warn`` unless the user set ``SPDLOG_LEVEL`` (the
+    extension reads it once, when it loads)."""
+    os.environ.setdefault("SPDLOG_LEVEL", "warn")
+    import tokenspeed_scheduler
+    return tokenspeed_scheduler
+
+
 def available() -> bool:
     try:
-        import tokenspeed_scheduler  # noqa: F401
+        _engine()
     except ImportError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def engine_stdout_to_stderr() -> Iterator[None]:
+    """While the wheel runs, what it writes to file descriptor 1 goes to standard error."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no standard output at all: nothing to protect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def version() -> str:
@@ -85,6 +119,7 @@ class RunOutcome:
     plan_costs_ms: list[float] = field(default_factory=list)
     clears: int = 0
     clears_accepted: int = 0
+    fault_applied: bool | None = None  # whether the injected fault found its premise (None: no fault asked)
 
 
 def unbounded_pages(requests: list[Request], p: int, groups: int = 1) -> int:
@@ -94,7 +129,7 @@ def unbounded_pages(requests: list[Request], p: int, groups: int = 1) -> int:
 
 
 def _config(cfg: RunConfig):
-    import tokenspeed_scheduler as ts
+    ts = _engine()
     c = ts.SchedulerConfig()
     c.prefix_granularity = cfg.prefix_granularity
     c.cache_groups = [ts.CacheGroupConfig(GROUP, cfg.prefix_granularity, cfg.pages, ts.AttnKind.Full)]
@@ -184,7 +219,7 @@ def _cache_ops(op) -> list[ct.CacheOp]:
 
 
 def _done_event(kind: str, oid: int):
-    import tokenspeed_scheduler as ts
+    ts = _engine()
     name = kind.removesuffix("Op") + "DoneEvent"
     cls = getattr(ts.Cache, name)
     if name == "LoadBackDoneEvent":
@@ -201,8 +236,14 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
     """Drive the scheduler through ``requests``; judge every plan; optionally record cachetrace/1 and write
     the KV events as a subscriber log (object-form batches ``{"ts": plan, "events": [...]}``).
     ``progress(n)`` hears of the n requests each plan finished."""
+    with engine_stdout_to_stderr():
+        return _run(requests, cfg, record, meta, max_plans, events_log, progress)
+
+
+def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict | None, max_plans: int | None,
+         events_log: str | None, progress) -> RunOutcome:
     import msgspec
-    import tokenspeed_scheduler as ts
+    ts = _engine()
 
     clock = time.perf_counter
     hdr = header(cfg, meta)
@@ -221,6 +262,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
     produced: dict[str, int] = {}
     queue = list(requests)
     queue.reverse()
+
+    fault = faults.get(cfg.fault, hdr.config) if cfg.fault else None
 
     def submit_due(plan_no: int) -> None:
         nonlocal line
@@ -263,6 +306,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             line += 1
             if writer:
                 writer.write(rec)
+            if fault is not None:
+                fault.submit(rec)
             t3 = clock()
             contract.submit(rec, line)
             out.judge_s += clock() - t3
@@ -270,7 +315,6 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
     last_rows: dict[str, bytes] = {}
     rng = random.Random(cfg.seed)
     held: dict[int, list[tuple[str, int]]] = {}  # plan whose answer acknowledges -> (op kind, op id)
-    fault = faults.get(cfg.fault, hdr.config) if cfg.fault else None
     idle = 0
     plan_no = 0
     while True:
@@ -421,6 +465,8 @@ def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta
             short = {r for r in produced if produced[r] < budget[r]}
             out.stalled = sorted((set(budget) - set(produced) - refused) | short)
             break
+    if fault is not None:
+        out.fault_applied = fault.fired
     t0 = clock()
     contract.finish(line)
     out.judge_s += clock() - t0

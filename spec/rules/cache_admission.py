@@ -1,7 +1,9 @@
 """TS-ADM-1: the AdmissionPlanner — zero-eviction fast path, hits protected, eviction order, minimal set.
+TS-ADM-2: each retraction adds admission headroom to its victim's next admission.
 
-The checker recounts the fit from the recorded shadow counts with its own arithmetic and re-sorts the
-recorded candidates; it does not call the planner.
+The TS-ADM-1 checker recounts the fit from the recorded shadow counts with its own arithmetic and re-sorts the
+recorded candidates; it does not call the planner. TS-ADM-2 is the peer judge's (sim.peers.retraction, named
+by dotted path: the catalogue never imports sim), read from a real scheduler's cachetrace/1 plans.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.cache.journal import AdmitRecord
-from kvsim.spec.catalogue import state_rule
+from kvsim.spec.catalogue import state_rule, transition_rule
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -80,3 +82,20 @@ def ts_adm_1(st: CacheState, _entity: object | None = None, full: bool = True) -
             if fit(r.shadow, r.need, [x for x in victims if x is not v]):
                 return f"victim block {v.block} of group {v.group} is not required (the set is not minimal)"
     return True if seen else None
+
+
+transition_rule(
+    "TS-ADM-2", "A retracted request's next admission secures more headroom than its last, or its whole remaining "
+    "generation",
+    'cache concepts L254: "what stops an overcommitted workload from repeatedly rebuilding, briefly decoding and '
+    're-retracting the same prompt is the escalating admission headroom each retraction adds to the victim\'s next '
+    'admission"', "kvsim.sim.peers.retraction.Headroom.admit",
+    decisions="An admission's headroom is what its first full-history table row secures beyond the tokens the "
+              "request holds (prompt plus produced): len(row) x block_granularity - tokens, whole blocks and any "
+              "constant reserve included. A retraction is a SnapshotOp naming the request; its readmission is the "
+              "request's next full-history row. That readmission must secure strictly more than the previous "
+              "admission did, or at least the tokens it may still produce (max_new_tokens - produced). Fresh "
+              "admissions are the baseline and are not judged. The size of each step is not required (TokenSpeed "
+              "documents min(RemainingNewTokens, 4096 x (1 + retractions)) in scheduler.md §4; the seed states only "
+              "escalation); an escalation of less than one block can be hidden by rounding.",
+    scope="cache")

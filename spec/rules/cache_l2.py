@@ -84,3 +84,19 @@ _rule("TS-L2-10", "A failed L3 prefetch publishes nothing",
       "fresh again is a violation. The "
       "released wheel's L3 ops need a storage backend the driver does not provide; the rule is judged on "
       "recorded traces and injected faults.")
+
+transition_rule(
+    "TS-L2-12", "Pages a prefill computed are stored by its next admission; every page by the plan after finish",
+    'cache concepts L187: "During prefill, each completed scheduling boundary queues all newly published '
+    'full-attention pages ... The first decode admission from PrefillDone applies the same policy to the final '
+    'prompt boundary"; "At finish or retraction, eligible non-state Device pages ... are queued before request '
+    'ownership is released. Ordinary sliding-window entries always stream when published"',
+    "kvsim.sim.peers.store_policy.StorePolicy.check",
+    decisions="With a Host tier: a whole page a prefill forward computed (full-attention or non-replayable sliding "
+              "group) is published at the request's next admission (its next chunk or first decode) and must be "
+              "stored by the end of that plan; pages a decode computed, and prefill pages still owed, by the end of "
+              "the plan after the answer that finished the request. Stored: some write-back (pinned or not, "
+              "acknowledged or not) copied a Device page holding that key and offset to Host since it was "
+              "computed, by any request. Retraction, abort, an accepted ClearCache or the end of the trace drop "
+              "what was owed; state groups and the seed's 'eligible' at retraction are not judged.",
+    scope="cache")

@@ -1,7 +1,7 @@
 """The observable contract: legal plans pass; each crafted violation fires its rule at its line.
 
-Plans here use P = 4 and one full-attention group of 10 pages (null page 0 included). Request a computes
-two pages (blocks 1, 2); b shares a's first page through the same key."""
+Plans here use P = 4 and one full-attention group of 10 pages (null page 0 included), no Host tier unless a
+test says so. Request a computes two pages (blocks 1, 2); b shares a's first page through the same key."""
 
 import pytest
 
@@ -12,7 +12,7 @@ A = [1, 2, 3, 4, 5, 6, 7, 8, 9]
 B = [1, 2, 3, 4, 7, 7, 7, 7, 7]
 
 
-def contract(pages=10, host_pages=64):
+def contract(pages=10, host_pages=0):
     return Contract(ct.Config(scheduler="test", prefix_granularity=4, groups=[ct.Group("full", 4, pages)],
                               num_device_pages=pages, num_host_pages=host_pages))
 
@@ -22,9 +22,9 @@ def plan(n, ids, ext, inl, pfx, tables=None, zero=None, copy=None, cache=None, a
                    {"full": zero} if zero else {}, {"full": copy} if copy else {}, cache or [], aborts or [])
 
 
-def run(steps):
+def run(steps, host_pages=0):
     """steps: (record, line) pairs; returns the (rule, line) findings."""
-    c = contract()
+    c = contract(host_pages=host_pages)
     for rec, line in steps:
         {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result}[type(rec)](rec, line)
     c.finish(999)
@@ -159,9 +159,9 @@ def test_load_back_brings_the_written_back_content():
     ok = a_computed()[:4] + [(plan(1, [], 0, [], [], cache=ops), 6), (ct.Result(1, [], [], [1]), 7),
                              (plan(2, ["b"], 1, [5], [4], {"b": [6, 4, 5]}, [4, 5], cache=load), 8),
                              (ct.Result(2, [[9]], ["b"], [2]), 9)]
-    assert run(ok) == []
+    assert run(ok, 64) == []
     bad = ok[:6] + [(plan(2, ["b"], 1, [1], [8], {"b": [6, 7, 5]}, [5], cache=load), 8)]
-    assert ("TS-TBL-1", 8) in run(bad)
+    assert ("TS-TBL-1", 8) in run(bad, 64)
 
 
 def test_first_extend_writing_into_a_published_block_fires_ts_tbl_1():
@@ -195,7 +195,9 @@ def test_replay_window_rewrites_only_the_replayable_group():
         return [(f.rule, f.line) for f in c.findings]
 
     assert judge(steps(True)) == []
-    assert judge(steps(False)) == []  # without replay the input [8, 14) never reaches block 2 either
+    # without replay the input [8, 14) never reaches block 2 either; but the replayable row then names a page
+    # (slot 1) below where its input starts, which a replayable group must leave a null hole (TS-PFX-3)
+    assert judge(steps(False)) == [("TS-PFX-3", 6)]
     bad = steps(True)
     bad[4] = (ct.Plan(1, ct.Batch(["b"], 1, [6], [4], [10]), {"full": {"b": [1, 2, 7]}, "swa": {"b": [0, 8, 9]}},
                       {"full": [7], "swa": [8, 9]}), 6)  # the same input with no replay length rewrites block 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kvsim.kvmodel.cache.prefix_hash import prefix_hashes
+from kvsim.sim.peers import store_policy
 from kvsim.sim.peers.contract import Contract
 from kvsim.sim.peers.host_tier import RULES
 from kvsim.sim.trace import cachetrace as ct
@@ -80,7 +81,7 @@ def found(c, rule=None):
 
 def test_every_l2_rule_is_catalogued_and_tested_both_ways():
     ids = {r.id for r in all_rules() if r.id.startswith("TS-L2-")}
-    assert ids == set(RULES)
+    assert ids == set(RULES) | set(store_policy.RULES)
     marks = {(m.args[0], m.args[1]) for f in globals().values() if callable(f)
              for m in getattr(f, "pytestmark", []) if m.name == "rule"}
     assert {(rid, k) for rid in ids for k in ("keeps", "fires")} <= marks
@@ -119,8 +120,8 @@ def test_pinned_source_regranted_before_its_ack_fires():
 
 @pytest.mark.rule("TS-L2-1", "fires")
 def test_forward_writing_a_pinned_source_fires():
-    # the store copies a's partial tail block 3 while a's decode writes into it
-    store = wb(1, [(3, 5)], [0])
+    # the store copies a's partial tail block 3 while a's decode writes into it (beside a's whole pages)
+    store = wb(1, [(1, 1), (2, 2), (4, 3), (5, 4), (3, 5)], [0, 0, 1, 1, 0], [H[0], H[1], H[0], H[1], ""])
     assert found(run(prefix(store))) == [("TS-L2-1", 6)]
 
 
@@ -146,7 +147,7 @@ def test_retraction_snapshot_store_is_unpinned_and_its_sources_regranted():
 
 @pytest.mark.rule("TS-L2-2", "fires")
 def test_unpinned_store_outside_a_retraction_fires():
-    store = wb(1, [(1, 1), (4, 3)], [0, 1], [H[0], H[0]], pinned=False)
+    store = wb(1, [(1, 1), (2, 2), (4, 3), (5, 4)], [0, 0, 1, 1], [H[0], H[1], H[0], H[1]], pinned=False)
     assert found(run(prefix(store))) == [("TS-L2-2", 6)]
 
 
@@ -268,6 +269,42 @@ def test_full_attention_decode_page_streamed_during_decode_fires():
     assert found(run(steps)) == [("TS-L2-9", 20)]
 
 
+@pytest.mark.rule("TS-L2-12", "keeps")
+def test_prefill_pages_stored_at_the_first_decode_and_decode_pages_after_finish_are_clean():
+    # plan 1 (a's first decode admission) stores its prompt pages 0, 1; a decodes page 2 and finishes in plan 4;
+    # plan 5 stores page 2 (block 3) of the full group; the sliding group's page 2 too
+    key2 = prefix_hashes(A + [50, 51, 52], 4)[2]
+    steps = _decode_to_page_2(wb(9, [(6, 9)], [1], [key2]))
+    steps[-1] = (ct.Result(4, [[60]], ["a"], [9]), 21)
+    steps += [(plan(5, cache=[wb(10, [(3, 10)], [0], [key2])]), 22), (ct.Result(5, [], [], [10]), 23)]
+    c = run(steps)
+    assert found(c) == [] and c.stores.stats["pages_judged"] == 6 and c.exercised["TS-L2-12"] == 2
+
+
+@pytest.mark.rule("TS-L2-12", "keeps")
+def test_prefill_pages_left_when_the_host_tier_is_full_are_not_judged():
+    # 3 Host pages (2 usable): the store takes both, so a's other two pages are capacity-bound
+    c = Contract(ct.Config(scheduler="test", prefix_granularity=4, num_device_pages=20, num_host_pages=3,
+                           groups=[ct.Group("full", 4, 20), ct.Group("swa", 4, 20, "sliding", 8)]))
+    assert found(run(prefix(wb(1, [(1, 1), (4, 2)], [0, 1], [H[0], H[0]])), c)) == []
+    assert c.stores.stats["capacity_bound"] == 2
+
+
+@pytest.mark.rule("TS-L2-12", "fires")
+def test_prefill_page_not_stored_at_the_first_decode_fires():
+    c = run(prefix(wb(1, [(1, 1), (4, 3)], [0, 1], [H[0], H[0]])))
+    assert found(c) == [("TS-L2-12", 6)] and {f.context["slot"] for f in c.findings} == {1}
+
+
+@pytest.mark.rule("TS-L2-12", "fires")
+def test_decode_page_not_stored_after_finish_fires():
+    steps = _decode_to_page_2(wb(9, [(6, 9)], [1], [prefix_hashes(A + [50, 51, 52], 4)[2]]))
+    steps[-1] = (ct.Result(4, [[60]], ["a"], [9]), 21)
+    steps += [(plan(5), 22), (ct.Result(5, []), 23)]
+    c = run(steps)
+    assert found(c) == [("TS-L2-12", 22)] and c.findings[0].context == {"request": "a", "group": "full", "slot": 2}
+
+
 @pytest.mark.rule("TS-L2-10", "keeps")
 def test_failed_load_destination_handed_out_again_is_clean():
     steps = prefix() + [(plan(2, cache=[lb(2, [(1, 7)], [0])]), 8), (ct.Result(2, [], [], [2], failed=[2]), 9),
@@ -297,7 +334,7 @@ FAULT_RUNS = {
     "zero-pinned-source": {}, "unpinned-store": {}, "repeat-transfer": {}, "store-key-twice": {},
     "keyed-host-load": {}, "wrong-key": {}, "decode-stream": {}, "failed-load-published": {},
     "replayable-write-back": {"swa_replayable": True},
-    "accept-clear": {"ack_delay": 3, "clear_every": 2},
+    "accept-clear": {"ack_delay": 3, "clear_every": 2}, "skip-store": {},
 }
 
 

@@ -249,6 +249,21 @@ def test_sliding_window_group_orphans_its_first_store(tmp_path):
     assert main(["events", str(ev), "--quiet"]) == 1
 
 
+def test_restore_orphans_the_blocks_its_request_builds_on(tmp_path):
+    """The documented finding: after a retraction and restore the wheel removes the request's cached blocks
+    and later stores its next tail under one of them (EV-3); the observable contract and TS-ADM-2 are clean."""
+    reqs = read_mooncake(SAMPLES / "findings" / "restore_orphans.workload.jsonl")
+    ev, rec = tmp_path / "e.jsonl", tmp_path / "c.jsonl"
+    out = T.run(reqs, T.RunConfig(pages=T.unbounded_pages(reqs, 64), snapshot_pages=16, max_retracted=1,
+                                  force_retraction=20),
+                record=str(rec), events_log=str(ev), meta={"workload": "restore_orphans.workload.jsonl",
+                                                           "requests": 1, "pool": "unbounded"})
+    assert out.contract.findings == [] and out.contract.headroom.stats["readmissions"] == 5
+    assert [(f.rule, f.line) for f in out.events.findings] == [("EV-3", n) for n in (129, 171, 213, 223)]
+    assert ev.read_bytes() == (SAMPLES / "findings" / "restore_orphans.events.jsonl").read_bytes()
+    assert rec.read_bytes() == (SAMPLES / "findings" / "restore_orphans.cachetrace.jsonl").read_bytes()
+
+
 @pytest.mark.parametrize("seed,window", [(1, 16), (2, 32), (3, 48)])
 def test_hit_lengths_with_a_sliding_group_equal_the_models(seed, window):
     """Full + sliding-window groups, one request at a time: the wheel's hits equal the model's converged
