@@ -24,8 +24,11 @@ seed implies are honoured. A page whose slot the request's table swaps, at publi
 canonical block ("publishing a table's completed blocks may replace one with the key's existing canonical
 block") was not newly published, so it is owed nothing. A sliding-window page that has slid out of the
 window by then (TS-RET-1's ``max(0, computed - W + 1) // bg``) is never published, so it is owed nothing.
-And a plan whose write-backs fill every Host page not held by an unacknowledged op has run out of room, so
-what it did not store is not judged in that plan (counted as ``capacity_bound``). A request that is
+And the Host tier may be too small: what a plan owes is judged only if all of it, beside what the plan's
+write-backs stored, fits the Host pages no one holds -- held are the pages of unacknowledged ops (a
+write-back's destinations, a load's sources) and a retraction's image, which its unpinned store put on Host
+and its restore reads back. Otherwise its unstored pages are counted as ``capacity_bound``: which subset a
+full Host tier keeps is the scheduler's choice. A request that is
 retracted or aborted, a trace that ends, or an accepted ClearCache drops what was owed (the seed's
 "eligible" and a retraction's snapshot are not judged). Replayable groups never stream (TS-L2-7) and owe
 nothing; state groups are not judged here.
@@ -70,6 +73,7 @@ class StorePolicy:
         self.at_finish: list[tuple[str, list[_Owed]]] = []   # due by the end of the next plan
         self.windows = {g.id: g.sliding_window_tokens for g in cfg.groups if g.attn_kind == "sliding"}
         self.bg = {g.id: g.block_granularity for g in cfg.groups}
+        self.images: set[int] = set()  # Host pages holding a retracted request's image until a restore reads it
         self.stats = {"pages_owed": 0, "pages_judged": 0, "capacity_bound": 0}
         self.judged = 0  # plans in which an owed page fell due (the rule's premise)
 
@@ -106,6 +110,7 @@ class StorePolicy:
         self.owed.pop(rid, None)
 
     def cleared(self) -> None:
+        self.images.clear()
         for g in self.stored:
             self.stored[g].clear()
         self.owed.clear()
@@ -114,7 +119,7 @@ class StorePolicy:
     def room(self) -> int:
         """Host pages a write-back may take now: all but those an unacknowledged op holds (a write-back's
         destination, a load's source); acknowledged entries can be evicted."""
-        held: set[int] = set()
+        held: set[int] = set(self.images)
         for fl in self.c.l2.inflight.values():
             held.update(page for _g, page in fl.host_dst)
             held.update(fl.host_pins)
@@ -128,10 +133,17 @@ class StorePolicy:
         filled = 0
         gids = [g.id for g in self.c.config.groups]
         for op in rec.cache:
+            if op.kind in ("RestoreOp", "LoadBackOp"):  # reading an image back releases its Host pages
+                self.images.difference_update(src for k, (src, _d) in enumerate(op.pages)
+                                              if (op.tiers[k] if k < len(op.tiers) else "L2") == "L2")
             if op.kind != "WriteBackOp":
                 continue
-            for k, (src, _dst) in enumerate(op.pages):
+            for k, (src, dst) in enumerate(op.pages):
                 filled += 1
+                if op.pinned is False:
+                    self.images.add(dst)
+                else:
+                    self.images.discard(dst)
                 gi = op.groups[k] if op.groups else 0
                 g = gids[gi] if gi < len(gids) else None
                 if g in self.stored:
@@ -158,8 +170,9 @@ class StorePolicy:
                 self.owed[rid] = [o for o in owed if not (o.prefill and o.plan < rec.plan)]
         if not due:
             return
-        if filled >= room:
-            self.stats["capacity_bound"] += sum(o.key not in self.stored[o.group] for _r, o, _w in due)
+        missing = sum(o.key not in self.stored[o.group] for _r, o, _w in due)
+        if filled + missing > room:
+            self.stats["capacity_bound"] += missing
             due = [d for d in due if d[1].key in self.stored[d[1].group]]
             if not due:
                 return
