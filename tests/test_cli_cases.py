@@ -94,6 +94,10 @@ CASES = [
     Case("simulate-process-substitution-no-format", "simulate <(cat mooncake.jsonl)", 2,
          r"^kvsim simulate: .*--format mooncake\|azure", shell=True),
     Case("simulate-stdin-empty", "simulate - --format mooncake", 2, r"^<stdin>:1: no requests", stdin="empty.jsonl"),
+    Case("simulate-stdin-sweep", "simulate - --format mooncake --sweep hbm=24G,32G --quiet", 0, r"^$|PASS",
+         stdin="mooncake.jsonl"),
+    Case("simulate-stdin-sweep-malformed", "simulate - --format mooncake --sweep hbm=24G,32G", 2,
+         r"^<stdin>:3: not a Mooncake row", stdin="broken.jsonl"),
     # 4. a user's mistake is exit 2 with one line, never exit 3
     Case("simulate-csv-not-utf8", "simulate latin1.csv", 2, r"^latin1\.csv:2: not UTF-8"),
     Case("simulate-csv-absurd-tokens", "simulate huge.csv", 2, r"^huge\.csv:2: .*token"),
@@ -142,6 +146,8 @@ CASES = [
     Case("simulate-sweep-bad-axis", "simulate excerpt:conversation --sweep speed=1,2", 2, r"^kvsim simulate: --sweep"),
     Case("simulate-sweep-negative-hbm", "simulate excerpt:conversation --sweep hbm=-1G,2G", 2,
          r"^kvsim simulate: --sweep"),
+    Case("simulate-sweep-malformed-row", "simulate broken.jsonl --sweep hbm=24G,32G", 2,
+         r"^broken\.jsonl:3: not a Mooncake row"),
     Case("peer-prefix-granularity-0", "peer tokenspeed tiny_workload.jsonl --prefix-granularity 0", 2,
          r"^kvsim peer: --prefix-granularity must be >= 1 \(got 0\)$"),
     Case("peer-requests-0", "peer tokenspeed tiny_workload.jsonl --requests 0", 2, r"^kvsim peer: --requests must be"),
@@ -226,6 +232,7 @@ def fixtures(root: Path) -> None:
     (root / "notes.txt").write_text("hello\n", encoding="utf-8")
     lines = (EXCERPTS / "mooncake_conversation_500.jsonl").read_bytes().split(b"\n")
     (root / "mooncake.jsonl").write_bytes(b"\n".join(lines[:20]) + b"\n")
+    (root / "broken.jsonl").write_bytes(b"\n".join(lines[:2]) + b"\n{bad\n")
     lines = (EXCERPTS / "azure_conv_500.csv").read_bytes().split(b"\n")
     (root / "azure.csv").write_bytes(b"\n".join(lines[:20]) + b"\n")
     for name in ("vllm_array_sha256.jsonl", "tiny_workload.jsonl"):

@@ -24,8 +24,10 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
@@ -53,7 +55,7 @@ from kvsim.sim.report.verdict import stamp, sweep_verdict
 from kvsim.sim.simulate.engine import ADMISSION, HOST_EXTENTS, SimConfig, Simulation, unbounded_config
 from kvsim.sim.simulate.inject import DEFAULT_EVERY, plan_faults
 from kvsim.sim.simulate.latency import METRICS
-from kvsim.sim.simulate.sweep import UNBOUNDED, parse_axis, run_sweep
+from kvsim.sim.simulate.sweep import UNBOUNDED, PointInputError, parse_axis, run_sweep
 from kvsim.sim.simulate.timing import Timing, TimingFileError, load_timing
 from kvsim.sim.trace.stream import TraceInputError
 from kvsim.sim.workloads import Request, WorkloadInputError, open_workload
@@ -192,9 +194,9 @@ def run(args: argparse.Namespace) -> int:
         if args.sweep:
             if args.fault:
                 raise InputError("kvsim simulate: --fault: fault injection runs in one simulation, not in a sweep")
-            if kind != "synthetic" and args.workload == STDIN:
-                raise InputError("kvsim simulate: a sweep reads its workload once per point: give a file, not "
-                                 "standard input")
+            if kind != "synthetic" and args.workload == STDIN and args.executor.startswith("dask://"):
+                raise InputError("kvsim simulate: a sweep on a Dask cluster reads its workload once per point on the "
+                                 "workers: give a file they can read, not standard input")
             if args.pages == UNBOUNDED:
                 raise InputError("kvsim simulate: --pages: in a sweep, give unbounded as a point: "
                                  "--sweep pages=...,unbounded")
@@ -381,7 +383,21 @@ def _reachable(spec: str) -> None:
             from None
 
 
+def _spool(spec: str, kind: str, folder: str) -> str:
+    """Copy a workload that can be read only once (standard input, a pipe) into ``folder``, under a name that
+    tells its format, so every sweep point can read it."""
+    path = os.path.join(folder, "workload" + (".jsonl" if kind == "mooncake" else ".csv"))
+    with open_input(spec) as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    return path
+
+
 def _sweep(args: argparse.Namespace, cfg: SimConfig) -> int:
+    with tempfile.TemporaryDirectory(prefix="kvsim-sweep-") as folder:
+        return _sweep_in(args, cfg, folder)
+
+
+def _sweep_in(args: argparse.Namespace, cfg: SimConfig, folder: str) -> int:
     try:
         axes = [parse_axis(a) for a in args.sweep]
     except ValueError as exc:
@@ -391,9 +407,13 @@ def _sweep(args: argparse.Namespace, cfg: SimConfig) -> int:
         raise InputError("kvsim simulate: --sweep: sweeping profiles compares them at a fixed HBM budget: give "
                          "--hbm-bytes (or sweep hbm=...)")
     kind, path = resolve(args.workload, args.format)
+    spooled = None
     if kind != "synthetic" and not os.path.isfile(str(path)):
-        raise InputError(f"kvsim simulate: a sweep reads its workload once per point: {label(args.workload)} "
-                         "must be a regular file (not standard input or a pipe)")
+        if args.executor.startswith("dask://"):
+            raise InputError(f"kvsim simulate: a sweep on a Dask cluster reads its workload once per point on the "
+                             f"workers: {label(args.workload)} must be a regular file they can read (not standard "
+                             "input or a pipe)")
+        path = spooled = _spool(args.workload, kind, folder)  # read once, then once per point
     if args.executor.startswith("dask://"):
         _reachable(args.executor)
     err = Console(stderr=True)
@@ -407,7 +427,7 @@ def _sweep(args: argparse.Namespace, cfg: SimConfig) -> int:
         done[0] += 1
         if prog is not None:
             prog.advance(task, 1)
-        else:  # no terminal: each point as one JSON line on stderr as it completes (long sweeps in CI logs)
+        elif not args.quiet:  # no terminal: each point as one JSON line on stderr as it completes (CI logs)
             print(json.dumps(row), file=sys.stderr, flush=True)
 
     try:
@@ -417,6 +437,8 @@ def _sweep(args: argparse.Namespace, cfg: SimConfig) -> int:
                              args.executor, args.workers, point)
     except KeyboardInterrupt:
         raise Interrupted(f"{done[0]} of {n} sweep points") from None
+    except PointInputError as exc:  # the workload itself: its own file:line message
+        raise InputError(str(exc).replace(spooled, label(args.workload)) if spooled else str(exc)) from None
     except ValueError as exc:
         raise InputError(f"kvsim simulate: {exc}") from None
     verdict = sweep_verdict(rows)

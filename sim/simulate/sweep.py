@@ -24,6 +24,7 @@ from kvsim.sim.simulate.engine import SimConfig, simulate, unbounded_config
 from kvsim.sim.simulate.latency import LATENCY_KEYS, THROUGHPUT_KEYS
 from kvsim.sim.simulate.timing import Timing
 from kvsim.sim.workloads.open import open_workload
+from kvsim.sim.workloads.request import WorkloadInputError
 
 AXES = ("pages", "hbm", "profile", "host")
 UNBOUNDED = "unbounded"
@@ -90,6 +91,11 @@ class PointError(Exception):
     """A sweep point failed (its message names the point); plain args, so it crosses process boundaries."""
 
 
+class PointInputError(Exception):
+    """A sweep point met a malformed workload: the message is the one ``path:line: reason`` line (exit 2);
+    plain args, so it crosses process boundaries."""
+
+
 def check_points(base: SimConfig, points: list[dict]) -> None:
     """Resolve every point's capacity before running any (ValueError naming the first bad point)."""
     from kvsim.kvmodel.store import ConfigError, resolve_capacity
@@ -110,6 +116,8 @@ def run_point(workload: str, requests: int | None, config: dict, point: dict) ->
         if point.get("pages") == UNBOUNDED:
             cfg = unbounded_config(cfg, open_workload(workload, requests))
         res = simulate(open_workload(workload, requests), cfg, source=workload)
+    except WorkloadInputError as exc:
+        raise PointInputError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - re-raised with plain, picklable args
         raise PointError(f"sweep point {point_text(point)}: {type(exc).__name__}: {exc}") from None
     return {"point": point, **{k: res.stats[k] for k in STAT_KEYS}}
