@@ -1,7 +1,8 @@
 """TS-NC-*: clauses of the cache concepts (seed 002) that no scheduler-level judge can check.
 
 A scheduler's plans (cachetrace/1) and kvsim's cache model show block tables, cache ops, keys and
-acknowledgements; they do not show kernels, streams, runtime objects, L3 namespaces or collectives. Each
+acknowledgements; they do not show kernels, streams, runtime objects, Python-side declarations, L3
+namespaces, the L3 client's replies and key sets, collectives or the serving process around the scheduler. Each
 entry names the clause (with its seed line), why it cannot be judged here, and what nearby rule checks the
 scheduler-visible part, so nothing is left out silently.
 """
@@ -132,8 +133,8 @@ clause_rule("TS-NC-15", "The L3 client: store replies, the key shadow and the un
             not_checkable="what the object store answers (existence, byte counts, whether a put created the "
                           "object) is in no plan or result, nor are the scheduler's L3 key shadow, its unread set "
                           "or the hashing it skips: a key wrongly dropped or kept unread shows only as a prefetch "
-                          "never issued, which a negative store answer explains as well. A failed prefetch's "
-                          "consequences (nothing published, the tokens recomputed) are TS-L2-10")
+                          "never issued, which a negative store answer explains as well. That a failed prefetch "
+                          "publishes nothing is TS-L2-10")
 clause_rule("TS-NC-16", "The serving process around the scheduler: weight loads, CP request intake, store mounts",
             'cache concepts L189: "A live weight load flushes Device/Host first so new parameters cannot reuse the '
             'previous checkpoint"; "only cp_rank==0 owns request I/O and load reporting"; "Mooncake '
