@@ -16,9 +16,10 @@ table names which block, and which prefix key each block's content carries -- an
   token.
 * TS-PFX-3 (cache concepts L179: a replayable group "never claims a hit, so its table is empty at first
   admission and the scheduler materializes it as a sparse private suffix from the replay window's first
-  token"; L185: replayable groups "skip publication on both tiers"): at a request's first extend, a replayable
-  group's row holds null holes below the slot of the replay window's first token and fresh pages from there;
-  its pages are never published, so no later table may name one as cached content.
+  token"; L185: replayable groups "skip publication on both tiers"; L66: the re-fed window "is the retention
+  window itself"): at a request's first extend it re-feeds min(W, hit) tokens, and a replayable group's row
+  holds null holes below the slot of the replay window's first token and fresh pages from there; its pages
+  are never published, so no later table may name one as cached content.
 * PEER-1 capacity: every block id lies in [1, total_pages) of its group.
 * PEER-2 fresh pages ("a load targets freshly acquired pages"): a page to zero or copy into is named by no
   live table other than the one receiving it in that plan, and appears once per plan.
@@ -58,7 +59,8 @@ RULES: dict[str, tuple[str, str]] = {
                   "a replicated group translates to itself minus the null block"),
     "TS-PFX-1": ("prefix hits only at multiples of prefix_granularity, short of the prompt's last token",
                  "two requests share cache only at multiples of this many tokens"),
-    "TS-PFX-3": ("a replayable group claims no hit: null holes below the replay window, fresh private pages from it",
+    "TS-PFX-3": ("a replayable group claims no hit: it re-feeds its whole window, null holes below it, fresh "
+                 "private pages from it",
                  "never claims a hit, so its table is empty at first admission and the scheduler materializes it "
                  "as a sparse private suffix from the replay window's first token"),
     "PEER-1": ("every block id lies within its group's pages (capacity never exceeded)",
@@ -140,6 +142,7 @@ class Contract:
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
         self._replayable = [g.id for g in config.groups if g.replayable]
+        self._replay_window = max((g.sliding_window_tokens or 0 for g in config.groups if g.replayable), default=0)
         self._replay_rows = 0  # replayable rows judged at a first extend (TS-PFX-3's premise)
         self.reqs: dict[str, _Req] = {}
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
@@ -308,7 +311,7 @@ class Contract:
                 continue
             r.seen = True
             if self._replayable:
-                self._replayable_rows(rid, b.prefix_lengths[k], rec.tables, private, line)
+                self._replayable_rows(rid, b.prefix_lengths[k], _replay(b, k), rec.tables, private, line)
             hit = b.prefix_lengths[k] + _replay(b, k)  # the input re-feeds the replay window before the hit
             r.hit = hit
             self.hits[rid] = hit
@@ -453,9 +456,20 @@ class Contract:
                            "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
 
     # -- pieces -----------------------------------------------------------------------------------------------
-    def _replayable_rows(self, rid: str, start: int, tables: dict, private: dict[str, set[int]], line: int) -> None:
-        """TS-PFX-3: at its first extend a request's replayable rows are null holes below the slot of the replay
-        window's first token (``start``, where the input begins) and fresh pages from it."""
+    def _replayable_rows(self, rid: str, start: int, replay: int, tables: dict, private: dict[str, set[int]],
+                         line: int) -> None:
+        """TS-PFX-3: at its first extend a request re-feeds exactly ``min(W, hit)`` tokens (W the largest
+        replayable window: "the window the scheduler re-feeds is the retention window itself", L66), and its
+        replayable rows are null holes below the slot of the replay window's first token (``start``, where the
+        input begins) and fresh pages from it."""
+        hit = start + replay
+        want = min(self._replay_window, hit)
+        if replay != want:
+            self._replay_rows += 1
+            self._find("TS-PFX-3", line, f"{rid} re-feeds {replay} tokens before its {hit}-token hit; a replayable "
+                       f"group's window is {self._replay_window} tokens, so it must re-feed {want}", request=rid,
+                       hit=hit, replay=replay)
+            return
         for g in self._replayable:
             row = tables.get(g, {}).get(rid)
             if row is None:

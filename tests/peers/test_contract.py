@@ -195,10 +195,10 @@ def test_replay_window_rewrites_only_the_replayable_group():
         return [(f.rule, f.line) for f in c.findings]
 
     assert judge(steps(True)) == []
-    # without replay the input [8, 14) never reaches block 2 either; but the replayable row then names a page
-    # (slot 1) below where its input starts, which a replayable group must leave a null hole (TS-PFX-3)
+    # without replay the input [8, 14) never reaches block 2 either; but an 8-token hit must re-feed the 4-token
+    # window (TS-PFX-3)
     assert judge(steps(False)) == [("TS-PFX-3", 6)]
     bad = steps(True)
     bad[4] = (ct.Plan(1, ct.Batch(["b"], 1, [6], [4], [10]), {"full": {"b": [1, 2, 7]}, "swa": {"b": [0, 8, 9]}},
                       {"full": [7], "swa": [8, 9]}), 6)  # the same input with no replay length rewrites block 2
-    assert judge(bad) == [("TS-TBL-1", 6)]
+    assert judge(bad) == [("TS-PFX-3", 6), ("TS-TBL-1", 6)]  # (and a 4-token hit re-feeding nothing)

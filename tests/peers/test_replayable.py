@@ -62,6 +62,21 @@ def test_replayable_page_shared_from_an_earlier_request_fires():
 
 
 @pytest.mark.rule("TS-PFX-3", "fires")
+def test_replay_shorter_than_the_window_fires():
+    c = Contract(ct.Config(scheduler="test", prefix_granularity=4, num_device_pages=30,
+                           groups=[ct.Group("full", 4, 30), ct.Group("swa", 4, 30, "sliding", 8, replayable=True)]))
+    c.submit(ct.Submit("a", A, 1), 2)
+    c.plan(ct.Plan(0, ct.Batch(["a"], 1, [12], [0], [12]), {"full": {"a": [1, 2, 3]}, "swa": {"a": [4, 5, 6]}},
+                   {"full": [1, 2, 3], "swa": [4, 5, 6]}), 3)
+    c.result(ct.Result(0, [[50]], ["a"]), 4)
+    c.submit(ct.Submit("b", B, 1), 5)
+    # an 8-token hit with an 8-token window re-feeds all 8 tokens; this plan re-feeds only 4
+    c.plan(ct.Plan(1, ct.Batch(["b"], 1, [8], [4], [12], [4]), {"full": {"b": [1, 2, 7]}, "swa": {"b": [0, 8, 9]}},
+                   {"full": [7], "swa": [8, 9]}), 6)
+    assert ("TS-PFX-3", 6) in found(c) and "must re-feed 8" in c.findings[0].message
+
+
+@pytest.mark.rule("TS-PFX-3", "fires")
 def test_hole_inside_the_replay_window_fires():
     assert ("TS-PFX-3", 6) in found(run([0, 0, 9], [9]))
 

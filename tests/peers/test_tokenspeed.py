@@ -412,3 +412,25 @@ def test_state_endpoint_before_a_short_tail_is_not_published_by_the_wheel():
     second = first[:32] + list(range(2000, 2020))
     assert _model_state_hits([first, second], p) == {"r0": 0, "r1": 32}
     assert _wheel_state_hits([first, second], p) == {"r0": 0, "r1": 0}
+
+
+@pytest.mark.parametrize("level", [None, "info"])
+def test_the_wheels_own_log_never_reaches_kvsims_stdout(tmp_path, level):
+    """The wheel logs each retraction through spdlog to file descriptor 1, with a wall-clock stamp: kvsim keeps
+    it at warn (unless SPDLOG_LEVEL asks for more) and sends it to standard error, so stdout stays one finding
+    per line and byte-identical across runs."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "SPDLOG_LEVEL"}
+    if level:
+        env["SPDLOG_LEVEL"] = level
+    argv = [sys.executable, "-c", "import sys; from kvsim.sim.cli import main; sys.exit(main())", "peer",
+            "tokenspeed", str(SAMPLES / "tiny_workload.jsonl"),
+            "--pages", "40", "--snapshot-pages", "16", "--max-retracted", "4", "--force-retraction", "7",
+            "--no-timing"]
+    runs = [subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path) for _ in range(2)]
+    assert runs[0].stdout == runs[1].stdout and "[info]" not in runs[0].stdout and "retract" not in runs[0].stdout
+    assert runs[0].stdout.splitlines()[-1].startswith(("PASS", "FAIL"))
+    assert ("[Scheduler] retract" in runs[0].stderr) == (level == "info")
