@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
                       **({"block_granularity": args.block_granularity} if args.block_granularity else {}),
                       **({"l3": {"miss_rate": args.l3_miss_rate, "host_blocks": args.l3_host_blocks,
                                  "wait_plans": args.l3_wait_plans, "store": out.l3}} if args.l3 else {}),
+                      **({"engine_error": out.engine_error} if out.engine_error else {}),
                       "rejected_requests": len(out.rejected),
                       "rejections": [{"request": r, "reason": why} for r, why in out.rejected[:20]]}}
     if not args.no_timing:

@@ -27,6 +27,8 @@ table names which block, and which prefix key each block's content carries -- an
   once and acknowledged exactly once, and only after it was issued.
 * PEER-4 hits bounded by the trace: every hit page's prefix key was computed by some request in an earlier
   plan (the data plane orders a hitter's forward after the writer).
+* PEER-10 the scheduler completes every call without an internal error (an ``error`` record: its own
+  invariant check refused answers the trace shows to be legal -- acknowledgements may come plans late).
 
 With a Host tier (``sim.peers.host_tier``, rules TS-L2-*), a write-back copies a Device page's content (its
 key and last writer) to a Host page of the same group at plan time, and a load-back or restore hands out a
@@ -71,6 +73,9 @@ RULES: dict[str, tuple[str, str]] = {
                "neither side dedups or invents an acknowledgement"),
     "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
                "the FIFO data plane orders any hitter's forward after the writer"),
+    "PEER-10": ("the scheduler completes every call on a legal sequence of answers, without an internal error",
+                "A pinned op's sources stay cached and unevictable until the ACK, so its copy overlaps whatever "
+                "the round does next"),
     **host_tier.RULES,
     **retraction.RULES,
     **store_policy.RULES,
@@ -150,6 +155,7 @@ class Contract:
         self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> last (request, slot)
         self.l2 = host_tier.HostTier(self)
         self.headroom = retraction.Headroom()
+        self.engine_failed = False  # PEER-10: the scheduler failed a call; the trace ends there
         self.stores = store_policy.StorePolicy(self)  # TS-L2-12: what the write-back policy owes the Host tier
         # the full-history group whose rows show what an admission secured (TS-ADM-2)
         self._history = next((g.id for g in config.groups if g.attn_kind == "full"), None)
@@ -216,6 +222,7 @@ class Contract:
                 ex[rid] += 1
         ex["TS-TBL-1"] += 1
         ex["PEER-1"] += 1
+        ex["PEER-10"] += 1
         if st["pages_zeroed"] + st["pages_copied"] > before[0]:
             ex["TS-POOL-4"] += 1
             ex["PEER-2"] += 1
@@ -247,7 +254,7 @@ class Contract:
         # launched first"); a snapshot's request is retracted: its rows are released once the store read them
         room = self.stores.room()
         loaded, keyed = self.l2.ops(rec, line)
-        stored = self.stores.ops(rec)
+        self.stores.ops(rec, room)
         for rid in self.l2.take_retracted():
             self._retract(rid)
         # copies run before zeroing: "an unpinned op's sources may be re-granted in the same plan, so it is
@@ -282,6 +289,7 @@ class Contract:
         for g, blocks in fresh.items():
             for blk in blocks:
                 self.l2.fresh(g, blk)
+            self.stores.regranted(g, blocks)
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
         private = {g: fresh.get(g, set()) | self.handed[g] for g in self._replayable}  # fresh for TS-PFX-3
         for g, rows in rec.tables.items():
@@ -338,7 +346,7 @@ class Contract:
             n = b.input_lengths[k]
             if n:
                 self._writes(rid, r, start, start + n, floor, line)
-        self.stores.check(rec, line, room, stored)  # after the rows: a page swapped to its canonical block is no debt
+        self.stores.check(rec)  # after the rows: a page swapped to its canonical block is no debt
         for op in rec.cache:
             self.stats["cache_ops"] += 1
             if op.kind.startswith("Storage"):  # L3 ids are their own namespace (sim.peers.host_tier judges them)
@@ -429,9 +437,20 @@ class Contract:
             for g in self.content:
                 self.content[g].clear()
 
+    def engine_error(self, rec: ct.EngineError, line: int = 0) -> None:
+        """PEER-10: the scheduler raised from its own invariant check on the answers the trace shows (each of
+        them legal: acknowledgements may come plans after their op, seed 002 L108); the trace ends there."""
+        self.engine_failed = True
+        self._find("PEER-10", line, f"the scheduler failed {rec.call} after plan {rec.plan} with an internal error: "
+                   f"{rec.message}", call=rec.call)
+
     def finish(self, line: int = 0) -> None:
-        """End of the trace: every issued op must have been acknowledged."""
+        """End of the trace: every issued op must have been acknowledged; what the write-back policy owed is
+        judged if the trace ends drained (TS-L2-12)."""
+        if self.engine_failed:  # the run stopped where the scheduler failed: what it left open is no finding
+            return
         self.l2.finish(line)
+        self.stores.finish(line)
         missing = sorted(self.issued - self.acked)
         if missing:
             self._find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",

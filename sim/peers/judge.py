@@ -40,6 +40,8 @@ def judge_cachetrace(path, stream=None) -> Judged:
                 contract.submit(rec, n)
             elif isinstance(rec, ct.Clear):
                 contract.clear(rec, n)
+            elif isinstance(rec, ct.EngineError):
+                contract.engine_error(rec, n)
             else:
                 events.batch(rec.events, n)
         except (ValueError, KeyError, IndexError) as exc:

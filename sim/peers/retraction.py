@@ -10,8 +10,8 @@ for it. Beyond the tokens the request holds (prompt plus the tokens its results 
 constant reserve (the decode slot, overlap protection). So the judge compares what it can see:
 
 * a readmission -- the first row after a retraction snapshot -- must secure strictly more than the request's
-  previous admission did, or already cover every token its generation may still produce
-  (``max_new_tokens`` minus what it produced);
+  previous admission did, or already cover the rest of its generation: ``max_new_tokens`` minus what it
+  produced, less one (the last token a request produces is never fed back, so it takes no slot);
 * a fresh admission is the baseline and is not judged (the seed states no first-admission headroom);
 * a growth row after an admission (decode spending the headroom) is not an admission.
 
@@ -77,7 +77,7 @@ class Headroom:
             return None
         v.awaiting = False
         secured = row_tokens - tokens
-        remaining = max(v.max_new - generated, 0)
+        remaining = max(v.max_new - generated - 1, 0)  # slots the rest of its generation needs
         previous = v.secured
         v.secured = secured
         v.history.append(secured)
@@ -89,5 +89,5 @@ class Headroom:
         if secured < remaining and secured <= previous:
             return (f"{rid} is readmitted after retraction {v.retractions} with {secured} tokens of headroom beyond "
                     f"its {tokens} tokens, no more than the {previous} its previous admission secured, and short of "
-                    f"the {remaining} it may still generate: the retraction added no headroom")
+                    f"the {remaining} slots the rest of its generation needs: the retraction added no headroom")
         return None

@@ -1,4 +1,4 @@
-"""TS-L2-12: what the write-back policy must queue for Host, and by when, judged from a scheduler's plans.
+"""TS-L2-12: what the write-back policy must queue for Host, judged from a scheduler's plans.
 
 Cache concepts L187: "During prefill, each completed scheduling boundary queues all newly published
 full-attention pages and any published Endpoint/Promoted state checkpoints; the candidates are merged into a
@@ -6,32 +6,31 @@ batched writeback. The first decode admission from PrefillDone applies the same 
 boundary. Ordinary decode publishes history-cache Device entries but no state entries; full-attention pages
 do not stream to Host during decode. At finish or retraction, eligible non-state Device pages and the newest
 existing prefill checkpoint per state group are queued before request ownership is released. Ordinary
-sliding-window entries always stream when published."
+sliding-window entries always stream when published. The queue is drained by
+TierTransferManager::StartPendingStores(guard)".
 
-TS-L2-9 judges the prohibition (nothing streamed during decode); this module judges the obligations, with a
-Host tier configured:
+TS-L2-9 judges the prohibition (nothing streamed during decode); this module judges the obligation. A queue
+is not visible in plans, and the seed fixes neither how fast it drains nor that a queued page outlives
+capacity eviction ("All cached checkpoints remain subject to ordinary capacity eviction", L80). So what is
+judged is what must eventually follow from the queueing, with a Host tier configured:
 
-* a whole page a prefill forward computed (full-attention or ordinary sliding-window group) is published at
-  the request's next admission -- its next chunk, or its first decode -- and must be stored by the end of
-  that plan;
-* a whole page a decode computed, and any prefill page still owed, must be stored by the end of the plan
-  after the one whose answer finished the request.
+* a whole page a prefill forward computed (full-attention or ordinary sliding-window group) falls due at the
+  request's next admission -- its next chunk or its first decode, where it is published; a whole page a
+  decode computed, and any prefill page still owed, falls due when the request finishes;
+* a page that fell due is settled once some write-back (pinned or not, acknowledged or not, by this request
+  or another) has copied a Device page holding its prefix key and page offset to the group's Host tier since
+  it was computed -- "a store skips keys already in flight", and a key already on Host needs no second copy;
+  or once its Device block is handed out again (evicted while queued: not judged);
+* when the trace ends drained -- its last plan schedules nothing and issues no cache op, so the scheduler
+  had nothing left to store -- every page still unsettled is a violation, unless the Host tier was full
+  while it waited: a plan whose write-backs took every Host page not held by an unacknowledged op or by a
+  retraction's image may have dropped what did not fit (which subset a full Host tier keeps is the
+  scheduler's choice), and so may the end if all unsettled pages would not fit.
 
-"Stored" means a write-back (pinned or not, acknowledged or not) has copied a Device page holding that
-prefix key and page offset into the group's Host tier since it was computed -- by this request or another:
-"a store skips keys already in flight", and a key already on Host needs no second copy. Three limits the
-seed implies are honoured. A page whose slot the request's table swaps, at publication, to the key's existing
-canonical block ("publishing a table's completed blocks may replace one with the key's existing canonical
-block") was not newly published, so it is owed nothing. A sliding-window page that has slid out of the
-window by then (TS-RET-1's ``max(0, computed - W + 1) // bg``) is never published, so it is owed nothing.
-And the Host tier may be too small: what a plan owes is judged only if all of it, beside what the plan's
-write-backs stored, fits the Host pages no one holds -- held are the pages of unacknowledged ops (a
-write-back's destinations, a load's sources) and a retraction's image, which its unpinned store put on Host
-and its restore reads back. Otherwise its unstored pages are counted as ``capacity_bound``: which subset a
-full Host tier keeps is the scheduler's choice. A request that is
-retracted or aborted, a trace that ends, or an accepted ClearCache drops what was owed (the seed's
-"eligible" and a retraction's snapshot are not judged). Replayable groups never stream (TS-L2-7) and owe
-nothing; state groups are not judged here.
+Not owed: a page whose slot the table swapped to the key's existing canonical block at publication (not
+newly published); a sliding-window page that had slid out of the window (TS-RET-1's
+``max(0, computed - W + 1) // bg``: never published); anything of a request retracted or aborted, or before an
+accepted ClearCache. Replayable groups never stream (TS-L2-7); state groups are not judged here.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["RULES", "StorePolicy"]
 
 RULES: dict[str, tuple[str, str]] = {
-    "TS-L2-12": ("pages a prefill computed are stored by its next admission; the rest by the plan after finish",
+    "TS-L2-12": ("every newly published page is stored on Host before a drained trace ends, unless evicted first",
                  "each completed scheduling boundary queues all newly published full-attention pages"),
 }
 
@@ -68,15 +67,22 @@ class StorePolicy:
         cfg = contract.config
         self.enabled = cfg.num_host_pages > 1
         self.groups = {g.id for g in cfg.groups if g.attn_kind in ("full", "sliding") and not g.replayable}
-        self.stored: dict[str, set[tuple]] = {g: set() for g in self.groups}
-        self.owed: dict[str, list[_Owed]] = {}
-        self.at_finish: list[tuple[str, list[_Owed]]] = []   # due by the end of the next plan
         self.windows = {g.id: g.sliding_window_tokens for g in cfg.groups if g.attn_kind == "sliding"}
         self.bg = {g.id: g.block_granularity for g in cfg.groups}
+        self.stored: dict[str, set[tuple]] = {g: set() for g in self.groups}
+        self.owed: dict[str, list[_Owed]] = {}                 # computed, not yet due (per request)
+        self.at_finish: list[tuple[str, list[_Owed]]] = []     # due in the next plan (requests just finished)
+        self.due: dict[tuple[str, int], tuple[str, _Owed]] = {}  # (group, block) -> (request, page): unsettled
         self.images: set[int] = set()  # Host pages holding a retracted request's image until a restore reads it
-        self.stats = {"pages_owed": 0, "pages_judged": 0, "capacity_bound": 0}
-        self.judged = 0  # plans in which an owed page fell due (the rule's premise)
+        self.drained = False           # the last plan scheduled nothing and issued no cache op
+        self.full_now = False          # this plan's write-backs took all the Host room there was
+        self.bound: set[tuple[str, int]] = set()  # unsettled pages that waited through a full Host tier
+        self.fresh_now: set[tuple[str, int]] = set()  # Device blocks this plan hands out again
+        self.stats = {"pages_owed": 0, "pages_due": 0, "pages_stored": 0, "pages_evicted_unstored": 0,
+                      "pages_unsettled_at_end": 0, "capacity_bound": 0}
+        self.judged = 0  # plans in which a page fell due (the rule's premise)
 
+    # -- what the contract tells it -----------------------------------------------------------------------------
     def computed(self, rid: str, group: str, page: int, block: int, key: tuple, prefill: bool) -> None:
         """A forward completed a whole page of ``rid`` in ``block``, holding ``key`` (called from the result)."""
         if self.enabled and group in self.groups and block > 0:
@@ -115,22 +121,37 @@ class StorePolicy:
             self.stored[g].clear()
         self.owed.clear()
         self.at_finish.clear()
+        self.due.clear()
+        self.bound.clear()
+
+    def regranted(self, group: str, blocks) -> None:
+        """Device blocks handed out again (zeroed, copied or loaded into): a page still unsettled there was
+        evicted before its store -- allowed, and no longer judged."""
+        self.fresh_now.update((group, blk) for blk in blocks)
+        if not self.due:
+            return
+        for blk in blocks:
+            if self.due.pop((group, blk), None) is not None:
+                self.bound.discard((group, blk))
+                self.stats["pages_evicted_unstored"] += 1
 
     def room(self) -> int:
         """Host pages a write-back may take now: all but those an unacknowledged op holds (a write-back's
-        destination, a load's source); acknowledged entries can be evicted."""
+        destination, a load's source) and a retraction's image; acknowledged entries can be evicted."""
         held: set[int] = set(self.images)
         for fl in self.c.l2.inflight.values():
             held.update(page for _g, page in fl.host_dst)
             held.update(fl.host_pins)
         return max(self.c.config.num_host_pages - 1 - len(held), 0)
 
-    def ops(self, rec: ct.Plan) -> int:
+    # -- per plan ---------------------------------------------------------------------------------------------
+    def ops(self, rec: ct.Plan, room: int) -> None:
         """Record the content every write-back of the plan copies (before the plan's zeroing and copies);
-        returns how many Host pages they fill."""
+        ``room`` is the Host room before the plan's ops."""
         if not self.enabled:
-            return 0
+            return
         filled = 0
+        self.fresh_now = set()
         gids = [g.id for g in self.c.config.groups]
         for op in rec.cache:
             if op.kind in ("RestoreOp", "LoadBackOp"):  # reading an image back releases its Host pages
@@ -150,37 +171,64 @@ class StorePolicy:
                     have = self.c.content[g].get(src)
                     if have is not None:
                         self.stored[g].add(have)
-        return filled
+        self.full_now = filled > 0 and filled >= room
+        if self.due:
+            for gb, (_rid, o) in list(self.due.items()):
+                if o.key in self.stored[o.group]:
+                    del self.due[gb]
+                    self.bound.discard(gb)
+                    self.stats["pages_stored"] += 1
+            if self.full_now:
+                self.bound.update(self.due)
 
-    def check(self, rec: ct.Plan, line: int, room: int, filled: int) -> None:
-        """After the plan's ops: prefill pages of the requests it admits again, and everything owed by the
-        requests the previous answer finished, must be stored -- unless the plan's write-backs filled the
-        ``room`` the Host tier had."""
+    def check(self, rec: ct.Plan) -> None:
+        """After the plan's rows: prefill pages of the requests it admits again, and everything owed by the
+        requests the previous answer finished, fall due; those not yet stored stay unsettled."""
         if not self.enabled:
             return
-        due: list[tuple[str, _Owed, str]] = []
+        self.drained = not rec.batch.requests and not rec.cache
+        due: list[tuple[str, _Owed]] = []
         for rid, finished in self.at_finish:
-            due += [(rid, o, "finished in the previous plan") for o in finished]
+            due += [(rid, o) for o in finished]
         self.at_finish = []
         for rid in rec.batch.requests:
             owed = self.owed.get(rid, [])
             now = [o for o in owed if o.prefill and o.plan < rec.plan]
             if now:
-                due += [(rid, o, "admitted again") for o in self._retained(rid, now)]
+                due += [(rid, o) for o in self._retained(rid, now)]
                 self.owed[rid] = [o for o in owed if not (o.prefill and o.plan < rec.plan)]
         if not due:
             return
-        missing = sum(o.key not in self.stored[o.group] for _r, o, _w in due)
-        if filled + missing > room:
-            self.stats["capacity_bound"] += missing
-            due = [d for d in due if d[1].key in self.stored[d[1].group]]
-            if not due:
-                return
         self.judged += 1
-        for rid, o, why in due:
-            self.stats["pages_judged"] += 1
-            if o.key not in self.stored[o.group]:
-                kind = "prefill" if o.prefill else "decode"
-                self.c._find("TS-L2-12", line, f"{rid}'s {o.group} page {o.page}, computed by a {kind} forward in plan "
-                             f"{o.plan}, is not on Host or in flight though the request was {why}: the write-back "
-                             "policy queues it by then", request=rid, group=o.group, slot=o.page)
+        for rid, o in due:
+            self.stats["pages_due"] += 1
+            if o.key in self.stored[o.group]:
+                self.stats["pages_stored"] += 1
+            elif (o.group, o.block) in self.fresh_now:  # handed out again in this very plan: evicted
+                self.stats["pages_evicted_unstored"] += 1
+            else:
+                self.due[(o.group, o.block)] = (rid, o)
+                if self.full_now:
+                    self.bound.add((o.group, o.block))
+
+    def finish(self, line: int) -> None:
+        """End of the trace: judged only if it ended drained; pages still unsettled then are violations if the
+        Host tier had room for all of them."""
+        if not self.enabled or not self.due:
+            return
+        self.stats["pages_unsettled_at_end"] = len(self.due)
+        if not self.drained:
+            return
+        self.stats["capacity_bound"] = len(self.bound)
+        left = sorted((v for gb, v in self.due.items() if gb not in self.bound),
+                      key=lambda x: (x[1].plan, x[0], x[1].group, x[1].page))
+        room = self.room()
+        if len(left) > room:
+            self.stats["capacity_bound"] += len(left)
+            return
+        for rid, o in left:
+            kind = "prefill" if o.prefill else "decode"
+            self.c._find("TS-L2-12", line, f"{rid}'s {o.group} page {o.page} (block {o.block}), computed by a {kind} "
+                         f"forward in plan {o.plan} and published, was never stored on Host though it stayed "
+                         f"resident and the trace ends drained with {room} Host pages free", request=rid,
+                         group=o.group, slot=o.page, plan=o.plan)

@@ -59,6 +59,33 @@ def available() -> bool:
     return True
 
 
+class EngineFailure(Exception):
+    """A call into the scheduler raised ``RuntimeError`` (its own invariant check): a finding about the
+    scheduler (PEER-10), never kvsim's own error."""
+
+    def __init__(self, call: str, message: str) -> None:
+        super().__init__(f"{call}: {message}")
+        self.call, self.message = call, " ".join(message.split())
+
+
+class _Guarded:
+    """The scheduler object, each method call turning the wheel's ``RuntimeError`` into ``EngineFailure``
+    (``ValueError`` -- a request the scheduler refuses at submission -- passes through)."""
+
+    def __init__(self, sched) -> None:
+        self._sched = sched
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._sched, name)
+
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except RuntimeError as exc:
+                raise EngineFailure(name, str(exc)) from None
+        return call
+
+
 @contextlib.contextmanager
 def engine_stdout_to_stderr() -> Iterator[None]:
     """While the wheel runs, what it writes to file descriptor 1 goes to standard error."""
@@ -127,6 +154,7 @@ class RunOutcome:
     clears_accepted: int = 0
     l3: dict = field(default_factory=dict)  # the object store's counts (puts, queries, gets, misses)
     fault_applied: bool | None = None  # whether the injected fault found its premise (None: no fault asked)
+    engine_error: str | None = None    # the call the scheduler failed, and how (PEER-10); the run stopped there
 
 
 def unbounded_pages(requests: list[Request], p: int, groups: int = 1) -> int:
@@ -294,7 +322,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
     line = 1
 
     t0 = clock()
-    sched = ts.Scheduler(_config(cfg))
+    sched = _Guarded(ts.Scheduler(_config(cfg)))
     out.sched_s += clock() - t0
     budget = {r.id: r.max_new_tokens for r in requests}
     produced: dict[str, int] = {}
@@ -357,172 +385,189 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
     held: dict[int, list[tuple[str, int]]] = {}  # plan whose answer acknowledges -> (op kind, op id)
     idle = 0
     plan_no = 0
-    while True:
-        submit_due(plan_no)
-        t0 = clock()
-        busy = sched.waiting_size() + sched.prefilling_size() + sched.decoding_size() + sched.retracted_size()
-        if store is not None and not busy and not held:
-            busy = sched.storage_pending()
-        if (not busy and not queue and not held) or (max_plans is not None and plan_no >= max_plans):
-            out.sched_s += clock() - t0
-            break
-        plan = sched.next_execution_plan()
-        t1 = clock()
-        out.sched_s += t1 - t0
-        cost = t1 - t0
-        # -- observe ------------------------------------------------------------------------------------------
-        ids: list[str] = []
-        ext, inl, pfx, pre, replay = 0, [], [], [], []
-        tables: dict[str, dict[str, list[int]]] = {}
-        for b in plan.forward:
-            bids = list(b.request_ids)
-            if not bids:
-                continue
-            if ids:
-                raise RuntimeError("more than one non-empty forward batch in a plan")
-            ids, ext = bids, b.num_extends()
-            inl, pfx, pre = list(b.input_lengths), list(b.extend_prefix_lens), list(b.prefill_lengths)
-            replay = list(getattr(b, "extend_replay_lens", []) or [])
-            arrays = b.block_tables_arrays()
-            for g, arr in arrays.items():
-                rows = {}
-                for k, rid in enumerate(ids):
-                    row = arr[k]
-                    key = rid if g == GROUP else f"{g}\0{rid}"
-                    raw = row.tobytes()
-                    if last_rows.get(key) != raw:
-                        last_rows[key] = raw
-                        nz = np.flatnonzero(row != -1)
-                        rows[rid] = row[: nz[-1] + 1].tolist() if len(nz) else []
-                if rows:
-                    tables[g] = rows
-        zero = {g: [int(x) for x in v] for g, v in plan.pages_to_zero_arrays().items() if len(v)}
-        copy = {g: [(int(a), int(b)) for a, b in np.asarray(v).reshape(-1, 2)]
-                for g, v in plan.pages_to_copy_arrays().items() if len(v)}
-        ops = list(plan.cache)
-        l3_keys = {int(o.op_id): [tuple(k) for k in o.keys] for o in ops
-                   if type(o).__name__ in ("StorageGetOp", "StoragePutOp", "StorageQueryOp")}
-        cache = [c for op in ops for c in _cache_ops(op)]
-        for c in cache:
-            if c.kind == "SnapshotOp" and c.request is not None:  # retracted: its next row is a new one
-                for key in [k for k in last_rows if k == c.request or k.endswith("\0" + c.request)]:
-                    del last_rows[key]
-        aborts = [ct.Abort(a.request_id, str(a.reason)) for a in plan.aborts]
-        batch = ct.Batch(ids, ext, inl, pfx, pre, [int(x) for x in replay[:ext]] if any(replay[:ext]) else [])
-        rec = ct.Plan(plan_no, batch, tables, zero, copy, cache, aborts)
-        if fault is not None:
-            rec = fault.plan(rec)
-        line += 1
-        if writer:
-            writer.write(rec)
-        t2 = clock()
-        contract.plan(rec, line)
-        t3 = clock()
-        out.judge_s += t3 - t2
-        # -- answer -------------------------------------------------------------------------------------------
-        event = ts.ExecutionEvent()
-        toks: list[list[int]] = []
-        finish: list[str] = []
-        for k, rid in enumerate(ids):
-            er = ts.ForwardEvent.ExtendResult()
-            er.request_id = rid
-            if k < ext and pfx[k] + inl[k] < pre[k]:
-                er.tokens = []
-                toks.append([])
-            else:
-                n = produced.get(rid, 0)
-                tok = _token(rid, n)
-                er.tokens = [tok]
-                toks.append([tok])
-                produced[rid] = n + 1
-            event.add_event(er)
-            if produced.get(rid, 0) >= budget[rid] and toks[-1]:
-                fin = ts.ForwardEvent.Finish()
-                fin.request_id = rid
-                event.add_event(fin)
-                finish.append(rid)
-        for c in cache:
-            if not c.op_ids:  # a cancel: the op it names is answered when its own answer is due
-                continue
-            if c.kind.startswith("Storage"):
-                l3_ops[c.op_ids[0]] = (c.kind, l3_keys[c.op_ids[0]], plan_no)
-            # each acknowledgement is held 0..ack_delay plans (seeded draws, op order)
-            d = rng.randint(0, cfg.ack_delay) if cfg.ack_delay > 0 else 0
-            held.setdefault(plan_no + d, []).append((c.kind, c.op_ids[0]))
-        done = []
-        outcomes = []
-        for kind, oid in held.pop(plan_no, []):
-            if kind.startswith("Storage"):  # the object store answers each key when the op completes
-                _, keys, _ = l3_ops.pop(oid)
-                ok = store.answer(kind, keys)  # type: ignore[union-attr]
-                event.add_event(ts.Cache.StorageDone(oid, [int(x) for x in ok], True, [0] * len(ok)))
-                outcomes.append(ct.StorageDone(oid, ok))
-            else:
-                event.add_event(_done_event(kind, oid))
-                done.append(oid)
-        if store is not None:  # the runtime's clock and queue, once per answer
-            oldest = min((p for _, _, p in l3_ops.values()), default=plan_no + 1)
-            event.add_event(ts.Cache.StorageTick((plan_no + 1) * PLAN_US, True, True, ts.StoragePressure(
-                len(l3_ops), 0, (plan_no + 1 - oldest) * PLAN_US)))
-        for a in plan.aborts:
-            last_rows.pop(a.request_id, None)
-        for rid in finish:
-            last_rows.pop(rid, None)
-        if progress is not None:
-            progress(len(finish))
-        res = ct.Result(plan_no, toks, finish, done, storage=outcomes)
-        if fault is not None:
-            res = fault.result(res)
-        line += 1
-        if writer:
-            writer.write(res)
-        t4 = clock()
-        contract.result(res, line)
-        t5 = clock()
-        out.judge_s += t5 - t4
-        out.observe_s += (t2 - t1) + (t4 - t3)
-        sched.advance(event)
-        drained = sched.drain_kv_events()
-        t6 = clock()
-        out.sched_s += t6 - t5
-        cost += t6 - t5
-        out.plan_costs_ms.append(cost * 1e3)
-        if drained:
-            kv = ct.KvEvents(plan_no, [_kv_event(e) for e in drained])
-            line += 1
-            if writer:
-                writer.write(kv)
-            if elog:
-                elog.write(enc.encode({"ts": plan_no, "events": kv.events}) + b"\n")
-            t7 = clock()
-            events.batch(kv.events, line)
-            t8 = clock()
-            out.judge_s += t8 - t7
-            out.observe_s += t7 - t6
-        else:
-            out.observe_s += clock() - t6
-        if cfg.clear_every and (plan_no + 1) % cfg.clear_every == 0:
-            t6 = clock()
-            accepted = bool(sched.clear_cache())
-            out.sched_s += clock() - t6
-            clr = ct.Clear(plan_no, accepted)
+    draining, last_ops = 0, False  # plans planned with nothing left to schedule; whether the last issued ops
+    try:
+        while True:
+            submit_due(plan_no)
+            t0 = clock()
+            busy = sched.waiting_size() + sched.prefilling_size() + sched.decoding_size() + sched.retracted_size()
+            if store is not None and not busy and not held:
+                busy = sched.storage_pending()
+            # nothing left to schedule: the scheduler may still hold stores it queued (seed 002 L187, "the queue is
+            # drained by StartPendingStores"); plan on (at least once, at most max_idle_plans times) until a plan
+            # schedules nothing and issues no cache op, so the trace ends drained
+            drain = not busy and not queue and not held
+            draining = draining + 1 if drain else 0
+            if (drain and ((draining > 1 and not last_ops) or draining > cfg.max_idle_plans)) or \
+                    (max_plans is not None and plan_no >= max_plans):
+                out.sched_s += clock() - t0
+                break
+            plan = sched.next_execution_plan()
+            t1 = clock()
+            out.sched_s += t1 - t0
+            cost = t1 - t0
+            # -- observe ------------------------------------------------------------------------------------------
+            ids: list[str] = []
+            ext, inl, pfx, pre, replay = 0, [], [], [], []
+            tables: dict[str, dict[str, list[int]]] = {}
+            for b in plan.forward:
+                bids = list(b.request_ids)
+                if not bids:
+                    continue
+                if ids:
+                    raise RuntimeError("more than one non-empty forward batch in a plan")
+                ids, ext = bids, b.num_extends()
+                inl, pfx, pre = list(b.input_lengths), list(b.extend_prefix_lens), list(b.prefill_lengths)
+                replay = list(getattr(b, "extend_replay_lens", []) or [])
+                arrays = b.block_tables_arrays()
+                for g, arr in arrays.items():
+                    rows = {}
+                    for k, rid in enumerate(ids):
+                        row = arr[k]
+                        key = rid if g == GROUP else f"{g}\0{rid}"
+                        raw = row.tobytes()
+                        if last_rows.get(key) != raw:
+                            last_rows[key] = raw
+                            nz = np.flatnonzero(row != -1)
+                            rows[rid] = row[: nz[-1] + 1].tolist() if len(nz) else []
+                    if rows:
+                        tables[g] = rows
+            zero = {g: [int(x) for x in v] for g, v in plan.pages_to_zero_arrays().items() if len(v)}
+            copy = {g: [(int(a), int(b)) for a, b in np.asarray(v).reshape(-1, 2)]
+                    for g, v in plan.pages_to_copy_arrays().items() if len(v)}
+            ops = list(plan.cache)
+            l3_keys = {int(o.op_id): [tuple(k) for k in o.keys] for o in ops
+                       if type(o).__name__ in ("StorageGetOp", "StoragePutOp", "StorageQueryOp")}
+            cache = [c for op in ops for c in _cache_ops(op)]
+            for c in cache:
+                if c.kind == "SnapshotOp" and c.request is not None:  # retracted: its next row is a new one
+                    for key in [k for k in last_rows if k == c.request or k.endswith("\0" + c.request)]:
+                        del last_rows[key]
+            aborts = [ct.Abort(a.request_id, str(a.reason)) for a in plan.aborts]
+            batch = ct.Batch(ids, ext, inl, pfx, pre, [int(x) for x in replay[:ext]] if any(replay[:ext]) else [])
+            rec = ct.Plan(plan_no, batch, tables, zero, copy, cache, aborts)
             if fault is not None:
-                clr = fault.clear(clr)
+                rec = fault.plan(rec)
             line += 1
             if writer:
-                writer.write(clr)
-            t7 = clock()
-            contract.clear(clr, line)
-            out.judge_s += clock() - t7
-            out.clears += 1
-            out.clears_accepted += accepted
-        plan_no += 1
-        idle = 0 if ids or ops else idle + 1
-        if idle >= cfg.max_idle_plans:
-            refused = {rid for rid, _ in out.rejected}
-            short = {r for r in produced if produced[r] < budget[r]}
-            out.stalled = sorted((set(budget) - set(produced) - refused) | short)
-            break
+                writer.write(rec)
+            t2 = clock()
+            contract.plan(rec, line)
+            t3 = clock()
+            out.judge_s += t3 - t2
+            # -- answer -------------------------------------------------------------------------------------------
+            event = ts.ExecutionEvent()
+            toks: list[list[int]] = []
+            finish: list[str] = []
+            for k, rid in enumerate(ids):
+                er = ts.ForwardEvent.ExtendResult()
+                er.request_id = rid
+                if k < ext and pfx[k] + inl[k] < pre[k]:
+                    er.tokens = []
+                    toks.append([])
+                else:
+                    n = produced.get(rid, 0)
+                    tok = _token(rid, n)
+                    er.tokens = [tok]
+                    toks.append([tok])
+                    produced[rid] = n + 1
+                event.add_event(er)
+                if produced.get(rid, 0) >= budget[rid] and toks[-1]:
+                    fin = ts.ForwardEvent.Finish()
+                    fin.request_id = rid
+                    event.add_event(fin)
+                    finish.append(rid)
+            for c in cache:
+                if not c.op_ids:  # a cancel: the op it names is answered when its own answer is due
+                    continue
+                if c.kind.startswith("Storage"):
+                    l3_ops[c.op_ids[0]] = (c.kind, l3_keys[c.op_ids[0]], plan_no)
+                # each acknowledgement is held 0..ack_delay plans (seeded draws, op order)
+                d = rng.randint(0, cfg.ack_delay) if cfg.ack_delay > 0 else 0
+                held.setdefault(plan_no + d, []).append((c.kind, c.op_ids[0]))
+            done = []
+            outcomes = []
+            for kind, oid in held.pop(plan_no, []):
+                if kind.startswith("Storage"):  # the object store answers each key when the op completes
+                    _, keys, _ = l3_ops.pop(oid)
+                    ok = store.answer(kind, keys)  # type: ignore[union-attr]
+                    event.add_event(ts.Cache.StorageDone(oid, [int(x) for x in ok], True, [0] * len(ok)))
+                    outcomes.append(ct.StorageDone(oid, ok))
+                else:
+                    event.add_event(_done_event(kind, oid))
+                    done.append(oid)
+            if store is not None:  # the runtime's clock and queue, once per answer
+                oldest = min((p for _, _, p in l3_ops.values()), default=plan_no + 1)
+                event.add_event(ts.Cache.StorageTick((plan_no + 1) * PLAN_US, True, True, ts.StoragePressure(
+                    len(l3_ops), 0, (plan_no + 1 - oldest) * PLAN_US)))
+            for a in plan.aborts:
+                last_rows.pop(a.request_id, None)
+            for rid in finish:
+                last_rows.pop(rid, None)
+            if progress is not None:
+                progress(len(finish))
+            res = ct.Result(plan_no, toks, finish, done, storage=outcomes)
+            if fault is not None:
+                res = fault.result(res)
+            line += 1
+            if writer:
+                writer.write(res)
+            t4 = clock()
+            contract.result(res, line)
+            t5 = clock()
+            out.judge_s += t5 - t4
+            out.observe_s += (t2 - t1) + (t4 - t3)
+            sched.advance(event)
+            drained = sched.drain_kv_events()
+            t6 = clock()
+            out.sched_s += t6 - t5
+            cost += t6 - t5
+            out.plan_costs_ms.append(cost * 1e3)
+            if drained:
+                kv = ct.KvEvents(plan_no, [_kv_event(e) for e in drained])
+                line += 1
+                if writer:
+                    writer.write(kv)
+                if elog:
+                    elog.write(enc.encode({"ts": plan_no, "events": kv.events}) + b"\n")
+                t7 = clock()
+                events.batch(kv.events, line)
+                t8 = clock()
+                out.judge_s += t8 - t7
+                out.observe_s += t7 - t6
+            else:
+                out.observe_s += clock() - t6
+            if cfg.clear_every and (plan_no + 1) % cfg.clear_every == 0:
+                t6 = clock()
+                accepted = bool(sched.clear_cache())
+                out.sched_s += clock() - t6
+                clr = ct.Clear(plan_no, accepted)
+                if fault is not None:
+                    clr = fault.clear(clr)
+                line += 1
+                if writer:
+                    writer.write(clr)
+                t7 = clock()
+                contract.clear(clr, line)
+                out.judge_s += clock() - t7
+                out.clears += 1
+                out.clears_accepted += accepted
+            plan_no += 1
+            last_ops = bool(ops)
+            idle = 0 if ids or ops else idle + 1
+            if idle >= cfg.max_idle_plans:
+                refused = {rid for rid, _ in out.rejected}
+                short = {r for r in produced if produced[r] < budget[r]}
+                out.stalled = sorted((set(budget) - set(produced) - refused) | short)
+                break
+    except EngineFailure as exc:  # PEER-10: the run stops where the scheduler failed
+        err = ct.EngineError(plan_no, exc.call, exc.message)
+        line += 1
+        if writer:
+            writer.write(err)
+        contract.engine_error(err, line)
+        out.engine_error = f"{exc.call} after plan {plan_no}: {exc.message}"
+
     if fault is not None:
         out.fault_applied = fault.fired
     t0 = clock()

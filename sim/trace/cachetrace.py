@@ -43,7 +43,7 @@ from kvsim.sim.trace.stream import TraceInputError
 
 __all__ = [
     "FORMAT", "Header", "Config", "Group", "Submit", "Plan", "Batch", "CacheOp", "Abort", "Result", "StorageDone",
-    "KvEvents", "KvEvent", "Clear", "BlockStored", "BlockRemoved", "AllBlocksCleared", "Line",
+    "KvEvents", "KvEvent", "Clear", "EngineError", "BlockStored", "BlockRemoved", "AllBlocksCleared", "Line",
     "CacheTraceInputError", "read_cachetrace", "CacheTraceWriter", "is_cachetrace", "schema_document",
     "schema_text", "SCHEMA_PATH", "main",
 ]
@@ -213,7 +213,15 @@ class Clear(msgspec.Struct, tag_field="op", tag="clear", **_S):
     accepted: bool
 
 
-Line = Submit | Plan | Result | KvEvents | Clear
+class EngineError(msgspec.Struct, tag_field="op", tag="error", **_S):
+    """The scheduler failed a call made after plan ``plan`` (``-1``: before the first plan) with an internal
+    error -- its own invariant check refusing a legal sequence of calls; the run stops here."""
+    plan: int
+    call: str
+    message: str
+
+
+Line = Submit | Plan | Result | KvEvents | Clear | EngineError
 
 _HEADER = msgspec.json.Decoder(Header)
 _LINE = msgspec.json.Decoder(Line)

@@ -94,8 +94,9 @@ transition_rule(
               "request holds (prompt plus produced): len(row) x block_granularity - tokens, whole blocks and any "
               "constant reserve included. A retraction is a SnapshotOp naming the request; its readmission is the "
               "request's next full-history row. That readmission must secure strictly more than the previous "
-              "admission did, or at least the tokens it may still produce (max_new_tokens - produced). Fresh "
-              "admissions are the baseline and are not judged. The size of each step is not required (TokenSpeed "
+              "admission did, or at least the slots the rest of its generation needs (max_new_tokens - produced - "
+              "1: the last token produced is never fed back). Fresh admissions are the baseline and are not judged. "
+              "The size of each step is not required (TokenSpeed "
               "documents min(RemainingNewTokens, 4096 x (1 + retractions)) in scheduler.md §4; the seed states only "
               "escalation); an escalation of less than one block can be hidden by rounding.",
     scope="cache")

@@ -202,3 +202,25 @@ def test_replay_window_rewrites_only_the_replayable_group():
     bad[4] = (ct.Plan(1, ct.Batch(["b"], 1, [6], [4], [10]), {"full": {"b": [1, 2, 7]}, "swa": {"b": [0, 8, 9]}},
                       {"full": [7], "swa": [8, 9]}), 6)  # the same input with no replay length rewrites block 2
     assert judge(bad) == [("TS-PFX-3", 6), ("TS-TBL-1", 6)]  # (and a 4-token hit re-feeding nothing)
+
+
+def test_an_engine_error_record_is_peer_10_and_ends_the_judgement():
+    """cachetrace/1 ``error``: the scheduler failed a call; what it left open (an unacknowledged op) is no
+    further finding."""
+    steps = a_computed()[:3] + [(plan(1, [], 0, [], [], cache=[ct.CacheOp("WriteBackOp", [1], [(1, 40)])]), 6),
+                                (ct.EngineError(1, "advance", "one cache block location cannot change cache key"), 7)]
+    c = contract(host_pages=64)
+    for rec, line in steps:
+        apply = {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result, ct.EngineError: c.engine_error}
+        apply[type(rec)](rec, line)
+    c.finish(8)
+    assert [(f.rule, f.line) for f in c.findings] == [("PEER-10", 7)]
+    assert "failed advance after plan 1" in c.findings[0].message
+
+
+def test_a_clean_run_keeps_peer_10():
+    c = contract()
+    for rec, line in a_computed():
+        {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result}[type(rec)](rec, line)
+    c.finish(9)
+    assert c.findings == [] and c.exercised["PEER-10"] == 1 and c.counts["PEER-10"] == 0

@@ -269,40 +269,75 @@ def test_full_attention_decode_page_streamed_during_decode_fires():
     assert found(run(steps)) == [("TS-L2-9", 20)]
 
 
+DRAINED = [(plan(90), 90), (ct.Result(90, []), 91)]  # a last plan that schedules nothing and issues no op
+
+
 @pytest.mark.rule("TS-L2-12", "keeps")
 def test_prefill_pages_stored_at_the_first_decode_and_decode_pages_after_finish_are_clean():
     # plan 1 (a's first decode admission) stores its prompt pages 0, 1; a decodes page 2 and finishes in plan 4;
-    # plan 5 stores page 2 (block 3) of the full group; the sliding group's page 2 too
+    # plan 5 stores page 2 (block 3) of the full group; the sliding group's page 2 streamed in plan 4
     key2 = prefix_hashes(A + [50, 51, 52], 4)[2]
     steps = _decode_to_page_2(wb(9, [(6, 9)], [1], [key2]))
     steps[-1] = (ct.Result(4, [[60]], ["a"], [9]), 21)
-    steps += [(plan(5, cache=[wb(10, [(3, 10)], [0], [key2])]), 22), (ct.Result(5, [], [], [10]), 23)]
+    steps += [(plan(5, cache=[wb(10, [(3, 10)], [0], [key2])]), 22), (ct.Result(5, [], [], [10]), 23)] + DRAINED
     c = run(steps)
-    assert found(c) == [] and c.stores.stats["pages_judged"] == 6 and c.exercised["TS-L2-12"] == 2
+    assert found(c) == [] and c.exercised["TS-L2-12"] == 2
+    assert (c.stores.stats["pages_due"], c.stores.stats["pages_stored"]) == (6, 6)
 
 
 @pytest.mark.rule("TS-L2-12", "keeps")
-def test_prefill_pages_left_when_the_host_tier_is_full_are_not_judged():
-    # 3 Host pages (2 usable): the store takes both, so a's other two pages are capacity-bound
+def test_page_stored_some_plans_after_it_fell_due_is_clean():
+    # the store queue drains at its own pace: a's page 1 (both groups) is stored two plans late
+    late = wb(2, [(2, 5), (5, 6)], [0, 1], [H[1], H[1]])
+    steps = prefix(wb(1, [(1, 1), (4, 3)], [0, 1], [H[0], H[0]])) + [
+        (plan(2), 8), (ct.Result(2, []), 9), (plan(3, cache=[late]), 10), (ct.Result(3, [], [], [2]), 11)] + DRAINED
+    c = run(steps)
+    assert found(c) == [] and c.stores.stats["pages_stored"] == 4
+
+
+@pytest.mark.rule("TS-L2-12", "keeps")
+def test_page_evicted_before_its_store_is_not_judged():
+    # a finishes; its unstored page 1 (blocks 2, 5) is handed to b before any store: evicted while queued (b
+    # computes the same page again, and that copy is stored after b finishes)
+    steps = prefix(wb(1, [(1, 1), (4, 3)], [0, 1], [H[0], H[0]]), finish1=("a",)) + [
+        (plan(2, ["b"], 1, [10], [0], {"b": [2, 13, 14]}, {"b": [5, 16, 17]},
+              {"full": [2, 13, 14], "swa": [5, 16, 17]}), 8), (ct.Result(2, [[60]], ["b"]), 9),
+        (plan(3, cache=[wb(2, [(13, 5), (16, 6)], [0, 1], [H[1], H[1]])]), 10), (ct.Result(3, [], [], [2]), 11)] \
+        + DRAINED
+    c = run(steps)
+    assert found(c, "TS-L2-12") == [] and c.stores.stats["pages_evicted_unstored"] == 2
+
+
+@pytest.mark.rule("TS-L2-12", "keeps")
+def test_pages_left_while_the_host_tier_is_full_are_not_judged():
+    # 3 Host pages (2 usable): the store takes both, so a's other two pages waited through a full Host tier
     c = Contract(ct.Config(scheduler="test", prefix_granularity=4, num_device_pages=20, num_host_pages=3,
                            groups=[ct.Group("full", 4, 20), ct.Group("swa", 4, 20, "sliding", 8)]))
-    assert found(run(prefix(wb(1, [(1, 1), (4, 2)], [0, 1], [H[0], H[0]])), c)) == []
+    assert found(run(prefix(wb(1, [(1, 1), (4, 2)], [0, 1], [H[0], H[0]])) + DRAINED, c)) == []
     assert c.stores.stats["capacity_bound"] == 2
 
 
-@pytest.mark.rule("TS-L2-12", "fires")
-def test_prefill_page_not_stored_at_the_first_decode_fires():
-    c = run(prefix(wb(1, [(1, 1), (4, 3)], [0, 1], [H[0], H[0]])))
-    assert found(c) == [("TS-L2-12", 6)] and {f.context["slot"] for f in c.findings} == {1}
+@pytest.mark.rule("TS-L2-12", "keeps")
+def test_a_trace_that_does_not_end_drained_is_not_judged():
+    c = run(prefix(wb(1, [(1, 1), (4, 3)], [0, 1], [H[0], H[0]])))  # ends on a's decode
+    assert found(c) == [] and c.stores.stats["pages_unsettled_at_end"] == 2
 
 
 @pytest.mark.rule("TS-L2-12", "fires")
-def test_decode_page_not_stored_after_finish_fires():
+def test_prefill_page_never_stored_fires_at_the_drained_end():
+    c = run(prefix(wb(1, [(1, 1), (4, 3)], [0, 1], [H[0], H[0]])) + DRAINED)
+    assert found(c) == [("TS-L2-12", 999)] and {(f.context["group"], f.context["slot"]) for f in c.findings} == \
+        {("full", 1), ("swa", 1)}
+
+
+@pytest.mark.rule("TS-L2-12", "fires")
+def test_decode_page_never_stored_after_finish_fires():
     steps = _decode_to_page_2(wb(9, [(6, 9)], [1], [prefix_hashes(A + [50, 51, 52], 4)[2]]))
     steps[-1] = (ct.Result(4, [[60]], ["a"], [9]), 21)
     steps += [(plan(5), 22), (ct.Result(5, []), 23)]
     c = run(steps)
-    assert found(c) == [("TS-L2-12", 22)] and c.findings[0].context == {"request": "a", "group": "full", "slot": 2}
+    assert found(c) == [("TS-L2-12", 999)]
+    assert c.findings[0].context == {"request": "a", "group": "full", "slot": 2, "plan": 3}
 
 
 @pytest.mark.rule("TS-L2-10", "keeps")

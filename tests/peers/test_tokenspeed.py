@@ -495,3 +495,18 @@ def test_the_wheels_own_log_never_reaches_kvsims_stdout(tmp_path, level):
     assert runs[0].stdout == runs[1].stdout and "[info]" not in runs[0].stdout and "retract" not in runs[0].stdout
     assert runs[0].stdout.splitlines()[-1].startswith(("PASS", "FAIL"))
     assert ("[Scheduler] retract" in runs[0].stderr) == (level == "info")
+
+
+def test_held_acks_with_forced_retraction_break_the_wheels_prefix_index():
+    """Finding (sim/peers/samples/README.md): with acknowledgements held up to 3 plans and a decode retracted
+    every 7 plans, the released wheel names a block in a table that holds no published content (TS-TBL-1, plan
+    237) and two plans later fails its own check "one cache block location cannot change cache key" inside
+    advance(); the run stops there as PEER-10 instead of exiting as kvsim's own error."""
+    excerpt = Path(__file__).resolve().parents[2] / "sim" / "workloads" / "excerpts" / \
+        "mooncake_conversation_500.jsonl"
+    reqs = read_mooncake(excerpt, 120, 8)
+    out = T.run(reqs, T.RunConfig(pages=4096, host_pages=2048, stagger=2, ack_delay=3, seed=3, snapshot_pages=256,
+                                  max_retracted=4, force_retraction=7))
+    assert [(f.rule, f.plan) for f in out.contract.findings] == [("TS-TBL-1", 237), ("PEER-10", 239)]
+    assert out.engine_error is not None and out.engine_error.startswith("advance after plan 239: one cache block "
+                                                                        "location cannot change cache key")
