@@ -206,6 +206,9 @@ class HostTier:
         self._unpinned_srcs = set()
         for idx, op in enumerate(rec.cache):
             if op.kind.startswith("Storage"):
+                if c.config.enable_l3_storage is False:  # L189: "Existence and prefetch are skipped when L3 is unset"
+                    self._find("TS-L2-3", line, f"{op.kind} {op.op_ids[0] if op.op_ids else -1} issued though the "
+                               "configuration has no L3 tier", op_id=op.op_ids[0] if op.op_ids else -1)
                 self._storage_op(op, line)
                 continue
             oid = op.op_ids[0] if op.op_ids else -1

@@ -223,7 +223,8 @@ def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
             if cfg.swa_window is not None else []), num_device_pages=cfg.pages,
         num_host_pages=cfg.host_pages, num_snapshot_pages=cfg.snapshot_pages,
         max_retracted_requests=cfg.max_retracted,
-        max_batch_size=cfg.max_batch_size, max_scheduled_tokens=cfg.max_scheduled_tokens), meta=meta or {})
+        max_batch_size=cfg.max_batch_size, max_scheduled_tokens=cfg.max_scheduled_tokens,
+        enable_l3_storage=cfg.l3), meta=meta or {})
 
 
 def _token(rid: str, pos: int) -> int:

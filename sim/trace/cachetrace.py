@@ -83,6 +83,7 @@ class Config(msgspec.Struct, **_S):
     max_batch_size: Nat = 0
     max_scheduled_tokens: Nat = 0
     enable_mixed_prefill_decode: bool = True
+    enable_l3_storage: bool | None = None  # whether an L3 tier sits below Host (None: not said)
 
 
 class Header(msgspec.Struct, **_S):

@@ -34,13 +34,14 @@ _rule("TS-L2-2", "Only a retraction's snapshot store is unpinned, and it is laun
       "in the plan may write into one of its sources. Its sources are then free to be re-granted in that plan.")
 _rule("TS-L2-3", "Every op carries a transfer; no (group, source, destination) twice in a plan; ids in range",
       'cache concepts L112: "every op on the wire carries at least one transfer, and no (group, source, '
-      'destination) repeats within one plan"; "the runtime refuses an op with nothing to copy"', "ops",
+      'destination) repeats within one plan"; "the runtime refuses an op with nothing to copy"; L189: "Existence '
+      'and prefetch are skipped when L3 is unset"', "ops",
       "Write-back, load-back and restore ops list at least one page pair; a snapshot (and a restore of a "
       "request whose every page is still cached) moves the request image, its snapshot slot, instead. Group "
       "ids index the configured groups, Device ids lie in [1, total_pages), Host ids in [1, num_host_pages), "
       "snapshot slots in [1, max_retracted_requests]; a snapshot names a live request. An L3 op lists at least one "
       "object key, a get or put one Host page per key (each once, in range); a StorageCancelOp names an L3 op in "
-      "flight.")
+      "flight; no L3 op at all when the header says the configuration has no L3 tier (enable_l3_storage false).")
 _rule("TS-L2-4", "No key is stored twice while its store is in flight",
       'cache concepts L112: "a store skips keys already in flight"', "_write_back",
       "A keyed write-back's (group, content hash, page offset) must not be the key of another unacknowledged "

@@ -397,6 +397,24 @@ def test_l3_get_then_load_is_clean():
     assert c.l2.stats["query_hits"] == 4 and c.l2.exercised["TS-L2-11"] == 1
 
 
+def _l3_said(enabled):
+    return Contract(ct.Config(scheduler="test", prefix_granularity=4, num_device_pages=20, num_host_pages=16,
+                              num_snapshot_pages=4, max_retracted_requests=2, enable_l3_storage=enabled,
+                              groups=[ct.Group("full", 4, 20), ct.Group("swa", 4, 20, "sliding", 8)]))
+
+
+@pytest.mark.rule("TS-L2-3", "keeps")
+def test_l3_ops_with_l3_configured_are_clean():
+    assert found(run(fetched(), _l3_said(True))) == []
+
+
+@pytest.mark.rule("TS-L2-3", "fires")
+def test_l3_ops_without_an_l3_tier_fire():
+    """L189: "Existence and prefetch are skipped when L3 is unset": the header says no L3, yet a put and a
+    query are issued in plan 2 and a get in plan 3."""
+    assert found(run(fetched(), _l3_said(False)), "TS-L2-3") == [("TS-L2-3", 8), ("TS-L2-3", 10)]
+
+
 @pytest.mark.rule("TS-L2-10", "keeps")
 def test_failed_get_key_recomputed_is_clean():
     """get 3 fails to read full page 1: b loads page 0 only, its hit stops at 4 and the rest is computed."""
