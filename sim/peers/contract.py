@@ -148,6 +148,8 @@ class Contract:
         self.groups = {g.id: g for g in config.groups}
         self._replayable = [g.id for g in config.groups if g.replayable]
         self._replay_window = max((g.sliding_window_tokens or 0 for g in config.groups if g.replayable), default=0)
+        self._declared = [g.id for g in config.groups if g.replayable and (g.attn_kind != "sliding" or
+                                                                           not g.sliding_window_tokens)]
         self._replay_rows = 0  # replayable rows judged at a first extend (TS-PFX-3's premise)
         self.reqs: dict[str, _Req] = {}
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
@@ -211,6 +213,11 @@ class Contract:
         self.stats["bound_tokens"] += bound * self.p
 
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
+        if self._declared:  # TS-PFX-3, once, on the first plan: the configuration itself (seed 002 L66)
+            for g in self._declared:
+                self._find("TS-PFX-3", line, f"group {g} is declared replayable but is not a sliding-window group "
+                           "with a window: replayable is set only on a sliding History group", group=g)
+            self._declared = []
         st = self.stats
         before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
                   self.headroom.stats["readmissions"], self._replay_rows, self.stores.judged)

@@ -136,14 +136,16 @@ transition_rule(
     'cache concepts L179: "A replayable group (CacheGroupSpec::replayable) is not matched at all: it never constrains '
     'the boundary and never claims a hit, so its table is empty at first admission and the scheduler materializes it '
     'as a sparse private suffix from the replay window\'s first token"; L185: "Replayable groups ... skip publication '
-    'on both tiers -- never registered"; L66: "the window the scheduler re-feeds is the retention window itself '
-    'rather than a second declared number"', "kvsim.sim.peers.contract.Contract._replayable_rows",
+    'on both tiers -- never registered"; L66: "replayable, set only on a sliding History group"; "the window the '
+    'scheduler re-feeds is the retention window itself rather than a second declared number"',
+    "kvsim.sim.peers.contract.Contract._replayable_rows",
     decisions="Judged by the peer contract on a real scheduler's plans, at a request's first extend: it re-feeds "
               "exactly min(W, hit) tokens, W the largest sliding_window_tokens of the replayable groups (TokenSpeed's "
               "ReplayTokens(P) = min(W, P)); the replay window's first token is where the forward's input starts "
-              "(prefix_lengths; the hit lies replay tokens later). Slots below it must be null holes (0) or "
-              "absent; every slot from it to the row's end names a page handed out fresh (zeroed, copied or "
-              "loaded into, in that plan or earlier and not yet named). "
+              "(prefix_lengths; the hit lies replay tokens later). A configuration declaring a replayable group "
+              "that is not a sliding window with a window fires once, at the first plan. Slots below it must be "
+              "null holes (0) or absent; every slot from it to the row's end names a page handed out fresh "
+              "(zeroed, copied or loaded into, in that plan or earlier and not yet named). "
               "The contract never records a replayable page as published, so a later table naming one as cached "
               "content is TS-TBL-1. That a replayable group never constrains the boundary needs the other groups' "
               "index and is checked on kvsim's own coordinator (TS-PFX-2).",

@@ -92,3 +92,13 @@ def test_replayable_group_on_the_wheel_is_clean_and_the_fault_fires():
     assert clean.contract.counts["TS-PFX-3"] == 0 and clean.contract.exercised["TS-PFX-3"] >= 6
     bad = T.run(reqs, T.RunConfig(**kw, fault="replayable-hit"))
     assert bad.contract.counts["TS-PFX-3"] == 1
+
+
+@pytest.mark.rule("TS-PFX-3", "fires")
+def test_replayable_declared_on_a_full_attention_group_fires():
+    """L66: "replayable, set only on a sliding History group" -- a configuration that says otherwise."""
+    c = Contract(ct.Config(scheduler="test", prefix_granularity=4, num_device_pages=30,
+                           groups=[ct.Group("full", 4, 30, replayable=True)]))
+    c.submit(ct.Submit("a", A, 1), 2)
+    c.plan(ct.Plan(0, ct.Batch(["a"], 1, [12], [0], [12]), {"full": {"a": [1, 2, 3]}}, {"full": [1, 2, 3]}), 3)
+    assert ("TS-PFX-3", 3) in found(c) and "not a sliding-window group" in c.findings[0].message
