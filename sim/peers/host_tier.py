@@ -271,18 +271,21 @@ class HostTier:
             if pin is not None:
                 self._find("TS-L2-1", line, f"Host page {dst} is written back into while load {pin}, which "
                            "reads it, is unacknowledged", page=dst, op_id=pin)
-            busy = self.host_busy.get(dst)
-            if busy is not None:
-                self._find("TS-L2-1", line, f"Host page {dst} is written back into while L3 "
-                           f"{self.storage[busy].kind} {busy}, which uses it, is incomplete", page=dst, op_id=busy)
-            for fh in self.failed_host.values():
-                fh.pop(dst, None)
+            if self.host_busy:
+                busy = self.host_busy.get(dst)
+                if busy is not None:
+                    self._find("TS-L2-1", line, f"Host page {dst} is written back into while L3 "
+                               f"{self.storage[busy].kind} {busy}, which uses it, is incomplete", page=dst,
+                               op_id=busy)
+            if self.failed_host:
+                for fh in self.failed_host.values():
+                    fh.pop(dst, None)
         have = c.content[g].get(src) if ok else None
         if key and src in self.failed_dst[g]:
             self.exercised["TS-L2-10"] += 1
             self._find("TS-L2-10", line, f"write-back {oid} stores {g} page {src}, the destination of a failed L3 "
                        "prefetch, under a key (publishing what was never copied)", op_id=oid, group=g, block=src)
-        if key:
+        if key and self.failed_keys:
             self.failed_keys.discard((g, key, off))  # the page was computed again and is stored afresh
         if key and not c.groups[g].replayable:  # a replayable page holds no key at all: TS-L2-7 says so
             self.exercised["TS-L2-6"] += 1

@@ -51,7 +51,7 @@ RULES: dict[str, tuple[str, str]] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class _Owed:
     group: str
     page: int          # slot index in the group's row
@@ -70,7 +70,8 @@ class StorePolicy:
         self.windows = {g.id: g.sliding_window_tokens for g in cfg.groups if g.attn_kind == "sliding"}
         self.bg = {g.id: g.block_granularity for g in cfg.groups}
         self.stored: dict[str, set[tuple]] = {g: set() for g in self.groups}
-        self.owed: dict[str, list[_Owed]] = {}                 # computed, not yet due (per request)
+        self.owed: dict[str, list[_Owed]] = {}                 # computed by a prefill, not yet due (per request)
+        self.owed_decode: dict[str, list[_Owed]] = {}          # computed by a decode: due at finish
         self.at_finish: list[tuple[str, list[_Owed]]] = []     # due in the next plan (requests just finished)
         self.due: dict[tuple[str, int], tuple[str, _Owed]] = {}  # (group, block) -> (request, page): unsettled
         self.images: set[int] = set()  # Host pages holding a retracted request's image until a restore reads it
@@ -86,7 +87,8 @@ class StorePolicy:
     def computed(self, rid: str, group: str, page: int, block: int, key: tuple, prefill: bool) -> None:
         """A forward completed a whole page of ``rid`` in ``block``, holding ``key`` (called from the result)."""
         if self.enabled and group in self.groups and block > 0:
-            self.owed.setdefault(rid, []).append(_Owed(group, page, block, key, self.c._plan, prefill))
+            (self.owed if prefill else self.owed_decode).setdefault(rid, []).append(
+                _Owed(group, page, block, key, self.c._plan, prefill))
             self.stats["pages_owed"] += 1
 
     def _retained(self, rid: str, owed: list[_Owed]) -> list[_Owed]:
@@ -107,19 +109,21 @@ class StorePolicy:
         return out
 
     def finished(self, rid: str) -> None:
-        owed = self.owed.pop(rid, None)
+        owed = self.owed.pop(rid, []) + self.owed_decode.pop(rid, [])
         if owed:
             self.at_finish.append((rid, self._retained(rid, owed)))
 
     def dropped(self, rid: str) -> None:
         """Retracted or aborted: what it owed is no longer judged."""
         self.owed.pop(rid, None)
+        self.owed_decode.pop(rid, None)
 
     def cleared(self) -> None:
         self.images.clear()
         for g in self.stored:
             self.stored[g].clear()
         self.owed.clear()
+        self.owed_decode.clear()
         self.at_finish.clear()
         self.due.clear()
         self.bound.clear()
@@ -192,11 +196,13 @@ class StorePolicy:
             due += [(rid, o) for o in finished]
         self.at_finish = []
         for rid in rec.batch.requests:
-            owed = self.owed.get(rid, [])
-            now = [o for o in owed if o.prefill and o.plan < rec.plan]
+            owed = self.owed.get(rid)
+            if not owed:
+                continue
+            now = [o for o in owed if o.plan < rec.plan]
             if now:
                 due += [(rid, o) for o in self._retained(rid, now)]
-                self.owed[rid] = [o for o in owed if not (o.prefill and o.plan < rec.plan)]
+                self.owed[rid] = [o for o in owed if o.plan >= rec.plan]
         if not due:
             return
         self.judged += 1
