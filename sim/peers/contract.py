@@ -444,6 +444,20 @@ class Contract:
             for g in self.content:
                 self.content[g].clear()
 
+    def apply(self, rec: ct.Submit | ct.Plan | ct.Result | ct.Clear | ct.EngineError, line: int = 0) -> None:
+        """Feed one cachetrace/1 record (any but a KV-event batch, which the event checker judges) to its
+        handler."""
+        if isinstance(rec, ct.Plan):
+            self.plan(rec, line)
+        elif isinstance(rec, ct.Result):
+            self.result(rec, line)
+        elif isinstance(rec, ct.Submit):
+            self.submit(rec, line)
+        elif isinstance(rec, ct.Clear):
+            self.clear(rec, line)
+        else:
+            self.engine_error(rec, line)
+
     def engine_error(self, rec: ct.EngineError, line: int = 0) -> None:
         """PEER-10: the scheduler raised from its own invariant check on the answers the trace shows (each of
         them legal: acknowledgements may come plans after their op, seed 002 L108); the trace ends there."""

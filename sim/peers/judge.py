@@ -32,18 +32,10 @@ def judge_cachetrace(path, stream=None) -> Judged:
     n = 1
     for n, rec in lines:
         try:
-            if isinstance(rec, ct.Plan):
-                contract.plan(rec, n)
-            elif isinstance(rec, ct.Result):
-                contract.result(rec, n)
-            elif isinstance(rec, ct.Submit):
-                contract.submit(rec, n)
-            elif isinstance(rec, ct.Clear):
-                contract.clear(rec, n)
-            elif isinstance(rec, ct.EngineError):
-                contract.engine_error(rec, n)
-            else:
+            if isinstance(rec, ct.KvEvents):
                 events.batch(rec.events, n)
+            else:
+                contract.apply(rec, n)
         except (ValueError, KeyError, IndexError) as exc:
             raise ct.CacheTraceInputError(path, n, f"cannot apply {type(rec).__name__.lower()}: {exc}") from None
     contract.finish(n)

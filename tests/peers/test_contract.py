@@ -26,7 +26,7 @@ def run(steps, host_pages=0):
     """steps: (record, line) pairs; returns the (rule, line) findings."""
     c = contract(host_pages=host_pages)
     for rec, line in steps:
-        {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result}[type(rec)](rec, line)
+        c.apply(rec, line)
     c.finish(999)
     return [(f.rule, f.line) for f in c.findings]
 
@@ -191,7 +191,7 @@ def test_replay_window_rewrites_only_the_replayable_group():
     def judge(recs):
         c = Contract(_replay_config())
         for rec, line in recs:
-            {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result}[type(rec)](rec, line)
+            c.apply(rec, line)
         return [(f.rule, f.line) for f in c.findings]
 
     assert judge(steps(True)) == []
@@ -211,8 +211,7 @@ def test_an_engine_error_record_is_peer_10_and_ends_the_judgement():
                                 (ct.EngineError(1, "advance", "one cache block location cannot change cache key"), 7)]
     c = contract(host_pages=64)
     for rec, line in steps:
-        apply = {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result, ct.EngineError: c.engine_error}
-        apply[type(rec)](rec, line)
+        c.apply(rec, line)
     c.finish(8)
     assert [(f.rule, f.line) for f in c.findings] == [("PEER-10", 7)]
     assert "failed advance after plan 1" in c.findings[0].message
@@ -221,6 +220,6 @@ def test_an_engine_error_record_is_peer_10_and_ends_the_judgement():
 def test_a_clean_run_keeps_peer_10():
     c = contract()
     for rec, line in a_computed():
-        {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result}[type(rec)](rec, line)
+        c.apply(rec, line)
     c.finish(9)
     assert c.findings == [] and c.exercised["PEER-10"] == 1 and c.counts["PEER-10"] == 0

@@ -70,7 +70,7 @@ def load_b(load=None, extra=()):
 def run(steps, c=None):
     c = c or contract()
     for rec, line in steps:
-        {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result, ct.Clear: c.clear}[type(rec)](rec, line)
+        c.apply(rec, line)
     c.finish(999)
     return c
 

@@ -51,7 +51,7 @@ def steps(readmitted: list[int], max_new: int = 40, retract_twice: bool = False)
 def run(records):
     c = contract()
     for rec, line in records:
-        {ct.Submit: c.submit, ct.Plan: c.plan, ct.Result: c.result}[type(rec)](rec, line)
+        c.apply(rec, line)
     c.finish(999)
     return c
 
