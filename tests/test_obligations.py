@@ -235,8 +235,8 @@ def test_cli_json(capsys):
 
 
 @pytest.mark.parametrize("argv, where", [
-    (["rules", "--list", "absent"], "--list: only with --obligations"),
-    (["rules", "--kind", "scheduler"], "--kind: only with --obligations"),
+    (["rules", "--list", "absent"], "kvsim rules: --list: only with --obligations"),
+    (["rules", "--kind", "scheduler"], "kvsim rules: --kind: only with --obligations"),
     (["rules", "--obligations", "--list", "fine"], "--list"),
 ])
 def test_cli_bad_flags_exit_2_on_one_line(argv, where, capsys):

@@ -42,7 +42,7 @@ def run(args) -> int:
         return run_obligations(args)
     for flag in ("list", "kind"):
         if getattr(args, flag) is not None:
-            raise InputError(f"--{flag}: only with --obligations")
+            raise InputError(f"kvsim rules: --{flag}: only with --obligations")
     rows = [r.as_dict() for r in all_rules()]  # engine-judging rules first, then model guards, then clauses
     rows.sort(key=lambda r: ("engine", "model", "none").index(r["evidence"]))
     path = args.report if args.report else last_run_path()
