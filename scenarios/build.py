@@ -7,7 +7,8 @@ traces in which one engine bug breaks the store contract; their header's ``meta.
 requires at that point (tables, frontiers, pool counters); the comments derive each value.
 
 Output is deterministic (same bytes on every run). The scenario definitions live in `legal_scenarios.py`,
-`violation_scenarios.py`, `conformance_scenarios.py` and `recovery_scenarios.py`; this module only writes
+`violation_scenarios.py`, `conformance_scenarios.py`, `recovery_scenarios.py`, `round_two_scenarios.py` and
+`round_three_scenarios.py`; this module only writes
 them. It knows nothing of the model: replaying is `kvsim check`.
 """
 
@@ -22,15 +23,16 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # run as a script: find tracebook 
 import conformance_scenarios as conformance  # noqa: E402
 import legal_scenarios as legal  # noqa: E402
 import recovery_scenarios as recovery  # noqa: E402
+import round_three_scenarios as round_three  # noqa: E402
 import round_two_scenarios as round_two  # noqa: E402
 import violation_scenarios as violations  # noqa: E402
 
 
 def scenarios():
     """(subfolder, Trace) for every scenario, in a fixed order."""
-    out = ([("", t) for t in legal.build() + conformance.legal() + round_two.legal()]
+    out = ([("", t) for t in legal.build() + conformance.legal() + round_two.legal() + round_three.legal()]
            + [("violations", t) for t in violations.build() + conformance.violations() + recovery.build()
-              + round_two.violations()])
+              + round_two.violations() + round_three.violations()])
     names = [(sub, t.name) for sub, t in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

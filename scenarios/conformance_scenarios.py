@@ -618,9 +618,11 @@ def verify_mapping_kept() -> Trace:
 
 def trim_mapping_verify_needs() -> Trace:
     t = Trace("UNIT-4_trim_mapping_verify_needs",
-              'The engine maps Main to 190 for a verify, then trims back to the committed frontier 100 for a '
-              'shorter draft-stage requirement before the verify launches (store contract "不能为满足某个后续阶段'
-              '更短的覆盖需求而提前裁剪 verify 的映射")', config(kv_capacity=M128))
+              'DFlash2: once the 100-token prompt is committed every target step is a verify; the engine maps Main '
+              'to 190 for one, then trims back to the committed frontier 100 for a shorter draft-stage requirement '
+              'before the verify launches (store contract, seed 000 L241 "不能为满足某个后续阶段更短的覆盖需求而提前'
+              '裁剪 verify 的映射"; L239 "ProvisionalFrontier_s")',
+              config(kv_capacity=M128, backend={"kind": "dflash2"}))
     t.activate("s0", 100, 128)
     t.prefill("s0", 100)
     t.map("s0", 190)

@@ -348,11 +348,14 @@ def unit_3() -> Trace:
     return t
 
 
-def unit_4() -> Trace:
-    t = Trace("UNIT-4_trim_before_verify_settles",
+def trim_before_verify_settles() -> Trace:
+    t = Trace("UNIT-1_trim_before_verify_settles",
               'The engine trims Main\'s rejected tail page while the verify unit is still in flight, before its '
-              'accepted frontier is committed (store contract "不能为满足某个后续阶段更短的覆盖需求而提前裁剪 verify '
-              '的映射", "投机终止先")', config(kv_capacity=M128, backend=MTP))
+              'accepted frontier is committed: the space is frozen until the unit completes, and truncate happens '
+              'at a GPU boundary (store contract, seed 000 L251 "logical memberships 和 readable frontiers 对该 unit '
+              '冻结", L254 "Mapping、frontier commit、truncate 和 row recycling 都发生在 GPU boundary"; the settle '
+              'order of L241 "等待 GPU 工作完成后" is the same clause, judged once as UNIT-1)',
+              config(kv_capacity=M128, backend=MTP))
     t.activate("s0", 125, 64)
     t.map("s0", 125, "main")
     t.map("s0", 129, "mtp")
@@ -362,7 +365,7 @@ def unit_4() -> Trace:
     t.map("s0", 130, "main")
     u = t.unit()
     t.launch(u, [("s0", "main", 125, 130), ("s0", "mtp", 125, 130)])
-    t.truncate("s0", 127, "main", expect="UNIT-4")
+    t.truncate("s0", 127, "main", expect="UNIT-1")
     t.row("s0", "main", table=[0, 1, 2], frontier=125)  # the rejected fact changed nothing
     t.complete(u, [("s0", "main", 127), ("s0", "mtp", 126)])
     t.truncate("s0", 127, "main")
@@ -600,6 +603,6 @@ def trace_2_finished() -> Trace:
 def build() -> list[Trace]:
     return [cap_3(), page_1(), page_2(), page_3(), as_1(), as_2(), as_3(), as_4(), as_5(), wr_2(), wr_3(),
             wr_4(), ent_2_refused(), ent_2_beyond(), ent_3_bounded(), ent_3_grow_in_step(), unit_1(), unit_2(),
-            unit_3(), unit_4(), rep_1(), rep_2(), rep_3(), rep_4_device(), rep_4_host(), ckpt_1(),
+            unit_3(), trim_before_verify_settles(), rep_1(), rep_2(), rep_3(), rep_4_device(), rep_4_host(), ckpt_1(),
             ckpt_2_double(), ckpt_2_after_release(), ckpt_3(), cons_1(), trace_1_refusal(), trace_1_counters(),
             trace_2_moved(), trace_2_finished()]

@@ -51,7 +51,7 @@ def test_violating_trace_exits_1_with_rule_event_and_line(tmp_path):
     assert rc == 1
     rep = json.loads((tmp_path / "r.json").read_text())
     got = [(v["rule"], v["event"], v["line"], v["op"]) for v in rep["violations"]]
-    assert got == [("UNIT-4", 3, 5, "truncate"), ("TRACE-2", 5, 7, "release")]
+    assert got == [("UNIT-1", 3, 5, "truncate"), ("TRACE-2", 5, 7, "release")]
 
 
 def test_stop_at_first(tmp_path):

@@ -29,7 +29,7 @@ class BackendConfig:
     kind: str = "off"
     draft_window: int = 0  # MTP K
     mtp_layers: int = 1
-    full_layers: int = 0  # DFlash/DFlash2 full-attention draft layers
+    full_layers: int = 0  # DFlash/DFlash2 full-attention draft layers; 0: no Draft Full pool (either kind)
     draft_kv_heads: int = 8
     draft_head_dim: int = 128
 
@@ -137,8 +137,11 @@ class StoreConfig:
         if b.kind == "mtp":
             _positive("backend.draft_window", b.draft_window)
             _positive("backend.layers", b.mtp_layers)
-        if b.kind == "dflash":
-            _positive("backend.full_layers", b.full_layers)
+        if b.kind in ("dflash", "dflash2") and b.full_layers < 0:
+            # DFlash and DFlash2 alike: zero full-attention draft layers is legal and allocates no Draft Full
+            # pool (store contract "Draft Full, when the selected draft config contains full-attention layers",
+            # "没有 full layer 的 draft 配置不分配此 pool"; CAP-2's entry)
+            raise ConfigError("CAP-2", f"backend.full_layers must be >= 0, got {b.full_layers}")
         if b.pool == "draft_full":
             _positive("backend.kv_heads", b.draft_kv_heads)
             if b.draft_head_dim <= 0 or b.draft_head_dim % 2:

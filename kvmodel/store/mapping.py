@@ -55,20 +55,37 @@ def active_space(st: KVStore, seq: str, pool: str, op: str) -> tuple[SequenceKVB
     return lookup_active(st, seq, pool, op)
 
 
-def frozen_check(st: KVStore, space: KVAddressSpace, op: str, rule: str = "UNIT-1") -> None:
-    """`op` may not change a space that is a row of an in-flight unit (its tables, membership, frontier)."""
-    st.cov.check(rule, exercised=space.in_flight is not None)
+def frozen_check(st: KVStore, space: KVAddressSpace, op: str) -> None:
+    """`op` (map, grow, cow, truncate, finish) may not change a space that is a row of an in-flight unit, written
+    or read-only: UNIT-1, one rule for seed 000 L248-L254 ("从 block-table publication 到 GPU unit 完成" ...
+    "Mapping、frontier commit、truncate 和 row recycling 都发生在 GPU boundary")."""
+    st.cov.check("UNIT-1", exercised=space.in_flight is not None)
     if space.in_flight is not None:
-        raise violation(rule, f"{op} on {space.owner!r} ({space.pool}) while unit {space.unit!r} is in flight: "
+        raise violation("UNIT-1", f"{op} on {space.owner!r} ({space.pool}) while unit {space.unit!r} is in flight: "
                         "tables, memberships and frontiers are frozen until the unit completes",
                         seq=space.owner, pool=space.pool, unit=space.unit)
+
+
+def speculative_round(st: KVStore, bundle: SequenceKVBundle, space: KVAddressSpace) -> bool:
+    """Whether a mapping of `space` now is a speculative round's, so its reach is a provisional frontier (UNIT-4).
+
+    Seed 000 L239 "NeededPages_s= ... \\max(CommittedFrontier_s,ProvisionalFrontier_s)" keeps what a
+    provisional frontier needs, and L241 "不能为满足某个后续阶段更短的覆盖需求而提前裁剪 verify 的映射" forbids early
+    trimming only for a verify's mappings; a prefill chunk mapped ahead (L195 "预先 materialize 一个 prefill
+    chunk") is membership beyond the committed frontier, and its trailing mappings may go (L240 "Trailing
+    mappings 可以解除"). Decision (UNIT-4's entry): a round is speculative when a speculative backend is selected
+    and the space has committed its whole prompt (every later target step is a verify, the MTP step its draft
+    lead, L79 "provisional lead"); Draft Full never is (L79 "Draft Full 没有这种 provisional lead"). Backend off,
+    or a prefill, maps no provisional frontier."""
+    return st.config.backend.kind != "off" and space.pool != "draft_full" and space.committed >= bundle.prompt
 
 
 def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: list | None = None
                   ) -> list[int] | Refusal:
     """ensure_mapped_to_tokens(tokens): list of newly mapped page ids, or Refusal("entitlement")."""
-    _, space = active_space(st, seq, pool, "map")
+    bundle, space = active_space(st, seq, pool, "map")
     frozen_check(st, space, "map")
+    speculative = speculative_round(st, bundle, space)
     P = st.P
     needed = ceil_div(tokens, P)
     have = len(space.pages)
@@ -77,7 +94,7 @@ def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: l
         if engine_pages:
             raise violation("ENT-2", f"membership already covers {tokens} tokens ({have} pages), yet the engine "
                             f"mapped {len(engine_pages)} new pages", seq=seq, pool=pool, tokens=tokens)
-        if tokens > space.provisional and tokens > space.committed:
+        if speculative and tokens > space.provisional and tokens > space.committed:
             space.provisional = tokens  # the coverage the coming stage needs (UNIT-4: never trimmed before it runs)
             st.t_spaces[space] = None
         return []
@@ -114,7 +131,7 @@ def ensure_mapped(st: KVStore, seq: str, pool: str, tokens: int, engine_pages: l
         space.pages.append(page)
         st.t_pages[page] = None
     st.tables[pool].publish(space.row, have, out, pp.generation)
-    if tokens > space.provisional:
+    if speculative and tokens > space.provisional:
         space.provisional = tokens
     st.touch_space(space)
     return out

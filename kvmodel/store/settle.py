@@ -34,15 +34,16 @@ if TYPE_CHECKING:
 
 def truncate(st: KVStore, seq: str, pool: str, frontier: int) -> None:
     _, space = active_space(st, seq, pool, "truncate")
-    frozen_check(st, space, "truncate", rule="UNIT-4")
+    frozen_check(st, space, "truncate")  # seed 000 L254: truncate happens at a GPU boundary (UNIT-1)
     cov = st.cov
     cov.check("UNIT-2", exercised=frontier > space.committed)
     if frontier > space.committed:
         raise violation("UNIT-2", f"truncate to {frontier} would advance {seq!r} ({pool}) beyond its committed "
                         f"frontier {space.committed}", seq=seq, pool=pool, frontier=frontier)
-    # "每个 pool 根据自己的 canonical/provisional frontier计算保留 membership" and "不能为满足某个后续阶段更短的覆盖
-    # 需求而提前裁剪 verify 的映射": mappings a provisional frontier (a stage mapped, not yet launched: the MTP
-    # lead, a verify) still needs are not trailing; trimming them is UNIT-4.
+    # Seed 000 L236 "每个 pool 根据自己的 canonical/provisional frontier计算保留 membership" and L241 "不能为满足某个
+    # 后续阶段更短的覆盖需求而提前裁剪 verify 的映射": mappings a provisional frontier (a speculative round mapped,
+    # not yet launched: a verify, the MTP lead; mapping.speculative_round) still needs are not trailing; trimming
+    # them is UNIT-4. A prefill chunk mapped ahead has no provisional frontier: it may be trimmed (L195, L240).
     keep = ceil_div(frontier, st.P)
     prov = space.provisional
     cov.check("UNIT-4", exercised=prov > 0 and keep < len(space.pages))

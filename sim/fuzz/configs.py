@@ -18,7 +18,9 @@ from kvsim.sim.trace import records as kt
 
 BACKENDS = st.one_of(st.just(kt.BackendOff()),
                      st.builds(kt.BackendMTP, draft_window=st.sampled_from((1, 2, 3, 65, 130))),
-                     st.just(kt.BackendDFlash(full_layers=1, kv_heads=1, head_dim=128)), st.just(kt.BackendDFlash2()))
+                     st.just(kt.BackendDFlash(full_layers=1, kv_heads=1, head_dim=128)), st.just(kt.BackendDFlash2()),
+                     st.just(kt.BackendDFlash(full_layers=0)),
+                     st.just(kt.BackendDFlash2(full_layers=1, kv_heads=1, head_dim=128)))
 
 
 HOST_PAGES = st.sampled_from((0, 0, 1, 2, 3, 6))  # strategies are immutable: shared defaults, built once
@@ -61,7 +63,8 @@ def pool_capacity(cfg: kt.Config) -> dict:
     b = cfg.backend
     if isinstance(b, kt.BackendMTP):
         return {"main": M, "mtp": M + cfg.max_concurrency * ceil_div(b.draft_window - 1, P)}
-    if isinstance(b, kt.BackendDFlash) and b.full_layers:
+    # seed 000 L30 "Draft Full, when the selected draft config contains full-attention layers" (either kind)
+    if isinstance(b, (kt.BackendDFlash, kt.BackendDFlash2)) and b.full_layers:
         return {"main": M, "draft_full": M}
     return {"main": M}
 
@@ -73,5 +76,6 @@ def facts_for(cfg: kt.Config, view: ModelView) -> Facts:
     g = cfg.kv_lease_growth
     return Facts(cfg.max_context, cfg.max_concurrency, cap, {p: view.page_bytes(p) for p in cap}, cfg.host_arena_bytes,
                  backend, b.draft_window if isinstance(b, kt.BackendMTP) else 0,
-                 None if g is None else max(cfg.prefill_chunk, g.window), 0 if g is None else g.cushion_pages)
+                 None if g is None else max(cfg.prefill_chunk, g.window), 0 if g is None else g.cushion_pages,
+                 not isinstance(b, kt.BackendOff))
 

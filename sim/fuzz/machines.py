@@ -244,7 +244,7 @@ class StoreMachine(ReachRules, UnitRules, HostTierRules, FuzzMachine):
             self.do("truncate:stale", kt.Truncate(seq=seq, pool=pool, frontier=0), "reject")
             return
         s = q.spaces[pool]
-        if s.unit is not None:  # never trims a unit's mappings before it settles (UNIT-4)
+        if s.unit is not None:  # never truncates a space a unit holds in flight (UNIT-1)
             self.do("truncate:in-flight", kt.Truncate(seq=seq, pool=pool, frontier=s.frontier), "reject")
             return
         how = data.draw(st.integers(0, 9))

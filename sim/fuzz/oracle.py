@@ -43,6 +43,7 @@ class Facts:
     draft_window: int = 0
     growth_window: int | None = None  # tokens: max(prefill_chunk, window); None = kv_lease_growth off
     cushion: int = 0
+    speculative: bool = False  # a speculative backend is selected (UNIT-4: only its rounds map provisionally)
 
     @property
     def L(self) -> int:
@@ -118,6 +119,7 @@ class Seq:
     spaces: dict
     ceiling: int
     bounded_at: int | None = None
+    prompt: int = 0
 
 
 @dataclass(eq=False)
@@ -281,10 +283,10 @@ class Oracle:
             plans[pool] = (members, reservation)
         if len(self.seqs) >= f.max_concurrency:
             return "rows"
-        return ceiling, plans
+        return ceiling, plans, prompt
 
     def activate(self, seq: str, plan, src: str | None, keep: bool) -> None:
-        ceiling, plans = plan
+        ceiling, plans, prompt = plan
         ck = self.ckpts.get(src) if src is not None else None
         move = ck is not None and not keep
         spaces = {}
@@ -312,7 +314,7 @@ class Oracle:
             space.blocks = blocks
             space.reservation = reservation
             spaces[pool] = space
-        self.seqs[seq] = Seq(seq, spaces, ceiling)
+        self.seqs[seq] = Seq(seq, spaces, ceiling, prompt=prompt)
         self.ended_seqs.discard(seq)
         if move and src is not None:
             del self.ckpts[src]
@@ -337,16 +339,25 @@ class Oracle:
             return "busy"
         return None
 
+    def speculative_round(self, q: Seq, pool: str) -> bool:
+        """A mapping now reaches a provisional frontier: a speculative backend, the prompt committed, not Draft
+        Full (seed 000 L79, L195, L239-L241: only a verify's / the MTP lead's mappings are provisional; a prefill
+        chunk mapped ahead may be trimmed)."""
+        return self.f.speculative and pool != "draft_full" and q.spaces[pool].frontier >= q.prompt
+
     def map(self, seq: str, pool: str, tokens: int) -> None:
-        s = self.seqs[seq].spaces[pool]
+        q = self.seqs[seq]
+        s = q.spaces[pool]
+        speculative = self.speculative_round(q, pool)
         if ceil_div(tokens, P) <= len(s.blocks):
-            if tokens > s.provisional and tokens > s.frontier:
+            if speculative and tokens > s.provisional and tokens > s.frontier:
                 s.provisional = tokens
             return
         while len(s.blocks) < ceil_div(tokens, P):
             s.blocks.append(self._new_block(pool, s))
             s.reservation -= 1
-        s.provisional = max(s.provisional, tokens)
+        if speculative:
+            s.provisional = max(s.provisional, tokens)
 
     def trims_provisional(self, seq: str, pool: str, frontier: int) -> bool:
         """A truncate to `frontier` would unmap blocks a provisional frontier still needs (UNIT-4: "不能为满足

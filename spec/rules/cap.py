@@ -51,11 +51,15 @@ def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
 
 
 @state_rule("CAP-2", "Backend pool sizes derive from M: MTP M + C·ceil((K−1)/P), Draft Full M, at most two pools",
-            'store contract: "MTP physical pages = M + C * ceil((K - 1) / P)", "当前最多有两个 growing pools"',
+            'store contract (seed 000 L30, L31, L75-L79): "MTP physical pages = M + C * ceil((K - 1) / P)", '
+            '"Draft Full physical pages = M", "当前最多有两个 growing pools"',
             scope="config", evidence="model",
-            decisions="Guards the model (the pool vector is derived, never reported by a trace). DFlash/DFlash2 get a "
-                      "Draft Full pool only with full_layers > 0 (the official DFlash2 config "
-                      "has none and needs Main only).")
+            decisions="Guards the model (the pool vector is derived, never reported by a trace). DFlash and "
+                      "DFlash2 alike get a Draft Full pool only with full_layers > 0 (seed 000 L28-L30 \"Draft Full, "
+                      "when the selected draft config contains full-attention layers\", L79 \"没有 full layer 的 draft "
+                      "配置不分配此 pool\"): a draft with no full-attention layer is a legal configuration of either "
+                      "kind with Main as its only growing pool (the official DFlash2 config is one, L31); only a "
+                      "negative layer count is refused.")
 def cap_2(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     want = pool_pages(st.config, st.resolution.m)
     have = {name: pool.capacity for name, pool in st.pools.items()}

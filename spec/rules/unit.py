@@ -1,4 +1,4 @@
-"""UNIT-*: frozen state during a GPU unit, commits after success, legal writes, settle before trim."""
+"""UNIT-*: frozen state during a GPU unit, commits after success, legal writes, no early trim of a speculative round."""
 
 from __future__ import annotations
 
@@ -27,12 +27,16 @@ def _units_hold_their_rows(st: KVStore) -> str | bool | None:
 
 
 @state_rule("UNIT-1", "Tables, memberships, frontiers, replicas and rows are frozen during a unit",
-            'store contract: "从 block-table publication 到 GPU unit 完成"', scope="space",
+            'store contract (seed 000 L248-L254): "从 block-table publication 到 GPU unit 完成", "Mapping、frontier '
+            'commit、truncate 和 row recycling 都发生在 GPU boundary"', scope="space",
             decisions="A written row needs its space to itself: a space written by an in-flight unit belongs to "
                       "no other unit. Decision: read-only rows of several in-flight units may share a space (the "
                       "contract forbids mutation during a unit, \"selected rows 的 table entries 不变化\", not "
-                      "readers). map/grow/cow/truncate/finish on a space any unit holds are violations until the "
-                      "last such unit completes or fails (kvmodel.store.mapping.frozen_check).",
+                      "readers). map/grow/cow/truncate/finish on a space any unit holds, written or read-only, are "
+                      "violations until the last such unit completes or fails (kvmodel.store.mapping.frozen_check). "
+                      "One rule per clause: a truncate while a verify is in flight also precedes its settle (L241, "
+                      "\"等待 GPU 工作完成后\"), but the clause it breaks first is this one (L254 names truncate), "
+                      "so it is UNIT-1 like map, grow, cow and finish, never UNIT-4.",
             full=_units_hold_their_rows)
 def unit_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     r = space.in_flight
@@ -62,15 +66,23 @@ transition_rule("UNIT-3", "Writes go only to mapped positions >= the committed f
                 units.launch,
                 decisions="A write [a, b) needs b <= mapped extent and a >= committed frontier.")
 
-transition_rule("UNIT-4", "A speculative settle commits accepted frontiers before trimming rejected tails",
-                'store contract: "投机终止先...等待 GPU 工作完成后 发布 committed frontier，再裁掉未提交的尾页"',
+transition_rule("UNIT-4", "A speculative round's mappings are not trimmed before it runs and settles",
+                'store contract (seed 000 L239-L241): "投机终止先...等待 GPU 工作完成后 发布 committed frontier，'
+                '再裁掉未提交的尾页。不能为满足某个后续阶段更短的覆盖需求而提前裁剪 verify 的映射"',
                 settle.truncate,
-                decisions="A truncate (trim) of a space whose unit is still in flight is the violation, and so is "
-                          "one that unmaps blocks a provisional frontier still needs (store contract "
+                decisions="The violation is a truncate that unmaps blocks a provisional frontier still needs (L239 "
                           "\"NeededPages_s= \\left\\lceil \\frac{\\max(CommittedFrontier_s,ProvisionalFrontier_s)}{P}"
-                          "\\right\\rceil\"): the provisional frontier of a space is the largest "
-                          "ensure_mapped_to_tokens request since its last written launch (the MTP lead, a verify's "
-                          "mapping), cleared when a unit writing the space launches.")
+                          "\\right\\rceil\"). Decision: a provisional frontier belongs to a speculative round only "
+                          "(kvmodel.store.mapping.speculative_round): with a speculative backend selected, once a "
+                          "space has committed its whole prompt, the largest ensure_mapped_to_tokens request since "
+                          "its last written launch (a verify's mapping on Main, the draft lead on MTP, L79 "
+                          "\"provisional lead\"), cleared when a unit writing the space launches. Draft Full has none "
+                          "(L79 \"Draft Full 没有这种 provisional lead\"). An ordinary prefill chunk mapped ahead "
+                          "(L195 \"预先 materialize 一个 prefill chunk\"), and any mapping with the backend off, is "
+                          "membership beyond the committed frontier with no provisional frontier: its trailing "
+                          "mappings may be unmapped (L240 \"Trailing mappings 可以解除\"), as L241 forbids early "
+                          "trimming only for a verify's mappings. A trim while the round's unit is in flight breaks "
+                          "the frozen-unit clause first and is UNIT-1 (one rule per clause).")
 
 clause_rule("UNIT-5", "Pages added at one boundary are published in one batch, before the consumer",
             'store contract: "同一 boundary新增多个 pages或重新激活完整 membership时使用批量 publication"',

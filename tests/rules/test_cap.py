@@ -149,6 +149,33 @@ def test_cap2_pool_sets_per_backend():
     assert list(new_store(backend="dflash", full_layers=1).pools) == ["main", "draft_full"]
 
 
+@pytest.mark.parametrize("kind", ["dflash", "dflash2"])
+def test_cap2_a_draft_without_full_layers_is_legal_for_either_kind(kind):
+    """Seed 000 L30 / L79: "没有 full layer 的 draft 配置不分配此 pool"; DFlash and DFlash2 are treated alike."""
+    st = new_store(backend=kind, full_layers=0)
+    assert list(st.pools) == ["main"] and st.pools["main"].capacity == st.resolution.m
+    Checker(st).config()
+    assert_kept(st, "CAP-2", exercised=False)  # one pool: the backend-pool arithmetic has nothing to derive
+    assert list(new_store(backend=kind, full_layers=2).pools) == ["main", "draft_full"]
+    with pytest.raises(ConfigError, match="CAP-2"):
+        new_store(backend=kind, full_layers=-1)
+
+
+def test_cap2_a_dflash_trace_without_full_layers_replays(tmp_path, capsys):
+    from kvsim.sim.cli import main
+
+    t = tmp_path / "dflash0.jsonl"
+    t.write_text('{"format":"kvtrace/1","config":{"max_context":4096,"max_concurrency":4,"page_size":64,'
+                 '"kv_profile":"bf16","backend":{"kind":"dflash","full_layers":0},"model":{"full_attention_layers":1,'
+                 '"kv_heads":2,"head_dim":256},"kv_capacity":{"tokens":8192}}}\n'
+                 '{"op":"activate","seq":"s","prompt":10,"budget":10}\n'
+                 '{"op":"map","seq":"s","pool":"main","tokens":10}\n'
+                 '{"op":"observe","pool":"main","allocated":1,"reserved":0,"available":127}\n')
+    assert main(["replay", str(t), "--quiet", "--json", str(tmp_path / "r.json")]) == 0
+    assert main(["capacity", "--backend", "dflash:0", "--max-context", "4096", "--concurrency", "4"]) == 0
+    assert "draft_full" not in capsys.readouterr().out
+
+
 # -- CAP-3 ----------------------------------------------------------------------------------------
 
 @pytest.mark.rule("CAP-3", "keeps")

@@ -2,7 +2,8 @@
 
 Seed: "从 block-table publication 到 GPU unit 完成" (tables, memberships, frontiers frozen, rows not
 recycled), "Unit 成功后，Program 才推进 corresponding committed frontiers", writes only into mapped
-positions from the committed frontier on, and "投机终止先...发布 committed frontier，再裁掉未提交的尾页".
+positions from the committed frontier on, and "不能为满足某个后续阶段更短的覆盖需求而提前裁剪 verify 的映射"
+(seed 000 L241: a speculative round's mappings, never an ordinary prefill chunk's, L195/L240).
 """
 
 from __future__ import annotations
@@ -40,11 +41,20 @@ def test_unit1_fires_when_a_frontier_moves_inside_a_unit():
     assert_detected(st, "UNIT-1")
 
 
+def test_unit1_fires_on_a_truncate_during_a_read_only_unit():
+    st = small()
+    committed(st, "a", 128)
+    run(st, ("launch", "r", [("a", "main", None)]))  # read-only row: still frozen (seed 000 L251, L254)
+    assert_violation(st, "UNIT-1", "truncate", "a", "main", 100)
+    run(st, ("complete", "r", []), ("truncate", "a", "main", 100))  # at the boundary it is legal
+
+
 def test_unit1_fires_on_a_mapping_inside_a_unit():
     st = small()
     committed(st, "a", 100, budget=100)
     run(st, ("launch", "u", [("a", "main", (100, 128))]))
     assert_violation(st, "UNIT-1", "map", "a", "main", 192)
+    assert_violation(st, "UNIT-1", "truncate", "a", "main", 100)
     assert_violation(st, "UNIT-1", "finish", "a", None)
     assert_violation(st, "UNIT-1", "launch", "v", [("a", "main", None)])
 
@@ -108,19 +118,47 @@ def test_unit3_fires_on_a_write_beyond_the_mapped_extent():
 # -- UNIT-4 ---------------------------------------------------------------------------------------
 
 @pytest.mark.rule("UNIT-4", "keeps")
-def test_unit4_keeps_settle_before_trim():
-    st = small()
-    committed(st, "a", 100, budget=200)
+def test_unit4_keeps_settle_after_the_round_and_lets_a_prefill_chunk_go():
+    st = small(backend="dflash2", full_layers=0)  # a speculative backend with Main only
+    committed(st, "a", 100, budget=200)  # the prompt is committed: every later Main step is a verify
     run(st, ("map", "a", "main", 256), ("launch", "v", [("a", "main", (100, 256))]),  # speculative verify
         ("complete", "v", [("a", "main", 150)]), ("truncate", "a", "main", 150))  # commit accepted, then trim
     space = st.space_of("a", "main")
     assert space.committed == 150 and len(space.pages) == 3
-    assert_kept(st, "UNIT-4", exercised=False)  # the premise (a unit in flight) holds only when violated
+    # seed 000 L195 / L240: a prefill chunk mapped ahead and never launched is trailing membership, not a verify's
+    run(st, ("activate", "b", 300, 100), ("map", "b", "main", 128), ("launch", "p", [("b", "main", (0, 128))]),
+        ("complete", "p", [("b", "main", 128)]), ("map", "b", "main", 256), ("truncate", "b", "main", 128))
+    b = st.space_of("b", "main")
+    assert b.committed == 128 and len(b.pages) == 2 and b.reservation == 5  # leases back to b's reservation
+    assert_kept(st, "UNIT-4", exercised=False)  # no trim reached a provisional frontier
+
+
+def test_unit4_keeps_a_mapping_trimmed_with_the_backend_off():
+    st = small()
+    committed(st, "a", 100, budget=200)
+    run(st, ("map", "a", "main", 256), ("truncate", "a", "main", 100))  # no verify exists without a backend
+    assert len(st.space_of("a", "main").pages) == 2
+    assert_kept(st, "UNIT-4", exercised=False)
 
 
 @pytest.mark.rule("UNIT-4", "fires")
-def test_unit4_fires_on_a_trim_before_the_settle():
-    st = small()
+def test_unit4_fires_on_trimming_a_verify_mapping_before_it_runs():
+    st = small(backend="dflash2", full_layers=0)
+    committed(st, "a", 100, budget=200)
+    run(st, ("map", "a", "main", 256))  # a verify's mapping (the prompt is committed)
+    assert_violation(st, "UNIT-4", "truncate", "a", "main", 100)
+
+
+def test_unit4_fires_on_trimming_the_mtp_lead():
+    st = small(backend="mtp", draft_window=3)
+    committed(st, "a", 128, budget=200, pools=("main", "mtp"))
+    run(st, ("map", "a", "mtp", 130))  # the draft lead crosses into block 2 of MTP
+    assert_violation(st, "UNIT-4", "truncate", "a", "mtp", 128)
+
+
+def test_a_trim_during_the_verify_is_unit1_not_unit4():
+    st = small(backend="dflash2", full_layers=0)
     committed(st, "a", 100, budget=200)
     run(st, ("map", "a", "main", 256), ("launch", "v", [("a", "main", (100, 256))]))
-    assert_violation(st, "UNIT-4", "truncate", "a", "main", 100)
+    err = assert_violation(st, "UNIT-1", "truncate", "a", "main", 100)
+    assert "UNIT-4" not in err.rules  # one rule per clause: seed 000 L254 names truncate
