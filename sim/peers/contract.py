@@ -10,7 +10,8 @@ table names which block, and which prefix key each block's content carries -- an
   canonical copy); no block is named by two live tables except through the same key; no write lands in a
   block another live table names or in a block holding published content.
 * TS-POOL-4 ("a replicated group translates to itself minus the null block"): block 0 is never handed out,
-  zeroed or copied; in a full-attention group a table never names it.
+  zeroed or copied; in a full-attention group a table never names it, holds -1 only as trailing padding and,
+  while its request is live, never loses a slot it named (L165 "full attention never expires").
 * TS-PFX-1 (prefix_granularity "defines the identity boundary of cached prefixes: two requests share cache
   only at multiples of this many tokens"): prefix hits are multiples of P and never reach the prompt's last
   token.
@@ -57,7 +58,8 @@ __all__ = ["RULES", "Contract", "Finding"]
 RULES: dict[str, tuple[str, str]] = {
     "TS-TBL-1": ("no two live tables alias a block except through the same cache key; no live table names "
                  "a freed block", "may replace one with the key's existing canonical block"),
-    "TS-POOL-4": ("null block 0 never handed out, zeroed or named by a full-attention table",
+    "TS-POOL-4": ("null block 0 never handed out, zeroed or named by a full-attention table; a full-attention "
+                  "row holds -1 only as trailing padding and never loses a slot",
                   "a replicated group translates to itself minus the null block"),
     "TS-PFX-1": ("prefix hits only at multiples of prefix_granularity, short of the prompt's last token",
                  "two requests share cache only at multiples of this many tokens"),
@@ -337,6 +339,8 @@ class Contract:
                 self.stats["tail_hits"] += 1
                 self._find("TS-PFX-1", line, f"{rid} hits {hit} tokens, not a multiple of {p}", request=rid, hit=hit)
                 self._tail_hit(rid, r, hit, copied, line)
+            if hit >= p:
+                self._hit_shares_canonical(rid, r, hit, copied, line)
             if hit >= r.prefill:
                 self._find("TS-PFX-1", line, f"{rid} hits {hit} of its {r.prefill} prompt tokens: the last token "
                            "must be computed", request=rid, hit=hit)
@@ -503,6 +507,26 @@ class Contract:
                 self._find("PEER-4", line, f"{rid} hits {hit} tokens through {g} block {src}, whose last write "
                            "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
 
+    def _hit_shares_canonical(self, rid: str, r: _Req, hit: int, copied: dict, line: int) -> None:
+        """TS-TBL-1 (seed 002 L154: "A cache entry is metadata plus an owning CacheBlockRef that publishes an
+        existing block for reuse; registration neither allocates nor copies physical storage"): a hit's whole
+        prefix pages are served by the published canonical block itself, never by a fresh copy of it. A copy
+        destination whose source holds published content, named at a slot below the hit's last whole page, is
+        that fresh copy (a tail hit's partial-page copy lies above it and is TS-PFX-1's)."""
+        whole = hit // self.p * self.p
+        for g, row in r.rows.items():
+            grp = self.groups[g]
+            into = copied.get(g)
+            if grp.replayable or not into:
+                continue
+            content = self.content[g]
+            for i in range(min(len(row), whole // grp.block_granularity)):
+                src = into.get(row[i])
+                if src is not None and src in content:
+                    self._find("TS-TBL-1", line, f"{rid}'s {g} slot {i} is a hit served by block {row[i]}, a fresh "
+                               f"copy of published block {src}: publication shares the canonical block",
+                               request=rid, group=g, slot=i, block=row[i], source=src)
+
     # -- pieces -----------------------------------------------------------------------------------------------
     def _replayable_rows(self, rid: str, start: int, replay: int, tables: dict, private: dict[str, set[int]],
                          line: int) -> None:
@@ -574,8 +598,17 @@ class Contract:
         hold, content = self.holders[g], self.content[g]
         bg, p, total = grp.block_granularity, self.p, grp.total_pages
         full = grp.attn_kind == "full"
+        # seed 002 L165 "full attention never expires": in a full-attention row -1 is only trailing padding, and
+        # a slot of a live row never loses its block (TS-POOL-4, with the null-block hole below)
+        named = _last_named(row) if full else -1
+        was = _last_named(old) if full else -1
         for i, blk in enumerate(row):
             prev = old[i] if i < len(old) else -1
+            if blk < 0 and full and ((i < named and not (prev < 0 and i < was)) or prev > 0):
+                why = f"after naming block {prev} (a live full-attention row never loses a slot)" if prev > 0 \
+                    else "before a named slot (only trailing padding may be -1)"
+                self._find("TS-POOL-4", line, f"{rid}'s {g} table holds -1 at slot {i} {why}", request=rid,
+                           group=g, slot=i)
             if blk == prev:
                 continue
             if prev > 0:
@@ -610,6 +643,9 @@ class Contract:
             prev = old[i]
             if prev > 0:
                 _release_holder(hold, prev)
+                if full:
+                    self._find("TS-POOL-4", line, f"{rid}'s {g} table drops slot {i} (block {prev}): a live "
+                               "full-attention row never loses a slot", request=rid, group=g, slot=i)
         r.rows[g] = list(row)
 
     def _writes(self, rid: str, r: _Req, a: int, b: int, floor: int, line: int) -> None:
@@ -680,6 +716,11 @@ def _replay(b: ct.Batch, k: int) -> int:
     """Tokens slot k re-feeds for its replayable groups before its prefix hit (extends only): its input starts
     at ``prefix_lengths[k]`` and the hit, the shared groups' write floor, lies this many tokens later."""
     return b.replay_lengths[k] if k < b.extends and k < len(b.replay_lengths) else 0
+
+
+def _last_named(row: list[int]) -> int:
+    """The last slot of a row that names a block (or the null block), -1 when none does."""
+    return next((j for j in range(len(row) - 1, -1, -1) if row[j] >= 0), -1)
 
 
 def _release_holder(hold: dict, blk: int) -> None:

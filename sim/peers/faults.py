@@ -1,9 +1,9 @@
-"""Named faults injected into a live peer run's records, so each TS-L2 rule (and TS-ADM-2) can be shown firing
-on what a real scheduler's plans would look like if it broke that rule (``kvsim peer tokenspeed
---inject-fault NAME``).
+"""Named faults injected into a live peer run's records, so each TS-L2 rule (and TS-ADM-2, TS-TBL-1, TS-POOL-4,
+EV-7) can be shown firing on what a real scheduler's plans would look like if it broke that rule (``kvsim peer
+tokenspeed --inject-fault NAME``).
 
-A fault perturbs the recorded plan, answer or ClearCache record once, at the first place it applies, before
-the judge sees it (it may read the submissions); the scheduler itself is driven unchanged. ``get(name)``
+A fault perturbs the recorded plan, answer, ClearCache record or KV-event batch once, at the first place it
+applies, before the judge sees it (it may read the submissions); the scheduler itself is driven unchanged. ``get(name)``
 returns a fresh fault; ``NAMES`` lists them with the rule each breaks.
 """
 
@@ -46,8 +46,15 @@ class Fault:
     def clear(self, rec: ct.Clear) -> ct.Clear:
         return rec
 
+    def kv(self, rec: ct.KvEvents) -> ct.KvEvents:
+        """A batch of KV events the scheduler drained (faults on the event stream perturb one)."""
+        return rec
+
     def _plan(self, rec: ct.Plan) -> bool:
         return False
+
+    def _full_group(self) -> str | None:
+        return next((g.id for g in self.config.groups if g.attn_kind == "full"), None)
 
 
 def _write_backs(rec: ct.Plan, pinned: bool | None = True) -> list[ct.CacheOp]:
@@ -363,12 +370,81 @@ class FlatReadmission(Fault):
         return res
 
 
+class HitServedAsCopy(Fault):
+    name, rule = "hit-served-as-copy", "TS-TBL-1"
+    why = ("a first extend with a prefix hit of at least one page names, at its full-attention slot 0, a fresh copy "
+           "of the published block instead of the block itself (seed 002 L154)")
+
+    def __init__(self, config: ct.Config) -> None:
+        super().__init__(config)
+        self.seen: set[int] = set()  # every full-attention block id a record named so far: the fresh id avoids them
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        g = self._full_group()
+        if g is None:
+            return False
+        for row in rec.tables.get(g, {}).values():
+            self.seen.update(row)
+        self.seen.update(x for pair in rec.copy.get(g, []) for x in pair)
+        self.seen.update(rec.zero.get(g, []))
+        total = next(grp.total_pages for grp in self.config.groups if grp.id == g)
+        b = rec.batch
+        for k in range(b.extends):
+            rid = b.requests[k]
+            got = rec.tables.get(g, {}).get(rid)
+            if b.prefix_lengths[k] < self.config.prefix_granularity or not got or got[0] <= 0:
+                continue
+            row = got
+            fresh = next((x for x in range(total - 1, 0, -1) if x not in self.seen), None)
+            if fresh is None:
+                return False
+            rec.tables = {name: dict(rows) for name, rows in rec.tables.items()}
+            rec.tables[g][rid] = [fresh, *row[1:]]
+            rec.copy = {**rec.copy, g: [*rec.copy.get(g, []), (row[0], fresh)]}
+            return True
+        return False
+
+
+class FullRowHole(Fault):
+    name, rule = "full-row-hole", "TS-POOL-4"
+    why = "a live request's full-attention row loses its slot 0 to -1 while its later slots stay (seed 002 L165)"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        g = self._full_group()
+        if g is None:
+            return False
+        b = rec.batch
+        for rid in b.requests[b.extends:]:  # a decode: its request is live and its row already judged
+            row = rec.tables.get(g, {}).get(rid)
+            if row and len(row) > 1 and row[0] > 0 and row[1] > 0:
+                rec.tables = {name: dict(rows) for name, rows in rec.tables.items()}
+                rec.tables[g][rid] = [-1, *row[1:]]
+                return True
+        return False
+
+
+class EventHash(Fault):
+    name, rule = "event-hash", "EV-7"
+    why = "the first BlockStored event's first block hash is off by one bit (its FNV-1a chain no longer recomputes)"
+
+    def kv(self, rec: ct.KvEvents) -> ct.KvEvents:
+        if self.fired:
+            return rec
+        for ev in rec.events:
+            if isinstance(ev, ct.BlockStored) and ev.block_hashes and isinstance(ev.block_hashes[0], int):
+                ev.block_hashes = [ev.block_hashes[0] ^ 1, *ev.block_hashes[1:]]
+                self.fired = True
+                break
+        return rec
+
+
 _FAULTS: dict[str, type[Fault]] = {f.name: f for f in (ZeroPinnedSource, UnpinnedStore, RepeatTransfer,
                                                        StoreKeyTwice, KeyedHostLoad, WrongKey,
                                                        ReplayableWriteBack, AcceptClear, DecodeStream,
                                                        FailedLoadPublished, SkipStore,
                                                        ReplayableHit, FlatReadmission, FailedGetLoaded,
-                                                       UnclampedHostPrefix)}
+                                                       UnclampedHostPrefix, HitServedAsCopy, FullRowHole,
+                                                       EventHash)}
 NAMES: dict[str, str] = {name: f.rule for name, f in _FAULTS.items()}
 WHY: dict[str, str] = {name: f.why for name, f in _FAULTS.items()}
 

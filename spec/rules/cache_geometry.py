@@ -51,7 +51,10 @@ def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -
             "expires",
             'cache concepts: "full attention never expires; SWA and Mamba-at-window-2 slide out whole pages"',
             scope="cache",
-            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole.",
+            decisions="W is the sliding window, 2 for state groups; full-history tables never hold a hole: no "
+                      "null block 0, and -1 only as trailing padding (seed 002 L165). On a scheduler's plans the "
+                      "same clause is the peer contract's TS-POOL-4 (a -1 before a named slot, or a live row losing "
+                      "a slot).",
             evidence="model")
 def ts_ret_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
@@ -68,6 +71,9 @@ def ts_ret_1(st: CacheState, _entity: object | None = None, full: bool = True) -
         for g, ids in enumerate(tables):
             if st.config.groups[g].kind == FULL:
                 seen = True
-                if 0 in ids:
-                    return f"request {req!r}: full-history group {g} table has a hole at slot {list(ids).index(0)}"
+                row = list(ids)
+                last = max((j for j, b in enumerate(row) if b > 0), default=-1)
+                hole = next((j for j, b in enumerate(row) if b == 0 or (b < 0 and j < last)), None)
+                if hole is not None:  # -1 only as trailing padding (seed 002 L165 "full attention never expires")
+                    return f"request {req!r}: full-history group {g} table has a hole at slot {hole}"
     return True if seen else None

@@ -252,6 +252,8 @@ def test_ret1_fires_on_partial_expiry_and_a_full_history_hole():
     st.journal = []
     st.tables["a"][0][1] = 0
     assert_fires(st, "TS-RET-1", "hole")
+    st.tables["a"][0][1] = -1  # -1 only as trailing padding (seed 002 L165)
+    assert_fires(st, "TS-RET-1", "hole at slot 1")
 
 
 # -- TS-TBL -------------------------------------------------------------------------------------------

@@ -57,6 +57,16 @@ def test_alias_through_another_key_fires_ts_tbl_1():
     assert run(steps) == [("TS-TBL-1", 6)]
 
 
+def test_hit_served_by_a_fresh_copy_of_the_published_block_fires_ts_tbl_1():
+    """Seed 002 L154: publication shares the canonical block ("registration neither allocates nor copies
+    physical storage"). b hits a's first page, but its slot 0 names block 6, a fresh copy of a's published
+    block 1, instead of block 1 itself."""
+    steps = a_computed() + [(plan(1, ["b"], 1, [5], [4], {"b": [6, 4, 5]}, [4, 5], [(1, 6)]), 6)]
+    assert run(steps) == [("TS-TBL-1", 6)]
+    legal = a_computed() + [(plan(1, ["b"], 1, [5], [4], {"b": [1, 4, 5]}, [4, 5]), 6)]  # the canonical block
+    assert run(legal) == []
+
+
 def test_fresh_block_to_two_tables_fires_ts_tbl_1():
     steps = [(ct.Submit("a", A, 1), 2), (ct.Submit("b", B, 1), 3),
              (plan(0, ["a", "b"], 2, [9, 9], [0, 0], {"a": [1, 2, 3], "b": [4, 5, 3]}, [1, 2, 3, 4, 5]), 4)]
@@ -75,6 +85,21 @@ def test_write_into_a_shared_block_fires_ts_tbl_1():
 def test_null_block_fires_ts_pool_4():
     steps = a_computed()[:2] + [(plan(0, ["a"], 1, [9], [0], {"a": [1, 0, 3]}, [1, 3, 0]), 4)]
     assert sorted(run(steps)) == [("TS-POOL-4", 4), ("TS-POOL-4", 4)]
+
+
+def test_full_attention_minus_one_mid_row_fires_ts_pool_4():
+    """Seed 002 L165 "full attention never expires": -1 only as trailing padding; a live row never loses a slot."""
+    legal = a_computed()[:2] + [(plan(0, ["a"], 1, [9], [0], {"a": [1, 2, 3, -1, -1]}, [1, 2, 3]), 4)]
+    assert run(legal) == []  # trailing padding
+    mid = a_computed()[:2] + [(plan(0, ["a"], 1, [9], [0], {"a": [1, -1, 3]}, [1, 3]), 4)]
+    assert run(mid) == [("TS-POOL-4", 4)]
+    live = [(ct.Submit("a", A, 3), 2), (plan(0, ["a"], 1, [9], [0], {"a": [1, 2, 3]}, [1, 2, 3]), 4),
+            (ct.Result(0, [[50]]), 5)]
+    assert run(live + [(plan(1, ["a"], 0, [1], [], {"a": [1, 2, 3]}), 6)]) == []  # a decode in page 2
+    lost = live + [(plan(1, ["a"], 0, [1], [], {"a": [1, -1, 3]}), 6)]  # the decode's row punches block 2 out
+    assert run(lost) == [("TS-POOL-4", 6)]
+    dropped = live + [(plan(1, ["a"], 0, [1], [], {"a": [1, 2]}), 6)]  # slot 2 dropped from a live row
+    assert run(dropped) == [("TS-POOL-4", 6)]
 
 
 def test_hit_not_a_multiple_of_p_fires_ts_pfx_1():

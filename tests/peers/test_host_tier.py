@@ -518,6 +518,7 @@ FAULT_RUNS = {
     "unclamped-host-prefix": {"host_pages": 16, "l3": True, "stagger": 8},
     "replayable-write-back": {"swa_replayable": True},
     "accept-clear": {"ack_delay": 3, "clear_every": 2}, "skip-store": {},
+    "hit-served-as-copy": {}, "full-row-hole": {},
 }
 
 
