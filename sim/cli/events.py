@@ -32,7 +32,7 @@ from kvsim.sim.cli.common import (
     progress_bar,
     write,
 )
-from kvsim.sim.report.console import print_findings, print_verdict
+from kvsim.sim.report.console import print_findings, print_hazards, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import stamp
 
@@ -65,6 +65,10 @@ def add_parser(sub: Any) -> None:
                    help="live blocks (per medium and group) may not exceed this (default: unchecked)")
     p.add_argument("--partial-tails", action="store_true",
                    help="accept a partial last block per store (an engine that documents growing tails)")
+    p.add_argument("--folded-groups", action="store_true",
+                   help="the engine folds a sliding-window or state group into each prefix event (TokenSpeed with "
+                        "such a group): stores under parents the stream does not hold are one router-compatibility "
+                        "hazard, not violations (EV-3's entry)")
     p.add_argument("--zmq", metavar="ENDPOINT", default=None,
                    help="subscribe to a running engine's KV-event publisher (ipc://... or tcp://127.0.0.1:PORT)")
     p.add_argument("--replay", metavar="ENDPOINT", default=None,
@@ -83,7 +87,8 @@ def _checker(args: Any) -> Any:
     preset = PRESETS[args.engine] if args.engine else None
     scheme = args.hash if args.hash is not None else (None if preset is not None else "auto")
     return EventChecker(args.block_size, scheme, args.capacity, args.partial_tails, preset=preset,
-                        hash_seed=args.hash_seed, hash_block_size=args.hash_block_size)
+                        hash_seed=args.hash_seed, hash_block_size=args.hash_block_size,
+                        folded_groups=args.folded_groups)
 
 
 def _validate(args: Any) -> None:
@@ -184,6 +189,7 @@ def run(args: Any) -> int:
         if not style.plain and not style.quiet:  # on a terminal, a summary per log before its findings
             console.print(_headline(r), markup=False, soft_wrap=True, highlight=False)
         print_findings(r["violations"], console, style)
+        print_hazards(r.get("hazards", []), console, style)
     print_verdict(verdict, console, style, "kvsim events")
     return verdict.exit_code
 
@@ -242,4 +248,8 @@ def _merge(reports: list[dict]) -> dict:
             for k in ("checked", "exercised", "violated"):
                 acc[k] += c[k]
         out["stats"]["logs"][r["inputs"][0]["path"]] = r["stats"]
+        if "hazards" in r:  # one cause per log (EV-3's entry); consequences counted apart
+            out.setdefault("hazards", []).extend(r["hazards"])
+            out.setdefault("consequences", []).extend(r["consequences"])
+            out["stats"]["consequences"] = out["stats"].get("consequences", 0) + r["stats"]["consequences"]
     return out

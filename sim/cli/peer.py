@@ -22,7 +22,7 @@ from rich.console import Console
 from kvsim.sim.cli.argtypes import integer, output_path
 from kvsim.sim.cli.common import WRITTEN, InputError, add_output_options, open_input, output_style, progress_bar, write
 from kvsim.sim.files import atomic_path
-from kvsim.sim.report.console import Style, print_findings, print_verdict
+from kvsim.sim.report.console import Style, print_findings, print_hazards, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import stamp
 
@@ -206,14 +206,18 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("kvsim peer: lines are those of this run's cachetrace/1 record; rerun with --record F to "
                          "keep it and judge it again with `kvsim replay F`\n")
     if args.events_log and not style.quiet:
-        sys.stderr.write(f"kvsim peer: check its KV-event log with: {events_command(args.events_log, p, pages)}\n")
+        folded = args.swa_window is not None and not args.swa_replayable  # EV-3's entry: the fold's orphans
+        sys.stderr.write(f"kvsim peer: check its KV-event log with: "
+                         f"{events_command(args.events_log, p, pages, folded)}\n")
     return verdict.exit_code
 
 
-def events_command(log: str, prefix_granularity: int, pages: int) -> str:
-    """The exact `kvsim events` command a TokenSpeed events log of this run needs (its preset, its pool)."""
+def events_command(log: str, prefix_granularity: int, pages: int, folded: bool = False) -> str:
+    """The exact `kvsim events` command a TokenSpeed events log of this run needs (its preset, its pool, and
+    whether a sliding-window group's residency was folded into its events: EV-3's entry)."""
     block = "" if prefix_granularity == 64 else f" --block-size {prefix_granularity}"
-    return f"kvsim events {shlex.quote(str(log))} --engine tokenspeed{block} --capacity {pages - 1}"
+    fold = " --folded-groups" if folded else ""
+    return f"kvsim events {shlex.quote(str(log))} --engine tokenspeed{block} --capacity {pages - 1}{fold}"
 
 
 def _ms(value) -> str:
@@ -237,3 +241,4 @@ def _print(report: dict, console: Console, style: Style) -> None:
         console.print(f"scheduler {t['scheduler_s']:,.3f} s, judge {t['judge_s']:,.3f} s (judge / scheduler "
                       f"{ratio}); plan cost {cost}", markup=False, soft_wrap=True)
     print_findings(report["violations"], console, style, 20)
+    print_hazards(report.get("hazards", []), console, style)

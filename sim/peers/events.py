@@ -93,10 +93,25 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "(never a false EV-1; at worst one phantom copy). Without the preset both fire EV-2 "
            "(reproducers: sim/peers/samples/findings/vllm_*)."),
     EvRule("EV-3", "parent hash chains resolve to live, full blocks", _SEED_EVENTS,
-           "The parent is looked up in the same medium and group first, then in any. TokenSpeed 0.1.42 breaks it "
-           "twice, both findings kept as failures with reproducers (sim/peers/samples/README.md): with a "
-           "sliding-window group its first store names a parent it never announced, and after a retraction's "
-           "restore it removes the request's blocks and later stores the next tail under one of them."),
+           "The parent is looked up in the same medium and group first, then in any. Two classes of orphan are "
+           "told apart. (1) Contract: where the stream's engine folds a published non-prefix-closed group "
+           "(sliding-window, or state) into each prefix event, seed 002 L193 (\"the scheduler folds them into one "
+           "externally visible prefix event\"; TokenSpeed emits a store \"once every group has cached all of its "
+           "child blocks for that prefix page\", research/tokenspeed.md §6) makes a store under a parent the "
+           "stream does not hold designed behaviour: the window group never holds the pages that slid out, so "
+           "those are never announced (or were removed when that group evicted them) while their children are. "
+           "Decided: no contract violation, so the verdict passes; but a KV-aware router that drops orphan "
+           "stores (research/kv-events.md: llm-d before PR #663) loses each such chain, so it is reported as a "
+           "router-compatibility hazard, once per cause: the first orphan is the hazard (kvreport `hazards`), "
+           "every later one its consequence (`consequences`, `stats.consequences`), as replay's error recovery "
+           "does. Reproducer: sim/peers/samples/findings/swa_orphans.* (one 700-token request, --swa-window "
+           "128); the first 500 Mooncake rows give 1 hazard and 1,317 consequences where 1,318 EV-3 findings "
+           "were reported before. The fold applies when the cachetrace/1 header (or the peer run) has a "
+           "non-replayable sliding or state group, or `kvsim events --folded-groups` says so; a partial-tail "
+           "parent, or any orphan without such a group, stays a violation. (2) Router compatibility without a "
+           "fold: after a retraction's restore TokenSpeed 0.1.42 removes the request's blocks and later stores "
+           "the next tail under one of them (sim/peers/samples/README.md, restore_orphans.*): no group "
+           "explains it, so it stays a failing finding."),
     EvRule("EV-4", "token counts agree with the block size (a partial tail only where the engine documents it)",
            _SEED_PREFIX,
            "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "
@@ -198,7 +213,8 @@ class EventChecker:
     def __init__(self, block_size: int | None = None, hash_scheme: str | None = None, capacity: int | None = None,
                  partial_tails: bool = False, max_findings: int = 1000, *, preset: Preset | None = None,
                  group_keys: bool = True, duplicate_copies: bool = False, reuse_reports: bool = False,
-                 hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None) -> None:
+                 hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None,
+                 folded_groups: bool = False) -> None:
         self._candidates: tuple[str, ...] = _AUTO
         self._fallback: str | None = None
         self._pending: list[tuple] = []  # root blocks no candidate scheme reproduced, judged once one is adopted
@@ -243,12 +259,38 @@ class EventChecker:
                       "partial_blocks": 0, "recomputed": 0, "unverifiable": 0, "copies": 0, "reuse_reports": 0,
                       "sequence_gaps": 0, "partial_entries": 0}
         self.unverifiable_reasons: dict[str, int] = {}
+        # EV-3's entry: with a published non-prefix-closed group folded into each prefix event, a store under a
+        # parent the stream does not hold is the fold's designed orphan -- one router-compatibility hazard per
+        # stream, every later orphan a consequence counted apart (sim.recovery's bookkeeping, for events)
+        self.folded_groups = folded_groups
+        self.hazards: list[Finding] = []
+        self.consequences: list[dict] = []  # the first max_findings consequences, each with `of` (hazard id)
+        self.consequence_count = 0
 
     # -- findings ----------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
         if len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, message, ctx))
+
+    def _fold_orphan(self, line: int, parent: Any) -> None:
+        """A store under a parent the stream does not hold, where the engine folds a sliding-window or state
+        group's residency into its events (EV-3's entry): the first is the cause, reported once as a
+        router-compatibility hazard; every later one is its consequence, counted apart."""
+        self.stats["fold_orphans"] = self.stats.get("fold_orphans", 0) + 1
+        if not self.hazards:
+            self.hazards.append(Finding("EV-3", line, f"store under parent {_short(parent)}, which the stream does "
+                                        "not hold: the fold announces a prefix page only while every group holds "
+                                        "it, so a page the sliding-window group dropped is never announced (a "
+                                        "router that drops orphan stores loses this chain)",
+                                        {"parent": parent}))
+            return
+        self.consequence_count += 1
+        if len(self.consequences) < self.max_findings:
+            self.consequences.append({"rule": "EV-3", "event": line, "line": line, "op": "kv", "of": 1,
+                                      "entity": f"parent {_short(parent)}",
+                                      "message": f"store under parent {_short(parent)}, which the stream does not "
+                                                 "hold (the same fold)"})
 
     def drain(self) -> list[Finding]:
         """Findings added since the last drain (deferred hashes recomputed first), in line order."""
@@ -369,6 +411,8 @@ class EventChecker:
             if parent_blk is None and parent in self.cleared:
                 self._find("EV-5", line, f"store under parent {_short(parent)}, which AllBlocksCleared dropped",
                            parent=parent)
+            elif parent_blk is None and self.folded_groups:
+                self._fold_orphan(line, parent)
             elif parent_blk is None:
                 self._find("EV-3", line, f"store under parent {_short(parent)}, which is not a live block",
                            parent=parent)
@@ -606,6 +650,10 @@ class EventChecker:
         if self.unverifiable_reasons:
             s["unverifiable_reasons"] = dict(sorted(self.unverifiable_reasons.items()))
         s["violations_by_rule"] = {k: v for k, v in self.counts.items() if v}
+        if self.folded_groups:
+            s["folded_groups"] = True
+            s["hazards"] = len(self.hazards)
+            s["consequences"] = self.consequence_count
         return s
 
 

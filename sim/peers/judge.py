@@ -10,7 +10,14 @@ from kvsim.sim.peers.contract import Contract
 from kvsim.sim.peers.events import EventChecker
 from kvsim.sim.trace import cachetrace as ct
 
-__all__ = ["Judged", "judge_cachetrace", "merge_cachetraces"]
+__all__ = ["Judged", "folds_groups", "judge_cachetrace", "merge_cachetraces"]
+
+
+def folds_groups(config: ct.Config) -> bool:
+    """Whether the scheduler's KV events fold a published non-prefix-closed group (sliding-window or state, not
+    replayable: replayable groups "skip publication", seed 002 L185) into each prefix event (L193): then a
+    store under a parent the stream does not hold is the fold's designed orphan (EV-3's entry)."""
+    return any(g.attn_kind != "full" and not g.replayable for g in config.groups)
 
 
 @dataclass
@@ -27,8 +34,11 @@ def judge_cachetrace(path, stream=None) -> Judged:
     header, lines = ct.read_cachetrace(path, stream)
     cfg = header.config
     contract = Contract(cfg)
-    events = EventChecker(block_size=cfg.prefix_granularity, capacity=cfg.num_device_pages - 1,
-                          partial_tails=True)
+    # a TokenSpeed record's events carry the wheel's FNV-1a 64 chain (seed 002 L309): EV-7 recomputes them;
+    # another scheduler's scheme is recognised from its first root block
+    scheme = "fnv1a64" if cfg.scheduler.startswith("tokenspeed") else "auto"
+    events = EventChecker(block_size=cfg.prefix_granularity, hash_scheme=scheme, capacity=cfg.num_device_pages - 1,
+                          partial_tails=True, folded_groups=folds_groups(cfg))
     n = 1
     for n, rec in lines:
         try:
@@ -64,6 +74,11 @@ def merge_cachetraces(report: dict, inputs: list) -> dict:
                     j.events)
         report["inputs"].append(one["inputs"][0])
         report["violations"] += one["violations"]
+        if "hazards" in one:  # EV-3's fold orphans: one hazard, consequences counted apart (never violations)
+            report.setdefault("hazards", []).extend(one["hazards"])
+            report.setdefault("consequences", []).extend(one["consequences"])
+            stats = report.setdefault("stats", {})
+            stats["consequences"] = stats.get("consequences", 0) + one["stats"]["consequences"]
         for rid, c in one["rules"].items():
             acc = report["rules"].setdefault(rid, {**c, "checked": 0, "exercised": 0, "violated": 0})
             for k in ("checked", "exercised", "violated"):

@@ -1,8 +1,12 @@
 """kvreport/1-style reports for peer runs, cachetrace/1 replays and KV-event logs.
 
 The same top-level shape as the store replay's report (DESIGN §8): inputs, verdict, violations (rule,
-trace, event, line, op, message, context), rules with their counters, stats. Deterministic unless the
-caller adds a ``timing`` section (wall-clock figures of a live run, kept apart under ``stats.timing``).
+trace, event, line, op, message, context), rules with their counters, stats. Where the events fold a
+sliding-window or state group (EV-3's entry), ``hazards`` lists the router-compatibility hazard once per
+cause (``id``, ``class``, ``consequences``) and ``consequences`` its later orphans (each with ``of``), counted
+in ``stats.hazards`` / ``stats.consequences`` beside ``stats.findings``; the verdict fails on violations only.
+Deterministic unless the caller adds a ``timing`` section (wall-clock figures of a live run, kept apart under
+``stats.timing``).
 This module knows the judges' findings and summaries, not how they were produced.
 """
 
@@ -56,6 +60,12 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
     violations.sort(key=lambda v: (v["line"], v["rule"]))
     total = sum(r["violated"] for r in rules.values())
     out_stats = dict(stats or {})
+    hazards: list[dict] = []
+    if events is not None and events.folded_groups:  # EV-3's entry: the fold's orphans, one cause, one hazard
+        n = events.consequence_count
+        hazards = [{**f.as_dict(trace), "id": i, "class": "router-compatibility", "consequences": n if i == 1 else 0}
+                   for i, f in enumerate(events.hazards, start=1)]
+        out_stats.update(findings=len(violations), hazards=len(hazards), consequences=n)
     if contract is not None:
         out_stats["scheduler"] = contract.summary()
     if events is not None:
@@ -64,6 +74,9 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
         out_stats["violations_not_listed"] = total - len(violations)
     report = {"format": "kvreport/1", "inputs": inputs, "verdict": "fail" if total else "pass",
               "violations": violations, "refusals": [], "rules": rules, "stats": out_stats}
+    if events is not None and events.folded_groups:
+        report["hazards"] = hazards  # not violations: the verdict does not fail on them (EV-3's entry)
+        report["consequences"] = [{**c, "trace": trace} for c in events.consequences]
     stamp(report)
     return report
 

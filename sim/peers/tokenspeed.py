@@ -33,6 +33,7 @@ import numpy as np
 from kvsim.sim.peers import faults
 from kvsim.sim.peers.contract import Contract
 from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.judge import folds_groups
 from kvsim.sim.peers.object_store import ObjectStore
 from kvsim.sim.peers.workload import VOCAB, Request
 from kvsim.sim.trace import cachetrace as ct
@@ -315,7 +316,10 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
     clock = time.perf_counter
     hdr = header(cfg, meta)
     contract = Contract(hdr.config)
-    events = EventChecker(block_size=cfg.prefix_granularity, capacity=cfg.pages - 1, partial_tails=True)
+    # the wheel's events carry its own FNV-1a 64 chain (seed 002 L309 "a second, independent block-hash
+    # implementation for external KV events"): EV-7 recomputes every one
+    events = EventChecker(block_size=cfg.prefix_granularity, hash_scheme="fnv1a64", capacity=cfg.pages - 1,
+                          partial_tails=True, folded_groups=folds_groups(hdr.config))
     out = RunOutcome(contract, events)
     writer = ct.CacheTraceWriter(record, hdr) if record else None
     elog = open(events_log, "wb") if events_log else None
@@ -526,6 +530,8 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             out.plan_costs_ms.append(cost * 1e3)
             if drained:
                 kv = ct.KvEvents(plan_no, [_kv_event(e) for e in drained])
+                if fault is not None:
+                    kv = fault.kv(kv)
                 line += 1
                 if writer:
                     writer.write(kv)

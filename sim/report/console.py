@@ -35,8 +35,8 @@ from kvsim.sim.report.kvreport import (
 )
 from kvsim.sim.report.verdict import Verdict, verdict_of
 
-__all__ = ["print_report", "print_rules", "print_findings", "print_verdict", "print_table", "finding_line",
-           "github_annotation", "Style", "MAX_VIOLATION_ROWS"]
+__all__ = ["print_report", "print_rules", "print_findings", "print_hazards", "print_verdict", "print_table",
+           "finding_line", "github_annotation", "Style", "MAX_VIOLATION_ROWS"]
 
 MAX_VIOLATION_ROWS = 50
 COUNTERS = ("checked", "exercised", "violated")
@@ -133,6 +133,22 @@ def print_findings(violations: list[dict], console: Console, style: Style, max_r
     if len(shown) < len(violations):
         console.print(Text(f"… and {len(violations) - len(shown):,} more (the JSON report lists them all)"),
                       soft_wrap=True, highlight=False)
+
+
+def print_hazards(hazards: list[dict], console: Console, style: Style) -> None:
+    """Router-compatibility hazards (EV-3's entry), one line each: `path:line: RULE hazard: message (N
+    consequences counted apart)`; a warning annotation under --format github. Never a violation."""
+    if style.quiet:
+        return
+    for h in hazards:
+        n = int(h.get("consequences", 0) or 0)
+        v = {**h, "rule": f"{h.get('rule', '')} hazard ({h.get('class', 'router-compatibility')}):",
+             "message": f"{message_text(h)}; {n:,} consequence{'' if n == 1 else 's'} counted apart"}
+        if style.github:
+            console.print(Text(github_annotation(v, "warning")), soft_wrap=True, highlight=False)
+        else:
+            console.print(Text(finding_line(v), style="" if style.plain else "yellow"), soft_wrap=True,
+                          highlight=False)
 
 
 def print_verdict(verdict: Verdict, console: Console, style: Style, title: str = "kvsim") -> None:
@@ -241,6 +257,7 @@ def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_R
     verdict = verdict_of(report)
     if not style.quiet:
         print_findings(report.get("violations", []), console, style, max_rows)
+        print_hazards(report.get("hazards", []), console, style)
         if report.get("consequences"):
             if style.plain:
                 for line in _consequence_lines(report, max_rows):

@@ -12,7 +12,8 @@ Root causes and consequences: a violation carrying `CONSEQUENCE_KEY` (the number
 from) is a consequence; it is listed, never counted as a violation, and never fails the verdict. Replay's
 error recovery (sim.recovery) keeps its consequences out of `violations` altogether (`consequences`, each
 with `of`) and counts them in `stats.consequences`: "N findings (M consequences suppressed)". The verdict
-fails on root causes.
+fails on root causes. A KV-event stream's router-compatibility hazards (`hazards`: a behaviour the contract
+designs, EV-3's entry) are named in the headline with their consequences and never fail it.
 
 This module knows the report dict's shape, not how reports are produced nor how any renderer lays it out.
 """
@@ -133,7 +134,13 @@ def _replay(report: Mapping[str, Any], stats: Mapping[str, Any]) -> Verdict:
     suppressed = int(stats.get("consequences", 0) or 0)  # replay's error recovery counts them apart (sim.recovery)
     counts.update(violations=n, root_causes=n, consequences=len(after) + suppressed, stalled_requests=stalled)
     tail = f"; {plural(len(after), 'consequence')} of earlier findings, not counted" if after else ""
-    if suppressed:
+    hazards = report.get("hazards", []) or []
+    if hazards:  # a router-compatibility hazard the contract designs (the EV-3 entry): reported, never failing
+        counts.update(hazards=len(hazards))
+        at = ", ".join(f"{h.get('rule')} at line {h.get('line')}" for h in hazards[:3])
+        tail += (f"; {plural(len(hazards), 'router-compatibility hazard')} ({at}; "
+                 f"{plural(suppressed, 'consequence')} counted apart)")
+    elif suppressed:
         tail += f"; {plural(n, 'finding')} ({plural(suppressed, 'consequence')} suppressed)"
     if n:
         rules = {v.get("rule") for v in roots}

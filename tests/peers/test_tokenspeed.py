@@ -238,15 +238,55 @@ def test_lcm_parents_needed_equal_the_models():
 
 
 def test_sliding_window_group_orphans_its_first_store(tmp_path):
-    """The documented finding: with a sliding-window group, the first BlockStored names a parent the
-    stream never stored (EV-3); the observable contract is clean on the same run."""
+    """The documented hazard: with a sliding-window group, the first BlockStored names a parent the stream
+    never stored. Seed 002 L193's fold designs it, so EV-3's entry makes it one router-compatibility hazard
+    (not a violation); the observable contract is clean on the same run. Told nothing of the fold, `kvsim
+    events` still fails the log; told (--folded-groups), it passes and reports the hazard once."""
     reqs = read_mooncake(SAMPLES / "findings" / "swa_orphans.workload.jsonl")
     ev = tmp_path / "e.jsonl"
     out = T.run(reqs, T.RunConfig(pages=T.unbounded_pages(reqs, 64, 2), swa_window=128), events_log=str(ev))
-    assert out.contract.findings == []
-    assert [(f.rule, f.line) for f in out.events.findings][:1] == [("EV-3", 7)]
+    assert out.contract.findings == [] and out.events.findings == []
+    assert [(f.rule, f.line) for f in out.events.hazards] == [("EV-3", 7)] and out.events.consequence_count == 0
     assert ev.read_bytes() == (SAMPLES / "findings" / "swa_orphans.events.jsonl").read_bytes()
-    assert main(["events", str(ev), "--quiet"]) == 1
+    assert main(["events", str(ev), "--engine", "tokenspeed", "--quiet"]) == 1  # EV-3: the fold is not known
+    rep = tmp_path / "r.json"
+    assert main(["events", str(ev), "--engine", "tokenspeed", "--folded-groups", "--quiet", "--json",
+                 str(rep)]) == 0
+    doc = json.loads(rep.read_text())
+    assert [(h["rule"], h["line"], h["class"]) for h in doc["hazards"]] == [("EV-3", 1, "router-compatibility")]
+    assert doc["violations"] == [] and doc["verdict"] == "pass"
+
+
+def test_one_fold_one_hazard_its_orphans_counted_apart(tmp_path):
+    """One cause, one finding: every later store under a parent the stream does not hold is a consequence of
+    the one fold (EV-3's entry), listed with `of` and counted in stats.consequences; the verdict passes and its
+    headline names the hazard. The same run recorded and replayed says the same."""
+    rec, out_json = tmp_path / "c.jsonl", tmp_path / "r.json"
+    assert main(["peer", "tokenspeed", str(SAMPLES / "tiny_workload.jsonl"), "--pages", "40", "--swa-window", "128",
+                 "--stagger", "3", "--no-timing", "--quiet", "--record", str(rec), "--json", str(out_json)]) == 0
+    doc = json.loads(out_json.read_text())
+    assert len(doc["hazards"]) == 1 and doc["violations"] == [] and doc["rules"]["EV-3"]["violated"] == 0
+    n = doc["stats"]["consequences"]
+    assert n == doc["hazards"][0]["consequences"] == len(doc["consequences"]) >= 1 and doc["stats"]["hazards"] == 1
+    assert all(c["of"] == 1 and c["rule"] == "EV-3" for c in doc["consequences"])
+    assert "1 router-compatibility hazard" in doc["headline"] and doc["headline"].startswith("PASS")
+    again = tmp_path / "again.json"
+    assert main(["replay", str(rec), "--quiet", "--json", str(again)]) == 0
+    doc2 = json.loads(again.read_text())
+    assert [(h["rule"], h["line"]) for h in doc2["hazards"]] == [(h["rule"], h["line"]) for h in doc["hazards"]]
+    assert doc2["stats"]["consequences"] == n
+
+
+def test_peer_run_recomputes_every_event_hash_under_fnv1a64():
+    """Seed 002 L309: the wheel's events carry their own FNV-1a 64 chain; a peer run's EventChecker knows the
+    scheme, so EV-7 recomputes every stored block (clean on the real wheel) and fires on a crafted fault."""
+    reqs = read_mooncake(SAMPLES / "tiny_workload.jsonl")
+    clean = T.run(reqs, T.RunConfig(pages=32, stagger=3))
+    s = clean.events.summary()
+    assert s["hash_scheme"] == "fnv1a64" and s["recomputed"] == s["stored"] > 0 and clean.events.counts["EV-7"] == 0
+    bad = T.run(reqs, T.RunConfig(pages=32, stagger=3, fault="event-hash"))
+    bad.events.flush()
+    assert bad.fault_applied and bad.events.counts["EV-7"] == 1
 
 
 def test_restore_orphans_the_blocks_its_request_builds_on(tmp_path):
