@@ -1,7 +1,8 @@
 """GitHub-flavoured Markdown for a CI step summary ($GITHUB_STEP_SUMMARY) from a kvreport/1 dict.
 
 Sections: the verdict, the inputs, the violations (capped, with a "… and N more" line; for `kvsim check`
-the unexpected ones, the declared ones not reported, then the expected ones), the refusals by reason,
+the unexpected ones, the declared ones not reported, then the expected ones), a KV-event stream's
+router-compatibility hazards (if any), the refusals by reason,
 and the per-rule coverage. Every cell is escaped: Markdown punctuation that could open markup is
 backslash-escaped, pipes cannot split a cell, line breaks become <br>. No timestamps: the same report
 gives the same text.
@@ -112,6 +113,16 @@ def _violation_table(title: str, violations: list[dict], max_rows: int) -> list[
     return out
 
 
+def _hazards(report: dict, max_rows: int) -> list[str]:
+    """A KV-event stream's router-compatibility hazards (EV-3's entry): listed apart, never violations."""
+    hazards = report.get("hazards") or []
+    if not hazards:
+        return []
+    rows = [{**h, "message": f"{message_text(h)} ({int(h.get('consequences', 0) or 0):,} consequences counted "
+                             "apart)"} for h in hazards]
+    return _violation_table("Router-compatibility hazards (not violations)", rows, max_rows)
+
+
 def _refusals(report: dict) -> list[str]:
     summary = refusal_summary(report)
     if not summary:
@@ -163,6 +174,7 @@ def render_markdown(report: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
         _why(report),
         _inputs(report),
         _violations(report, max_rows),
+        _hazards(report, max_rows),
         _refusals(report),
         _coverage(report),
     ]

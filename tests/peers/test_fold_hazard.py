@@ -46,6 +46,9 @@ def test_a_fold_is_one_hazard_with_its_consequences_counted_apart():
         (1, 2, "router-compatibility", 2)]
     assert [(x["line"], x["of"]) for x in rep["consequences"]] == [(3, 1), (5, 1)]
     assert rep["stats"]["findings"] == 0 and rep["stats"]["hazards"] == 1 and rep["stats"]["consequences"] == 2
+    from kvsim.sim.report.markdown import render_markdown
+    md = render_markdown(rep)
+    assert "### Router-compatibility hazards (not violations)" in md and "2 consequences counted apart" in md
     assert rep["headline"] == ("PASS: no violation (1 log, 5 batches); 1 router-compatibility hazard (EV-3 at line 2; "
                                "2 consequences counted apart)")
 
