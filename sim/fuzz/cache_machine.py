@@ -90,7 +90,8 @@ class CacheMachine(RuleBasedStateMachine):
                                 packing[i], shards))
         config = CacheConfig(P, tuple(model), tuple(packing[:len(specs)]), parents, num_host_pages=host)
         layers = [LayerBinding(g, g, None if s.sliding_window_tokens is None else s.sliding_window_tokens - 1,
-                               None if s.family == "state" else s.block_granularity) for g, s in enumerate(config.groups)]
+                               None if s.family == "state" else s.block_granularity)
+                  for g, s in enumerate(config.groups)]
         self.log.append(["config", repr(config)])
         self.c = CacheCoordinator(config, journal=[], layers=layers)
         self.o = CacheOracle(P, groups, parents, host)
@@ -469,7 +470,9 @@ class CacheHostMachine(CacheMachine):
         self.call("ack", self.c.complete_store, op)
         self.o.ack(op)
 
-    @precondition(lambda self: self.c is not None and self.live)
-    @rule(data=st.data())
-    def finish_again(self, data) -> None:
-        self.finish(data)
+    @precondition(lambda self: self.c is not None)
+    @rule(tokens=prompts, data=st.data())
+    def warm_and_store(self, tokens, data) -> None:
+        """A whole request, then a store of what it queued: several stores come to be in flight at once."""
+        self.warm(tokens, data)
+        self.start_stores()

@@ -198,7 +198,7 @@ class CacheOracle:
             reached("cache:probe:window-cut")
         reached("cache:probe:hit" if hit else "cache:probe:miss")
         hits = []
-        for g, grp in enumerate(self.groups):
+        for grp in self.groups:
             end = hit // grp.bg
             if grp.replayable:
                 hits.append([])
@@ -276,7 +276,7 @@ class CacheOracle:
     def fits(self, need, victims, occ) -> bool:
         """Whether need fits after the victims leave (shadow occupancy: the real one is never touched)."""
         occ = {p: (g, set(ch)) for p, (g, ch) in occ.items()}
-        for _e, _t, _r, g, p, ch, _b in victims:
+        for _e, _t, _r, _g, p, ch, _b in victims:
             occ[p][1].discard(ch)
             if not occ[p][1]:
                 del occ[p]
