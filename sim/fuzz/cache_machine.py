@@ -62,6 +62,7 @@ class CacheMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.c = None
+        self.served: list[list] = []
         self.failed = False
         self.log: list = []
 
@@ -98,6 +99,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.hmap: dict[str, tuple] = {}  # the model's page hash -> the token prefix it names
         self.pmap: dict[tuple, str] = {}
         self.live: dict[str, dict] = {}  # request -> {"prompt", "computed", "extent"}
+        self.served: list[list] = []  # the last prompts served whole (follow-up turns reuse them)
         self.n = 0
         RUN.examples += 1
 
@@ -199,7 +201,18 @@ class CacheMachine(RuleBasedStateMachine):
         rid = self.rid()
         if self.new_request(rid, tokens, len(tokens), 0):
             self.do_publish(rid, tokens, len(tokens))
+            self.served = [*self.served[-7:], list(tokens)]
             self.release(rid, data.draw(st.booleans()))
+
+    @precondition(lambda self: self.c is not None and self.served)
+    @rule(data=st.data(), pages=st.lists(st.integers(0, 4), min_size=1, max_size=2),
+          tail=st.lists(st.integers(1, 3), max_size=2))
+    def follow_up(self, data, pages, tail) -> None:
+        """A conversation's next turn: an earlier prompt's whole pages, then more -- a prefix hit on every group
+        that kept its pages (state checkpoints included), then publication and finish past it."""
+        prev = data.draw(st.sampled_from(self.served))
+        tokens = prev[:len(prev) // P * P] + [t for i in pages for t in PAGES[i]] + tail
+        self.warm(tokens, data)
 
     @precondition(lambda self: self.c is not None and self.live)
     @rule(data=st.data(), more=st.integers(1, 6))
@@ -344,7 +357,7 @@ class CacheMachine(RuleBasedStateMachine):
         g, b = self.o.raw.pop(data.draw(st.integers(0, len(self.o.raw) - 1)))
         self.count("raw_release", g, b)
         self.call("raw_release", self.c.refs.drop, g, b)
-        self.o._freed_to_fifo()
+        self.o.settle_fifo()
 
     # -- the Host tier -------------------------------------------------------------------------------------
     @precondition(lambda self: self.c is not None and self.o.host_pages)

@@ -363,7 +363,7 @@ class CacheOracle:
             else:  # the request's own expired tail slot
                 t = r.tables[g]
                 t[t.index(b)] = 0
-        self._freed_to_fifo()
+        self.settle_fifo()
         for g in range(len(self.groups)):
             ids = list(fresh[g])
             if len(ids) != plan.need[g]:
@@ -462,7 +462,7 @@ class CacheOracle:
                 if self.streams(g, decode):
                     reached("host:queue:sliding" if grp.kind == SLIDING else "host:queue:prefill")
                     self.queue(g, k)
-        self._freed_to_fifo()
+        self.settle_fifo()
         return n
 
     def expired(self, g: int, computed: int) -> int:
@@ -480,7 +480,7 @@ class CacheOracle:
                     n += 1
         if n:
             reached("cache:reclaim:expired")
-        self._freed_to_fifo()
+        self.settle_fifo()
         return n
 
     def free(self, rid: str, finished: bool = False) -> None:
@@ -502,7 +502,7 @@ class CacheOracle:
                 for k in keys:
                     self.queue(g, k)
         del self.requests[rid]
-        self._freed_to_fifo()
+        self.settle_fifo()
 
     def evict(self, g: int, k) -> bool:
         if not self.evictable(g, k):
@@ -512,7 +512,7 @@ class CacheOracle:
         reached("cache:evict:freed")
         if (g, k) in self.host:
             reached("host:evicted-device-kept-host")
-        self._freed_to_fifo()
+        self.settle_fifo()
         return True
 
     def raw_acquire(self, g: int, num: int) -> bool:
@@ -523,7 +523,7 @@ class CacheOracle:
             reached("cache:raw:refused")
         return ok
 
-    def _freed_to_fifo(self) -> None:
+    def settle_fifo(self) -> None:
         """Parents whose last child was released join the FIFO's back (the order among parents emptied by one
         step is the model's: the machine compares each step's arrivals as a set)."""
         occ = self.occupancy()
@@ -590,7 +590,7 @@ class CacheOracle:
         self.clock += 1
         for g, k, _b, p in self.flying.pop(op_id):
             self.host[(g, k)] = [p, self.clock]
-        self._freed_to_fifo()
+        self.settle_fifo()
 
     def clear(self) -> bool:
         """ClearCache: refused while a write-back is unacknowledged (L189); otherwise every Host entry and every
@@ -604,7 +604,7 @@ class CacheOracle:
         for g, es in enumerate(self.entries):
             for k in [k for k in es if self.evictable(g, k)]:
                 del es[k]
-        self._freed_to_fifo()
+        self.settle_fifo()
         return True
 
     def host_pages_used(self) -> set:
