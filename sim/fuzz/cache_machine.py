@@ -245,6 +245,8 @@ class CacheMachine(RuleBasedStateMachine):
         r["computed"] = data.draw(st.integers(r["computed"], r["extent"]))
         decode = bool(r.get("decode"))
         self.do_publish(rid, tokens, r["computed"], decode)
+        if data.draw(st.booleans()):  # retention after publication: "ordered before retention reclaims" (L178)
+            self.do_reclaim(rid)
 
     def do_publish(self, rid, tokens, computed, decode=False) -> None:
         self.learn(tokens)
@@ -257,7 +259,9 @@ class CacheMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.c is not None and self.live)
     @rule(data=st.data())
     def reclaim(self, data) -> None:
-        rid = self.pick(data)
+        self.do_reclaim(self.pick(data))
+
+    def do_reclaim(self, rid) -> None:
         computed = self.live[rid]["computed"]
         self.count("reclaim", rid, computed)
         want = self.o.reclaim(rid, computed)
