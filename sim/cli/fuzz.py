@@ -26,7 +26,8 @@ from kvsim.sim.report.verdict import fuzz_verdict
 def add_parser(sub) -> None:
     from kvsim.sim.fuzz.campaign import MACHINES
     from kvsim.sim.fuzz.profiles import PROFILES
-    f = sub.add_parser("fuzz", help="fuzz the store model against the abstract oracle (stateful Hypothesis machines)")
+    f = sub.add_parser("fuzz", help="fuzz the store and cache models against their oracles (stateful Hypothesis "
+                                    "machines)")
     f.add_argument("--machine", default="all", choices=(*MACHINES, "all"), help="the state machine to run")
     f.add_argument("--budget", type=real(0.0, lo_open=True, what="a number of seconds"), default=60.0,
                    metavar="SECONDS", help="time budget (split evenly between machines with --machine all)")

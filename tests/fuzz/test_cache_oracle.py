@@ -153,3 +153,33 @@ def test_host_eviction_newest_first_fails_the_cache_host_machine(monkeypatch, tm
     monkeypatch.setattr(host_tier.HostTier, "_evict_host", evict_newest)
     r = run_campaign("cache-host", budget_s=60.0, seed=0, found_dir=tmp_path)
     assert r.failed and r.failures[0]["rule"] == "ORACLE-host-eviction", r.failures
+
+
+def test_kvsim_fuzz_shows_each_machines_oracle_branches(tmp_path, monkeypatch, capsys):
+    from kvsim.sim.cli import main
+    monkeypatch.setenv("KVSIM_REPORTS", str(tmp_path))
+    out = tmp_path / "fuzz.json"
+    assert main(["fuzz", "--machine", "cache", "--budget", "1", "--json", str(out), "--coverage"]) == 0
+    text = capsys.readouterr().out
+    assert "oracle branches:" in text and "cache:admit:zero-eviction" in text and "TS-POOL-1" in text
+    import json
+    m = json.loads(out.read_text())["machines"][0]
+    assert m["branches"]["cache:admit:zero-eviction"] > 0 and "store:map:granted" not in m["branches"]
+
+
+def test_reached_counts_any_oracles_branches():
+    from kvsim.sim.fuzz import stats
+    stats.declare(("demo:a", "demo:b"))
+    stats.RUN.reset(None)
+    stats.reached("demo:a")
+    stats.reached("demo:a")
+
+    class Machine:
+        oracles = ("demo",)
+    from kvsim.sim.fuzz.campaign import machine_branches
+    assert machine_branches(Machine, stats.RUN.branches) == {"demo:a": 2, "demo:b": 0}
+
+
+def test_the_store_machines_report_their_oracle_branches_too(tmp_path):
+    r = run_campaign("store", budget_s=1.0, seed=1, found_dir=tmp_path, rounds=1)
+    assert r.branches["store:activate:root"] > 0 and all(n.startswith("store:") for n in r.branches)
