@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
@@ -61,8 +62,8 @@ class CacheMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.c = None
-        self.served: list[list] = []
+        self.c: Any = None  # the CacheCoordinator under test (imported at call time: a self-check runs a copy)
+        self.served: list[list] = []  # the last prompts served whole (follow-up turns reuse them)
         self.failed = False
         self.log: list = []
 
@@ -99,7 +100,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.hmap: dict[str, tuple] = {}  # the model's page hash -> the token prefix it names
         self.pmap: dict[tuple, str] = {}
         self.live: dict[str, dict] = {}  # request -> {"prompt", "computed", "extent"}
-        self.served: list[list] = []  # the last prompts served whole (follow-up turns reuse them)
+        self.served = []  # the last prompts served whole (follow-up turns reuse them)
         self.n = 0
         RUN.examples += 1
 

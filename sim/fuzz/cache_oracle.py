@@ -197,7 +197,7 @@ class CacheOracle:
         if hit < closed:
             reached("cache:probe:window-cut")
         reached("cache:probe:hit" if hit else "cache:probe:miss")
-        hits = []
+        hits: list[list[bool]] = []
         for grp in self.groups:
             end = hit // grp.bg
             if grp.replayable:
@@ -292,13 +292,16 @@ class CacheOracle:
         promo = closed if new and closed > hit else 0
         if promo:
             reached("cache:probe:promotion")
-        need, slots, protected = [], [], set()
+        need: list[int] = []
+        slots: list[tuple] = []
+        protected: set[tuple[int, int]] = set()
         for g in range(len(self.groups)):
             if new:
                 table = [self.entries[g][self.okey(tokens, g, s)].block if h else 0 for s, h in enumerate(hits[g])]
                 protected.update((g, b) for b in table if b)
                 fill = 0
             else:
+                assert r is not None
                 table, fill = r.tables[g], r.fill[g]
             picked, _, _ = self.demand(g, table, fill, new, hit, extent, reserve, promo)
             need.append(len(picked))
