@@ -98,7 +98,7 @@ def run(args) -> int:
             for line in render(r.machine, r.reachability) if r.reachability.get("reached") else ():
                 out.print(line, markup=False, highlight=False, soft_wrap=True)
         for f in r.failures:
-            where = f"{f['trace']}:1: " if f.get("trace") else ""
+            where = f"{f.get('trace') or f['log']}:1: " if f.get("trace") or f.get("log") else ""
             out.print(f"{where}{f['rule'] or '?'} ({f['kind']}) {f['message']}", markup=False, soft_wrap=True)
             if f.get("trace"):
                 out.print(f"  counterexample: kvsim replay {f['trace']}", markup=False, soft_wrap=True)

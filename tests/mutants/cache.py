@@ -57,4 +57,10 @@ MUTANTS = [
          file="kvmodel/cache/host_tier.py",
          old="            if key in flying or idx.host_contains(key) or entry is None:",
          new="            if idx.host_contains(key) or entry is None:"),
+    dict(name="window-lookback-floored", machine="cache",
+         bug="a sliding window's resumable boundary needs floor((W - 1) / bg) cached slots instead of the ceiling, "
+             "so a prefix hit resumes with part of the window missing",
+         file="kvmodel/cache/geometry.py",
+         old="return 0 if w is None else _ceil_div(w - 1, self.block_granularity)",
+         new="return 0 if w is None else (w - 1) // self.block_granularity"),
 ]
