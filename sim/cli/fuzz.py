@@ -83,18 +83,16 @@ def run(args) -> int:
         state = "FAIL" if r.failed else "ok"
         out.print(f"{r.machine}: {state}  {r.examples:,} examples, {r.steps:,} steps, {r.seconds:.1f} s; "
                   f"blind spots: {', '.join(r.blind_spots) or 'none'}", markup=False, soft_wrap=True)
+        plain: dict[str, Any] = dict(markup=False, emoji=False, highlight=False, soft_wrap=True)  # no :cow: emoji
         hit = [n for n, v in r.branches.items() if v]
+        never = [n for n, v in r.branches.items() if not v]
         out.print(f"  oracle branches: {len(hit)} of {len(r.branches)} reached"
-                  + (f"; never: {', '.join(n for n, v in r.branches.items() if not v)}" if len(hit) < len(r.branches)
-                     else ""), markup=False, soft_wrap=True)
+                  + (f"; never: {', '.join(never)}" if never else ""), **plain)
         if args.coverage:
-            out.print("  machine rules: " + ", ".join(f"{k} {v:,}" for k, v in r.rules.items()), markup=False,
-                      soft_wrap=True)
+            out.print("  machine rules: " + ", ".join(f"{k} {v:,}" for k, v in r.rules.items()), **plain)
             out.print("  catalogue rules (checked / exercised): " + ", ".join(
-                f"{k} {c['checked']:,}/{c['exercised']:,}" for k, c in r.coverage.items()), markup=False,
-                soft_wrap=True)
-            out.print("  oracle branches: " + ", ".join(f"{k} {v:,}" for k, v in r.branches.items()), markup=False,
-                      soft_wrap=True)
+                f"{k} {c['checked']:,}/{c['exercised']:,}" for k, c in r.coverage.items()), **plain)
+            out.print("  oracle branches: " + ", ".join(f"{k} {v:,}" for k, v in r.branches.items()), **plain)
             for line in render(r.machine, r.reachability) if r.reachability.get("reached") else ():
                 out.print(line, markup=False, highlight=False, soft_wrap=True)
         for f in r.failures:
