@@ -168,6 +168,9 @@ class CacheMachine(RuleBasedStateMachine):
         self.new_request(self.rid(), tokens, extent, reserve)
 
     def new_request(self, rid, tokens, extent, reserve) -> bool:
+        """A first admission computes at least one token past its hit: "hit plus growth becomes the absolute
+        extent" (seed 002 L176), so an extent is never below hit + 1 (the hit stops short of the last token)."""
+        extent = max(extent, self.o.probe(tokens)[0] + 1)
         self.learn(tokens)
         self.count("admit", rid, tokens, extent, reserve)
         self.check_probe(tokens)
