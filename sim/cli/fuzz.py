@@ -4,7 +4,9 @@ Prints a summary and writes JSON (`--json`, default reports/fuzz.json): per mach
 failures with their counterexample traces (reports/found/<machine>-<hash>.jsonl, replayable with
 `kvsim replay`), per-rule coverage and the blind spots (catalogue rules whose premise never held), and the
 reachability table (sim.fuzz.reach: refusal reasons, transfers left open per phase while other operations
-run, appends into Host-backed pages; printed with `--coverage`, with the blind spots that remain and why).
+run, appends into Host-backed pages; printed with `--coverage`, with the blind spots that remain and why),
+and per machine the oracle branches reached (sim.fuzz.stats.reached; one summary line each, every count with
+`--coverage`).
 Exit 1 when a failure was found. A progress bar shows on a terminal only.
 """
 
@@ -24,7 +26,8 @@ from kvsim.sim.report.verdict import fuzz_verdict
 def add_parser(sub) -> None:
     from kvsim.sim.fuzz.campaign import MACHINES
     from kvsim.sim.fuzz.profiles import PROFILES
-    f = sub.add_parser("fuzz", help="fuzz the store model against the abstract oracle (stateful Hypothesis machines)")
+    f = sub.add_parser("fuzz", help="fuzz the store and cache models against their oracles (stateful Hypothesis "
+                                    "machines)")
     f.add_argument("--machine", default="all", choices=(*MACHINES, "all"), help="the state machine to run")
     f.add_argument("--budget", type=real(0.0, lo_open=True, what="a number of seconds"), default=60.0,
                    metavar="SECONDS", help="time budget (split evenly between machines with --machine all)")
@@ -35,8 +38,9 @@ def add_parser(sub) -> None:
                    "reports/fuzz.json)")
     f.add_argument("--found", metavar="DIR", help="where counterexamples go (default: reports/found)")
     f.add_argument("--coverage", action="store_true",
-                   help="print the reachability table: refusal reasons, transfers left open in each phase while "
-                        "other operations run, appends into Host-backed pages; the blind spots and why")
+                   help="print per machine the machine rules run, the catalogue rules checked / exercised, every "
+                        "oracle branch with its visits, and the store's reachability table (refusal reasons, "
+                        "transfers left open in each phase, appends into Host-backed pages; the blind spots and why)")
     add_output_options(f, findings=False)
     f.set_defaults(fn=run)
 
@@ -79,13 +83,24 @@ def run(args) -> int:
         state = "FAIL" if r.failed else "ok"
         out.print(f"{r.machine}: {state}  {r.examples:,} examples, {r.steps:,} steps, {r.seconds:.1f} s; "
                   f"blind spots: {', '.join(r.blind_spots) or 'none'}", markup=False, soft_wrap=True)
+        plain: dict[str, Any] = dict(markup=False, emoji=False, highlight=False, soft_wrap=True)  # no :cow: emoji
+        hit = [n for n, v in r.branches.items() if v]
+        never = [n for n, v in r.branches.items() if not v]
+        out.print(f"  oracle branches: {len(hit)} of {len(r.branches)} reached"
+                  + (f"; never: {', '.join(never)}" if never else ""), **plain)
         if args.coverage:
-            for line in render(r.machine, r.reachability):
+            out.print("  machine rules: " + ", ".join(f"{k} {v:,}" for k, v in r.rules.items()), **plain)
+            out.print("  catalogue rules (checked / exercised): " + ", ".join(
+                f"{k} {c['checked']:,}/{c['exercised']:,}" for k, c in r.coverage.items()), **plain)
+            out.print("  oracle branches: " + ", ".join(f"{k} {v:,}" for k, v in r.branches.items()), **plain)
+            for line in render(r.machine, r.reachability) if r.reachability.get("reached") else ():
                 out.print(line, markup=False, highlight=False, soft_wrap=True)
         for f in r.failures:
-            where = f"{f['trace']}:1: " if f.get("trace") else ""
+            where = f"{f.get('trace') or f['log']}:1: " if f.get("trace") or f.get("log") else ""
             out.print(f"{where}{f['rule'] or '?'} ({f['kind']}) {f['message']}", markup=False, soft_wrap=True)
             if f.get("trace"):
                 out.print(f"  counterexample: kvsim replay {f['trace']}", markup=False, soft_wrap=True)
+            elif f.get("log"):
+                out.print(f"  step log: {f['log']}", markup=False, soft_wrap=True)
     print_verdict(verdict, out, style, "kvsim fuzz")
     return verdict.exit_code

@@ -4,7 +4,8 @@ Modules: `oracle` (the abstract specification: content lists, distinct-page acco
 model), `view` (the narrow read interface through which the oracle sees the model), `refine` (the
 refinement check, as `observe` events), `driver` (the model driven through kvtrace/1, counterexamples
 written and replayed), `machines` / `physical` (the RuleBasedStateMachines `store`, `host`, `lockstep`),
-`campaign` (runs within a budget), `profiles` (Hypothesis settings `ci` and `deep`), `database`
+`cache_oracle` / `cache_machine` (the cache-concepts model against a naive oracle of seed 002: the machines
+`cache`, `cache-host`), `campaign` (runs within a budget), `profiles` (Hypothesis settings `ci` and `deep`), `database`
 (directory or Redis example database), `stats` (what a campaign saw).
 
 Entry point for `kvsim fuzz`, and for a self-check that runs it in a subprocess with a mutated copy of
@@ -15,7 +16,7 @@ time, so the copy is what they drive):
     result = run_campaign("store", budget_s=10.0, seed=0, profile="ci", database=None,
                           found_dir="reports/found")
 
-- `machine`: "store", "host" or "lockstep" (`campaign.MACHINES`).
+- `machine`: "store", "host", "lockstep", "cache" or "cache-host" (`campaign.MACHINES`).
 - `budget_s`: seconds; rounds of examples run until it is spent or a failure is found (shrinking a failure
   is limited to a quarter of the budget, at least 10 s).
 - `seed`: one integer; every draw of the campaign derives from it. `profile`: "ci" or "deep".
@@ -24,10 +25,11 @@ time, so the copy is what they drive):
 - Returns a `CampaignResult` (`.to_json()` gives a plain dict): `machine`, `seed`, `profile`, `budget_s`,
   `examples`, `steps`, `rounds`, `seconds`, `failures`, `rules` (machine rule -> times it ran),
   `coverage` (catalogue rule -> {checked, exercised, violated}), `blind_spots` (catalogue rules whose
-  premise never held). `result.failed` is true when a failure was found; each failure is a dict:
+  premise never held), `branches` (oracle branch -> visits, zero for one never reached: `stats.reached`).
+  `result.failed` is true when a failure was found; each failure is a dict:
   `rule` (the first rule `kvsim replay` reports on the written trace; "INTERNAL" for a crash inside the
   model; "ORACLE-<kind>" when the difference cannot be stated in kvtrace/1, e.g. replica validity),
   `kind` (violation | outcome | accepted | changed | refinement | content | audit | crash | physical),
   `message`, `trace` (path of the counterexample), `reproduced` (replay reports `rule` on it), `steps`,
-  `replay` (what replay said).
+  `replay` (what replay said); a cache machine's failure names no trace but `log`, its step log.
 """

@@ -26,12 +26,17 @@ ROUND_EXAMPLES = {"ci": 20, "deep": 40}
 
 
 def machines() -> dict:
+    from kvsim.sim.fuzz.cache_machine import CacheHostMachine, CacheMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
-    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine}
+    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine,
+            "cache": CacheMachine,
+            "cache-host": CacheHostMachine}
 
 
-MACHINES = ("store", "host", "lockstep")
+MACHINES = ("store", "host", "lockstep",
+            "cache",
+            "cache-host")
 
 
 @dataclass
@@ -49,6 +54,7 @@ class CampaignResult:
     coverage: dict = field(default_factory=dict)  # catalogue rule -> {checked, exercised, violated}
     blind_spots: list = field(default_factory=list)  # catalogue rules whose premise never held
     reachability: dict = field(default_factory=dict)  # sim.fuzz.reach.table: targets, counts, blind spots
+    branches: dict = field(default_factory=dict)  # oracle branch -> visits (sim.fuzz.stats.reached); 0: never
 
     @property
     def failed(self) -> bool:
@@ -104,8 +110,18 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
     result.examples, result.steps = RUN.examples, RUN.steps
     result.rules = dict(sorted(RUN.rules.items()))
     cov = RUN.coverage
-    result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid)))
-                       for rid in _catalogue_ids()}
+    ids = getattr(cls, "catalogue_ids", _catalogue_ids)()
+    result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid))) for rid in ids}
     result.blind_spots = [rid for rid, c in result.coverage.items() if not c["exercised"]]
     result.reachability = table(RUN.reach)
+    result.branches = machine_branches(cls, RUN.branches)
     return result
+
+
+def machine_branches(cls, seen: dict) -> dict:
+    """The oracle branches a machine's run can reach (those its `oracles` prefixes name, default: every
+    declared one) with their visit counts, zero included."""
+    from kvsim.sim.fuzz.stats import DECLARED
+    prefixes = getattr(cls, "oracles", None)
+    names = [n for n in DECLARED if prefixes is None or n.split(":", 1)[0] in prefixes]
+    return {n: seen.get(n, 0) for n in [*names, *sorted(set(seen) - set(names))]}

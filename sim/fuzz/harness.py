@@ -36,6 +36,7 @@ class FuzzFailure(AssertionError):
 class FuzzMachine(RuleBasedStateMachine):
     name = "fuzz"
     lockstep = False
+    oracles = ("store",)  # the prefixes of the oracle branches it reaches (sim.fuzz.stats)
 
     def __init__(self) -> None:
         super().__init__()

@@ -16,12 +16,15 @@ It also decides what a correct store must do with each request and fact (refuse 
 accept or reject a fact), so a fuzzing machine can steer by it rather than by the model under test.
 The decisions the seed leaves open follow the rule catalogue's recorded decisions (Move/Fork, the
 re-reservation of unmapped shared members, growth rungs, bounded completion).
-This module must not know how the model stores anything: it never imports the model.
+This module must not know how the model stores anything: it never imports the model. Its decision points
+count their visits (`sim.fuzz.stats.reached("store:...")`), so a campaign shows which branches it reached.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from kvsim.sim.fuzz.stats import declare, reached
 
 P = 64  # "每个 growing pool 为 P=64"
 
@@ -52,6 +55,24 @@ class Facts:
     @property
     def pools(self) -> tuple:
         return ("main",) if self.backend_pool is None else ("main", self.backend_pool)
+
+
+BRANCHES = (
+    "store:activate:root", "store:activate:fork", "store:activate:move", "store:activate:cow-tail",
+    "store:activate:restore", "store:refuse:context", "store:refuse:frontier", "store:refuse:busy-restore",
+    "store:refuse:capacity", "store:refuse:busy-pinned", "store:refuse:rows", "store:map:entitlement",
+    "store:map:busy", "store:map:granted", "store:grow:disabled", "store:grow:bounded", "store:grow:granted",
+    "store:grow:capacity", "store:cow:noop", "store:cow:capacity", "store:cow:busy", "store:cow:granted",
+    "store:finish:retain", "store:finish:release", "store:release", "store:offload", "store:offload:replace-stale",
+    "store:drop-device", "store:drop-host", "store:xfer:d2h", "store:xfer:h2d", "store:xfer:copy",
+    "store:xfer:publish", "store:xfer:release-source", "store:xfer:verify-stale", "store:xfer:abandon",
+)
+declare(BRANCHES)
+
+
+def refuse(reason: str) -> str:
+    reached(f"store:refuse:{reason}")
+    return reason
 
 
 class Block:
@@ -250,13 +271,14 @@ class Oracle:
         """The refusal reason, or (ceiling, {pool: (members, cows, restores, reservation)})."""
         f = self.f
         if prompt > f.max_context:  # "不会扩大单 sequence 的 logical ceiling (S)"; the budget is clamped
-            return "context"  # to the effective output budget min(budget, S - prompt) (AS-6 decision 18)
+            return refuse("context")  # to the effective output budget min(budget, S - prompt) (AS-6 decision 18)
         ceiling = min(f.max_context, prompt + budget)
         ck = self.ckpts.get(src) if src is not None else None
         if ck is not None:
             if ck["main"].frontier > prompt:
-                return "frontier"
+                return refuse("frontier")
             if any(b.pins and not b.dev for s in ck.values() for b in s.blocks):  # copy pins allow reading;
+                reached("store:refuse:busy-restore")
                 return "busy"  # only a page whose Host-to-Device restore is in flight cannot be mapped yet
         ent = self.entitlements(prompt, ceiling)
         move = ck is not None and not keep
@@ -272,17 +294,22 @@ class Oracle:
                     if i == len(sp.blocks) - 1 and tail and refs_after > 1:
                         members.append(("cow", blk, tail))
                         cows += 1
+                        reached("store:activate:cow-tail")
                     else:
                         members.append(("keep", blk))
                         restores += 0 if blk.dev else 1
             reservation = max(0, ent[pool] - len(members))
+            if restores:
+                reached("store:activate:restore")
             if restores + cows + reservation > self.available(pool):
-                return "capacity"
+                return refuse("capacity")
             if self.pinned_short(pool, restores + cows):
+                reached("store:refuse:busy-pinned")
                 return "busy"
             plans[pool] = (members, reservation)
         if len(self.seqs) >= f.max_concurrency:
-            return "rows"
+            return refuse("rows")
+        reached("store:activate:" + ("root" if ck is None else "move" if move else "fork"))
         return ceiling, plans, prompt
 
     def activate(self, seq: str, plan, src: str | None, keep: bool) -> None:
@@ -334,9 +361,12 @@ class Oracle:
         s = self.seqs[seq].spaces[pool]
         need = ceil_div(tokens, P)
         if need > len(s.blocks) and need > s.entitlement:
+            reached("store:map:entitlement")
             return "entitlement"
         if need > len(s.blocks) and self.pinned_short(pool, need - len(s.blocks)):
+            reached("store:map:busy")
             return "busy"
+        reached("store:map:granted")
         return None
 
     def speculative_round(self, q: Seq, pool: str) -> bool:
@@ -369,9 +399,11 @@ class Oracle:
         """{pool: new entitlement}, or ("growth-disabled", None) / ("capacity", bounded_at)."""
         f, q = self.f, self.seqs[seq]
         if f.growth_window is None:
+            reached("store:grow:disabled")
             return ("growth-disabled", None)
         main = q.spaces["main"]
         if q.bounded_at is not None:
+            reached("store:grow:bounded")
             return ("capacity", q.bounded_at)
         pages = ceil_div(q.ceiling, P)
         for extra in (f.growth_window, 128, 64):
@@ -379,7 +411,9 @@ class Oracle:
             target = self._backend(min(pages, max(main.entitlement, want)))
             target = {p: max(target[p], s.entitlement) for p, s in q.spaces.items()}
             if all(target[p] - s.entitlement <= self.available(p) for p, s in q.spaces.items()):
+                reached("store:grow:granted")
                 return target
+        reached("store:grow:capacity")
         return ("capacity", min(q.ceiling, main.entitlement * P))
 
     def grow(self, seq: str, plan) -> None:
@@ -394,10 +428,14 @@ class Oracle:
     def plan_cow(self, seq: str, pool: str, block: int):
         s = self.seqs[seq].spaces[pool]
         if len(s.blocks[block].holders) <= 1:
+            reached("store:cow:noop")
             return "noop"
         if self.available(pool) < 1:
+            reached("store:cow:capacity")
             return "capacity"
-        return "busy" if self.pinned_short(pool, 1) else None
+        busy = self.pinned_short(pool, 1)
+        reached("store:cow:busy" if busy else "store:cow:granted")
+        return "busy" if busy else None
 
     def cow(self, seq: str, pool: str, block: int) -> None:
         s = self.seqs[seq].spaces[pool]
@@ -455,6 +493,7 @@ class Oracle:
     def finish(self, seq: str, retain: str | None) -> None:
         q = self.seqs.pop(seq)
         self.ended_seqs.add(seq)
+        reached("store:finish:release" if retain is None else "store:finish:retain")
         for s in q.spaces.values():
             s.reservation = 0
             s.active = False
@@ -470,6 +509,7 @@ class Oracle:
             self.moved.discard(retain)
 
     def release(self, ckpt: str) -> None:
+        reached("store:release")
         for s in self.ckpts.pop(ckpt).values():
             self._release_space(s)
         self.released.add(ckpt)
@@ -485,16 +525,20 @@ class Oracle:
         todo = self.offload_todo(ckpt, pool, blocks)
         stride = self.f.page_bytes[pool]
         self.host_used += len(todo) * stride
+        reached("store:offload")
         for blk in todo:
             if blk.host is not None:
+                reached("store:offload:replace-stale")
                 self.host_used -= stride
             blk.host = blk.version
 
     def drop_device(self, ckpt: str, pool: str, blocks: list) -> None:
+        reached("store:drop-device")
         for b in blocks:
             self.ckpts[ckpt][pool].blocks[b].dev = False
 
     def drop_host(self, ckpt: str, pool: str, blocks: list) -> None:
+        reached("store:drop-host")
         for b in blocks:
             self.ckpts[ckpt][pool].blocks[b].host = None
             self.host_used -= self.f.page_bytes[pool]
@@ -502,6 +546,7 @@ class Oracle:
     def xfer_reserve(self, xid: str, direction: str, ckpt: str, pool: str, blocks: list) -> None:
         objs = [self.ckpts[ckpt][pool].blocks[b] for b in blocks]
         x = Xfer(xid, direction, ckpt, pool, objs, list(blocks))
+        reached(f"store:xfer:{direction}")
         if direction == "d2h":
             self.host_used += len(objs) * self.f.page_bytes[pool]
         else:
@@ -513,6 +558,8 @@ class Oracle:
     def xfer_phase(self, xid: str, phase: str) -> None:
         x = self.xfers[xid]
         stride = self.f.page_bytes[x.pool]
+        if phase in ("copy", "publish", "release_source"):
+            reached(f"store:xfer:{phase.replace('_', '-')}")
         if phase == "copy":
             x.snap = [blk.version for blk in x.blocks]
         elif phase == "publish":
@@ -545,11 +592,15 @@ class Oracle:
         """Whether a block changed since it was copied (a destructive cut while the copy ran): then `verify
         epoch and committed coverage` must fail (store contract L175; PAGE-3 / decision 27)."""
         x = self.xfers[xid]
-        return any(blk.alive and blk.version != v for blk, v in zip(x.blocks, x.snap, strict=True))
+        stale = any(blk.alive and blk.version != v for blk, v in zip(x.blocks, x.snap, strict=True))
+        if stale:
+            reached("store:xfer:verify-stale")
+        return stale
 
     def xfer_abandon(self, xid: str) -> None:
         """A failed verify: the copy is never published; its destination goes back, its pins drop."""
         x = self.xfers.pop(xid)
+        reached("store:xfer:abandon")
         if x.direction == "d2h":
             self.host_used -= len(x.blocks) * self.f.page_bytes[x.pool]
         x.dest_leases = 0
