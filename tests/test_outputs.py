@@ -300,5 +300,28 @@ def test_fuzz_stopped_by_sigterm_writes_what_it_has_marked_partial(workdir: Path
     assert "PARTIAL, interrupted by SIGTERM" in doc["headline"] and "PARTIAL" in out.decode()
 
 
+
+def test_an_interrupt_swallowed_where_python_ignores_exceptions_is_delivered_again(monkeypatch) -> None:
+    """A KeyboardInterrupt raised in a gc callback or a __del__ ("Exception ignored in ...") prints nothing and
+    the signal comes again, so the run still stops; any other unraisable exception goes to Python's hook."""
+    from types import SimpleNamespace
+
+    from kvsim.sim.cli import signals
+    seen: list[object] = []
+    arrived = threading.Event()
+    monkeypatch.setattr(signals, "RECEIVED", [signal.SIGUSR1])
+    previous = signal.signal(signal.SIGUSR1, lambda *a: arrived.set())
+    try:
+        hook = signals.unraisable(seen.append)
+        hook(SimpleNamespace(exc_value=KeyboardInterrupt()))  # type: ignore[operator]
+        assert arrived.wait(60) and seen == []
+        other = SimpleNamespace(exc_value=ValueError("x"))
+        hook(other)  # type: ignore[operator]
+        assert seen == [other]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        signals.REDELIVERED.clear()
+
+
 if __name__ == "__main__":
     pytest.main([__file__, "-q", "-p", "no:randomly"])

@@ -62,6 +62,8 @@ def _rich_broken_pipe(console: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     previous = signals.handle(signals.stop_now)
     signals.RECEIVED.clear()
+    hook = sys.unraisablehook
+    sys.unraisablehook = signals.unraisable(hook)  # type: ignore[assignment]
     try:
         try:
             from kvsim.sim.cli.parser import parse
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             except BrokenPipeError:
                 return signals.status()
     finally:
+        sys.unraisablehook = hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
 

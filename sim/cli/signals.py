@@ -42,16 +42,37 @@ def stop_now(signum: int, frame: object) -> None:
         os._exit(128 + signum)
 
 
+REDELIVERED: list[bool] = []
+
+
 def stop_run(signum: int, frame: object) -> None:
     """While a command runs: stop it where it is (KeyboardInterrupt); a second signal stops at once."""
     if os.getpid() != MAIN_PID:
         if signum == signal.SIGTERM:
             os._exit(128 + signum)
         raise KeyboardInterrupt
-    RECEIVED.append(signum)
-    handle(stop_now)
-    stop_children()
+    if REDELIVERED:
+        REDELIVERED.clear()
+    elif RECEIVED:  # a second signal while the first is handled
+        stop_now(signum, frame)
+    else:
+        RECEIVED.append(signum)
+        stop_children()
     raise KeyboardInterrupt
+
+
+def unraisable(hook: object) -> object:
+    """A `sys.unraisablehook` that, when the KeyboardInterrupt of a signal was raised where Python swallows
+    exceptions (a gc callback, a ``__del__``: "Exception ignored in ..."), prints nothing and delivers the
+    signal again a moment later, so that the run stops where it can; anything else goes to `hook`."""
+    def redeliver(u: object) -> None:
+        if isinstance(getattr(u, "exc_value", None), KeyboardInterrupt) and RECEIVED:
+            import threading
+            REDELIVERED.append(True)
+            threading.Timer(0.01, os.kill, (os.getpid(), RECEIVED[0])).start()
+            return
+        hook(u)  # type: ignore[operator]
+    return redeliver
 
 
 def stop_children() -> None:
