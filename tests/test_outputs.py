@@ -301,6 +301,35 @@ def test_fuzz_stopped_by_sigterm_writes_what_it_has_marked_partial(workdir: Path
 
 
 
+def test_check_stopped_by_ctrl_c_reports_the_scenarios_replayed_marked_partial(workdir: Path) -> None:
+    folder = workdir / "many-scenarios"
+    (folder / "violations").mkdir(parents=True, exist_ok=True)
+    for i in range(300):
+        shutil.copy(LEGAL, folder / f"legal-{i:03d}.jsonl")
+    p = subprocess.Popen([*KVSIM, "check", "--scenarios", folder.name, "--out", "partial-reports"], cwd=workdir,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_interruptible,
+                         env=env(KVSIM_PROGRESS_INTERVAL="0.05", KVSIM_REPORTS=str(workdir / "reports")))
+    assert p.stderr is not None
+    first = p.stderr.readline().decode()  # the replay runs
+    assert first.startswith("kvsim check: "), first
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    lines = [line for line in err.decode().splitlines() if not line.endswith(" elapsed")]
+    assert "Traceback" not in err.decode()
+    if p.returncode == 0:  # every scenario was replayed before the signal: nothing partial to see
+        return
+    assert p.returncode == 130, lines
+    m = re.match(r"^kvsim: interrupted after (\d+) of 300 scenarios: wrote partial-reports/kvreport\.json, "
+                 r"partial-reports/junit\.xml, partial-reports/summary\.md, partial-reports/report\.html \(partial: "
+                 r"what was done before the signal\)$", lines[-1])
+    assert m, lines
+    doc = json.loads((workdir / "partial-reports" / "kvreport.json").read_text())
+    assert doc["partial"] == {"signal": "SIGINT", "done": f"{m.group(1)} of 300 scenarios"}
+    assert len(doc["inputs"]) == int(m.group(1)) and "PARTIAL, interrupted by SIGINT" in doc["headline"]
+    assert "PARTIAL" in (workdir / "partial-reports" / "summary.md").read_text()
+    assert "PARTIAL" in out.decode()
+
+
 def test_an_interrupt_swallowed_where_python_ignores_exceptions_is_delivered_again(monkeypatch) -> None:
     """A KeyboardInterrupt raised in a gc callback or a __del__ ("Exception ignored in ...") prints nothing and
     the signal comes again, so the run still stops; any other unraisable exception goes to Python's hook."""

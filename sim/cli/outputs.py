@@ -227,8 +227,8 @@ class PlainProgress:
 
 def _count(done: float, total: float | None, unit: str) -> str:
     if unit == "bytes":
-        mib = 1 << 20
-        return f"{done / mib:,.1f}/{total / mib:,.1f} MiB" if total else f"{done / mib:,.1f} MiB read"
+        scale, name = (1 << 20, "MiB") if max(done, total or 0) >= 1 << 20 else (1 << 10, "KiB")
+        return f"{done / scale:,.1f}/{total / scale:,.1f} {name}" if total else f"{done / scale:,.1f} {name} read"
     n = f"{int(done):,}" if float(done).is_integer() else f"{done:,.1f}"
     if total is None:
         return f"{n} {unit}".strip() if done else ""

@@ -451,7 +451,7 @@ def _sweep_in(args: argparse.Namespace, cfg: SimConfig, folder: str) -> int:
         done[0] += 1
         if prog is not None:
             prog.advance(task, 1)
-        elif not args.quiet:  # no terminal: each point as one JSON line on stderr as it completes (CI logs)
+        if not err.is_terminal and not args.quiet:  # each point as one JSON line on stderr as it completes (logs)
             print(json.dumps(row), file=sys.stderr, flush=True)
 
     try:
