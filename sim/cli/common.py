@@ -190,8 +190,8 @@ def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = F
     with prog if prog is not None else contextlib.nullcontext():
         every = prog.add_task("traces", total=len(paths), bytes=False) if prog is not None and len(paths) > 1 else None
         for i, path in enumerate(paths):
-            stream = streams[i] if streams is not None else None
             try:
+                stream = streams[i] if streams is not None else None
                 if prog is not None:
                     src = stream if stream is not None else open_input(path)
                     task = prog.add_task(label(path), total=src.size)
@@ -204,8 +204,8 @@ def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = F
                         prog.advance(every, 1)
                 else:
                     r = replay_trace(path, stop_at_first, observer_factory=observer, stream=stream)
-            except Interrupted as exc:
-                n = sum(x.events for x in results) + (exc.events or 0)
+            except KeyboardInterrupt as exc:  # in a replay (Interrupted, with its count) or between two
+                n = sum(x.events for x in results) + (getattr(exc, "events", None) or 0)
                 stop = Interrupted(f"{n:,} events", n)
                 stop.results = results  # type: ignore[attr-defined]  # the traces replayed whole
                 raise stop from None
