@@ -17,6 +17,9 @@ SLOW = {
     "tests/peers/test_engines.py::test_compare_one_table": "drives every engine for real",
     "tests/peers/test_events_live.py::test_vllm_real_publisher_judged_live_with_replay":
         "a real vLLM publisher over ZMQ",
+    # a whole shared synthetic trace through the simulation (100 s measured on a loaded 2-core machine)
+    "tests/test_simulate.py::test_unbounded_reuse_equals_the_trace_bound_on_the_whole_files[synthetic_trace.jsonl-512]":
+        "a whole trace file simulated",
     # seeded mutants fuzzed in subprocesses until killed (a minute of budget each)
     "tests/mutants/test_mutants.py::test_reduced_selfcheck_kills_flags_and_reports": "fuzzes mutants until killed",
 }
@@ -25,7 +28,7 @@ SLOW = {
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         node = item.nodeid.split("[")[0]
-        if node in SLOW or node.split("::")[0] in SLOW:
+        if item.nodeid in SLOW or node in SLOW or node.split("::")[0] in SLOW:
             item.add_marker(pytest.mark.slow)
 
 
