@@ -12,7 +12,9 @@ decorator of its checker or in the `transition_rule(...)` call naming it.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -92,18 +94,17 @@ def _register(r: Rule) -> Rule:
 def resolves(dotted: str) -> bool:
     """Whether a dotted name (module path, then classes/functions inside) names a definition in the source.
 
-    Read from the module's source (its syntax tree), never imported: the catalogue must not import `sim`.
+    Read from the module's source (its syntax tree), never imported: the catalogue must not import `sim`. The
+    module's file is found by walking the top package's folders (`importlib.util.find_spec` of a submodule
+    would import its parent packages, and with them the lockstep's physical planes: seconds of start-up for
+    every command); each source file is parsed once.
     """
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
-        try:
-            spec = importlib.util.find_spec(".".join(parts[:cut]))
-        except (ImportError, ValueError):
+        origin = _module_file(parts[:cut])
+        if origin is None:
             continue
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            continue
-        with open(spec.origin, encoding="utf-8") as f:
-            body = ast.parse(f.read()).body
+        body = _definitions(origin)
         for name in parts[cut:]:
             node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name), None)
             if node is None:
@@ -111,6 +112,31 @@ def resolves(dotted: str) -> bool:
             body = node.body if isinstance(node, ast.ClassDef) else []
         return True
     return False
+
+
+def _module_file(names: list[str]) -> str | None:
+    """The .py file of module ``a.b.c`` found through the folders of the top package ``a`` (imported only when
+    it is not yet), or None."""
+    try:
+        top = importlib.util.find_spec(names[0])
+    except (ImportError, ValueError):
+        return None
+    if top is None:
+        return None
+    if len(names) == 1:
+        return top.origin if top.origin and top.origin.endswith(".py") else None
+    for folder in top.submodule_search_locations or ():
+        base = os.path.join(folder, *names[1:])
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
+@functools.cache
+def _definitions(origin: str) -> list[ast.stmt]:
+    with open(origin, encoding="utf-8") as f:
+        return ast.parse(f.read()).body
 
 
 def require(ids: Iterable[str], where: str) -> None:

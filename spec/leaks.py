@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import networkx as nx
-
 if TYPE_CHECKING:
+    import networkx as nx
 
     from kvsim.kvmodel.store.store import KVStore
 
 
 def ownership_graph(st: KVStore) -> nx.DiGraph:
+    import networkx as nx  # only for drawings and export: every command would pay its import otherwise
     g = nx.DiGraph()
     g.add_node("roots")
     for space in st.all_spaces():

@@ -100,13 +100,46 @@ def test_report_text_is_not_markup_and_cannot_carry_escape_codes():
     assert "\x1b" not in out and "\\x1b[31mred" in out
 
 
-def test_report_caps_violation_rows():
+def test_report_caps_violation_rows_on_a_terminal_only():
+    """A terminal's table stops at max_rows; a log or pipe (plain) gets every finding; --max-findings caps any
+    style and says so."""
     report = sample_report()
     report["violations"] = [dict(report["violations"][0], event=1000 + i) for i in range(60)]
     console = _plain_console()
-    print_report(report, console, max_rows=50)
+    print_report(report, console, max_rows=50, style=Style(plain=False))
     out = console.file.getvalue()
-    assert "1049" in out and "1050" not in out and "… and 10 more" in out
+    assert "1049" in out and "1050" not in out and "… and 10 more findings not printed (on a terminal;" in out
+    console = _plain_console()
+    print_report(report, console, max_rows=50, style=Style(plain=True))
+    out = console.file.getvalue()
+    assert "1059" in out and "more findings" not in out
+    for style in (Style(plain=True, max_findings=7), Style(plain=True, github=True, max_findings=7)):
+        console = _plain_console()
+        print_report(report, console, max_rows=50, style=style)
+        out = console.file.getvalue()
+        assert out.count("::error") == 7 if style.github else ("1006" in out and "1007" not in out)
+        assert "… and 53 more findings not printed (capped by --max-findings 7;" in out
+
+
+def test_github_annotations_one_per_finding_up_to_ten_then_one_per_file():
+    """GitHub shows 10 annotations of a level per step: more findings are every one a log line, and one
+    annotation per file (the last one counting the files left to the log when more than 10 have findings)."""
+    report = sample_report()
+    base = report["violations"][0]
+    report["violations"] = [dict(base, event=i) for i in range(10)]
+    console = _plain_console()
+    print_report(report, console, style=Style(plain=True, github=True))
+    assert console.file.getvalue().count("::error file=") == 10
+    report["violations"] = [dict(base, event=i, trace=f"t{i % 12}.jsonl", line=i + 2) for i in range(36)]
+    console = _plain_console()
+    print_report(report, console, style=Style(plain=True, github=True))
+    lines = console.file.getvalue().splitlines()
+    annotations = [line for line in lines if line.startswith("::error")]
+    assert len(annotations) == 10
+    assert sum(line.startswith("t") and ".jsonl:" in line for line in lines) == 36
+    assert annotations[0].startswith("::error file=t0.jsonl,line=2,title=kvsim%3A 3 findings::3 findings in this")
+    assert annotations[-1] == "::error title=kvsim::9 findings in 3 more files not annotated (GitHub shows 10 per " \
+                              "step): every finding is listed in the log"
 
 
 def test_passing_report():

@@ -20,17 +20,22 @@ from rich.text import Text
 from kvsim.sim.cli.argtypes import folder
 from kvsim.sim.cli.common import (
     InputError,
+    Stopped,
     add_output_options,
+    open_input,
     output_style,
+    partial_mark,
     remember,
     reports_dir,
     run_traces,
     scenarios_dir,
     write_reports,
 )
+from kvsim.sim.files import OutputClash, guard_outputs
+from kvsim.sim.replay import Interrupted
 from kvsim.sim.report.build import build_report, timelines
 from kvsim.sim.report.console import Style, print_findings, print_verdict
-from kvsim.sim.report.verdict import stamp
+from kvsim.sim.report.verdict import PARTIAL_KEY, stamp
 from kvsim.sim.trace.stream import open_trace
 
 
@@ -77,11 +82,30 @@ def got(result) -> list[tuple[str, int, int]]:
 
 
 def display_path(p: Path) -> str:
-    """Paths in reports are relative to the working directory when possible (deterministic reports)."""
+    """How a scenario is named in reports (deterministic, and a path a reader can open): relative to the
+    working directory when the file lies below it; a bundled scenario otherwise as ``scenarios/NAME`` (never
+    the install's link tree, ``build/__editable__…/kvsim/scenarios/``); any other file as given."""
+    real = p.resolve()
     try:
-        return str(p.resolve().relative_to(Path.cwd().resolve()))
+        return str(real.relative_to(Path.cwd().resolve()))
     except ValueError:
-        return str(p)
+        pass
+    for root in (scenarios_dir(), scenarios_dir().resolve()):
+        try:
+            return str(Path("scenarios") / p.relative_to(root))
+        except ValueError:
+            continue
+    return str(p)
+
+
+class _Opened:
+    """The scenario files, each opened (once) when the replay reaches it, named by `display_path`."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+
+    def __getitem__(self, i: int) -> Any:
+        return open_input(self.paths[i])
 
 
 def differences(path: str, want: list[tuple[str, int, int]], violations: list[dict], declares: bool) -> list[dict]:
@@ -108,7 +132,14 @@ def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: C
         raise InputError(f"kvsim check: no scenarios in {scenarios} (expected *.jsonl, and violations/*.jsonl for "
                          "the declared violations): nothing to judge")
     paths = [display_path(p) for p in legal + bad]
-    results = run_traces(paths, lockstep=lockstep)
+    guard_reports(out, legal + bad)
+    stopped = None
+    try:
+        results = run_traces(paths, lockstep=lockstep, streams=_Opened(legal + bad))  # type: ignore[arg-type]
+    except Interrupted as exc:  # the scenarios replayed whole are judged and reported, marked partial
+        results = getattr(exc, "results", [])
+        stopped = f"{len(results)} of {len(paths)} scenarios"
+        legal, bad = legal[:len(results)], bad[:max(0, len(results) - len(legal))]
     mismatches: list[dict[str, Any]] = []
     for path, r in zip(legal + bad, results):
         want = expected(path) if path in bad else []
@@ -131,10 +162,12 @@ def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: C
     report["stats"]["check"] = {"legal_scenarios": len(legal), "violation_scenarios": len(bad),
                                 "rules_fired": sorted({v["rule"] for v in report["violations"] if v.get("expected")}),
                                 "mismatches": mismatches}
+    if stopped:
+        report[PARTIAL_KEY] = partial_mark(stopped)
     verdict = stamp(report)  # the verdict of the check: scenarios against their declarations
     outdir = Path(out) if out else reports_dir()
     write_reports(report, timelines(results), *(outdir / f for f in REPORT_FILES.values()))
-    kept = remember(report)
+    kept = remember(report) if not stopped else None  # a partial run is not the last run's coverage
     print_findings([d for m in mismatches for d in m["why"]], console, style)
     fired = report["stats"]["check"]["rules_fired"]
     if not style.quiet:  # on stderr: stdout holds the findings and the verdict only
@@ -143,4 +176,15 @@ def run_check(scenarios: str | Path, out: str | None, lockstep: bool, console: C
                                         f"({', '.join(REPORT_FILES.values())}){kept_in}"), soft_wrap=True,
                                    highlight=False)
     print_verdict(verdict, console, style, "kvsim check")
+    if stopped:
+        raise Stopped(stopped)
     return verdict.exit_code
+
+
+def guard_reports(out: str | None, scenarios: list[Path]) -> None:
+    """A report folder holding a scenario under a report's name: refused before anything runs."""
+    outdir = Path(out) if out else reports_dir()
+    try:
+        guard_outputs([str(outdir / name) for name in REPORT_FILES.values()], [str(p) for p in scenarios])
+    except OutputClash as exc:
+        raise InputError(f"kvsim check: {exc.filename}: {exc.strerror}") from None

@@ -9,22 +9,32 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from kvsim.sim.cli.argtypes import integer
+from kvsim.sim.cli.outputs import (  # noqa: F401 - re-exported: the command modules import them from here
+    EXIT_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_VIOLATION,
+    WRITTEN,
+    InputError,
+    Stopped,
+    interrupted_status,
+    partial_mark,
+    plain_progress,
+    stopping,
+    write,
+)
 from kvsim.sim.files import STDIN, Source, label, open_source, write_atomic
 from kvsim.sim.replay import Interrupted, TraceResult, replay_trace
 from kvsim.sim.report.console import Style
 from kvsim.sim.report.kvreport import dumps_report
-
-EXIT_OK, EXIT_VIOLATION, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-class InputError(Exception):
-    """A bad command-line input (a file that cannot be read, a bad option value): exit 2."""
 
 
 def reports_dir() -> Path:
@@ -35,23 +45,6 @@ def reports_dir() -> Path:
 def scenarios_dir() -> Path:
     """The bundled scenarios: package data of `kvsim.scenarios` (the repository's `scenarios/` folder)."""
     return Path(str(resources.files("kvsim.scenarios")))
-
-
-WRITTEN: list[str] = []
-"""Every file this run has written, in order (an interrupted run says which)."""
-
-
-def write(path: str | Path, data: bytes | str) -> None:
-    """Write a whole file atomically (a temporary name renamed into place), creating its folder; an
-    unwritable path is an input error (exit 2)."""
-    p = Path(path)
-    try:
-        if p.parent and not p.parent.exists():
-            p.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(p, data)
-    except OSError as exc:
-        raise InputError(f"{p}:0: cannot write: {exc.strerror or exc}") from None
-    WRITTEN.append(str(p))
 
 
 def write_reports(report: dict, timelines: dict, json_path=None, junit=None, markdown=None, html=None) -> None:
@@ -99,6 +92,25 @@ def open_input(path: str | Path) -> Source:
         raise InputError(f"{label(path)}:0: cannot read: {exc.strerror or exc}") from None
 
 
+_KVTRACE = re.compile(rb'^\s*\{\s*"format"\s*:\s*"kvtrace/1"')
+_EVENT_BATCH = re.compile(rb'^\s*(\[\s*-?[0-9.eE+-]+\s*,\s*\[|\{\s*"(ts|events|seq)"\s*:|\{[^\n]{0,40}"type"\s*:\s*'
+                          rb'"(BlockStored|BlockRemoved|AllBlocksCleared)")')
+_MOONCAKE = re.compile(rb'^\s*\{[^\n]*"input_length"[^\n]*"hash_ids"')
+
+
+def sniff(first_line: bytes) -> str | None:
+    """What a file's first line says it is: "kvtrace/1", "kv-events" (a KV-event log's batch), "mooncake" (a
+    request workload) or None (unknown: the reader then says what is wrong). A look at the text, never a
+    parse: the first line of an event log can be longer than the peek."""
+    if _KVTRACE.match(first_line):
+        return "kvtrace/1"
+    if _EVENT_BATCH.match(first_line):
+        return "kv-events"
+    if _MOONCAKE.match(first_line):
+        return "mooncake"
+    return None
+
+
 def once_stdin(command: str, paths: list[str]) -> None:
     """Standard input can be named once per command."""
     if sum(str(p) == STDIN for p in paths) > 1:
@@ -106,11 +118,12 @@ def once_stdin(command: str, paths: list[str]) -> None:
 
 
 def progress_bar(console: Console, what: str, unit: str = "") -> Any:
-    """A rich progress bar with its total and ETA, on a terminal only (None otherwise: CI logs get none).
+    """A rich progress bar with its total and ETA on a terminal; not on a terminal (a CI log), plain progress
+    lines every 30 s on stderr (`sim.cli.outputs.PlainProgress`), or None with --quiet.
     ``unit`` "bytes" shows sizes read (a task added with ``bytes=False`` counts instead); otherwise counts
     (M of N ``unit``). ``what`` may name ``{task.description}``."""
     if not console.is_terminal:
-        return None
+        return plain_progress(what, unit)
     from rich import progress as rp
 
     class Count(rp.ProgressColumn):
@@ -132,11 +145,16 @@ def add_output_options(parser, findings: bool = True, coverage: bool = False) ->
     group.add_argument("--plain", action="store_true",
                        help="plain output even on a terminal: one finding per line, no tables (the default when "
                        "standard output is not a terminal or NO_COLOR is set)")
-    group.add_argument("--quiet", action="store_true", help="print only the one-line verdict")
+    group.add_argument("--quiet", action="store_true", help="print only the one-line verdict (and no progress "
+                       "lines)")
     if findings:
         group.add_argument("--format", dest="output_format", choices=("text", "github"), default="text",
                            help="findings as text lines `path:line: RULE message` or as GitHub Actions "
-                           "::error annotations")
+                           "::error annotations (more than 10: every finding as a line, then one annotation "
+                           "per file, GitHub showing only 10 per step)")
+        group.add_argument("--max-findings", type=integer(0), metavar="N",
+                           help="print at most N findings, then how many were left out (default: every one "
+                           "when the output is plain or --format github; 50 in a terminal's table)")
     if coverage:
         group.add_argument("--coverage", action="store_true",
                            help="print the rule coverage table even when the output is plain")
@@ -148,7 +166,7 @@ def output_style(args, console: Console | None = None) -> Style:
     plain = bool(getattr(args, "plain", False)) or bool(os.environ.get("NO_COLOR")) or not console.is_terminal
     return Style(plain=plain, quiet=bool(getattr(args, "quiet", False)),
                  github=getattr(args, "output_format", "text") == "github",
-                 coverage=bool(getattr(args, "coverage", False)))
+                 coverage=bool(getattr(args, "coverage", False)), max_findings=getattr(args, "max_findings", None))
 
 
 def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = False, console: Console | None = None,
@@ -172,8 +190,8 @@ def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = F
     with prog if prog is not None else contextlib.nullcontext():
         every = prog.add_task("traces", total=len(paths), bytes=False) if prog is not None and len(paths) > 1 else None
         for i, path in enumerate(paths):
-            stream = streams[i] if streams is not None else None
             try:
+                stream = streams[i] if streams is not None else None
                 if prog is not None:
                     src = stream if stream is not None else open_input(path)
                     task = prog.add_task(label(path), total=src.size)
@@ -186,9 +204,11 @@ def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = F
                         prog.advance(every, 1)
                 else:
                     r = replay_trace(path, stop_at_first, observer_factory=observer, stream=stream)
-            except Interrupted as exc:
-                n = sum(x.events for x in results) + (exc.events or 0)
-                raise Interrupted(f"{n:,} events", n) from None
+            except KeyboardInterrupt as exc:  # in a replay (Interrupted, with its count) or between two
+                n = sum(x.events for x in results) + (getattr(exc, "events", None) or 0)
+                stop = Interrupted(f"{n:,} events", n)
+                stop.results = results  # type: ignore[attr-defined]  # the traces replayed whole
+                raise stop from None
             results.append(r)
             if stop_at_first and r.violations:
                 break

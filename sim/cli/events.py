@@ -26,17 +26,17 @@ from kvsim.sim.cli.argtypes import integer, output_path, real
 from kvsim.sim.cli.common import (
     InputError,
     add_output_options,
+    interrupted_status,
     once_stdin,
     open_input,
     output_style,
     progress_bar,
+    sniff,
     write,
 )
 from kvsim.sim.report.console import print_findings, print_hazards, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import stamp
-
-EXIT_INTERRUPTED = 130
 
 
 def add_parser(sub: Any) -> None:
@@ -151,6 +151,9 @@ def run(args: Any) -> int:
     for arg in args.logs:
         src = open_input(arg)  # read once, as a stream; its SHA-256 taken in the same pass
         path = src.name
+        if sniff(src.first_line()) == "kvtrace/1":
+            raise InputError(f"{path}:1: this is a kvtrace/1 trace (store events), not a KV-event log: replay it "
+                             f"with `kvsim replay {arg}`")
         try:
             with prog if prog is not None else contextlib.nullcontext():
                 task = prog.add_task(path, total=src.size) if prog is not None else None
@@ -232,7 +235,7 @@ def _run_live(args: Any) -> int:
     if not style.plain and not style.quiet:
         out.print(_headline(report), markup=False, soft_wrap=True, highlight=False)
     print_verdict(verdict, out, style, "kvsim events")
-    return EXIT_INTERRUPTED if interrupted else verdict.exit_code
+    return interrupted_status() if interrupted else verdict.exit_code
 
 
 def _merge(reports: list[dict]) -> dict:

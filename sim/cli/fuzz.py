@@ -7,7 +7,8 @@ reachability table (sim.fuzz.reach: refusal reasons, transfers left open per pha
 run, appends into Host-backed pages; printed with `--coverage`, with the blind spots that remain and why),
 and per machine the oracle branches reached (sim.fuzz.stats.reached; one summary line each, every count with
 `--coverage`).
-Exit 1 when a failure was found. A progress bar shows on a terminal only.
+Exit 1 when a failure was found. A progress bar shows on a terminal, plain progress lines every 30 s in a
+log. Stopped by SIGINT/SIGTERM, the machines run whole are written, marked partial (exit 130/143).
 """
 
 from __future__ import annotations
@@ -18,9 +19,18 @@ from typing import Any
 from rich.console import Console
 
 from kvsim.sim.cli.argtypes import integer, output_path, real
-from kvsim.sim.cli.common import InputError, add_output_options, output_style, reports_dir, write
+from kvsim.sim.cli.common import (
+    InputError,
+    Stopped,
+    add_output_options,
+    output_style,
+    partial_mark,
+    plain_progress,
+    reports_dir,
+    write,
+)
 from kvsim.sim.report.console import print_verdict
-from kvsim.sim.report.verdict import fuzz_verdict
+from kvsim.sim.report.verdict import PARTIAL_KEY, fuzz_verdict, partial
 
 
 def add_parser(sub) -> None:
@@ -46,7 +56,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from kvsim.sim.fuzz.campaign import MACHINES, run_campaign
+    from kvsim.sim.fuzz.campaign import MACHINES
     from kvsim.sim.fuzz.database import open_database
     from kvsim.sim.fuzz.reach import render
     try:
@@ -56,26 +66,22 @@ def run(args) -> int:
     names = MACHINES if args.machine == "all" else (args.machine,)
     found = args.found or str(reports_dir() / "found")
     console = Console(stderr=True)
-    results = []
+    results: list[Any] = []
+    stopped = None
     for name in names:
         budget = args.budget / len(names)
-        if console.is_terminal:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-            with Progress(TextColumn(f"fuzz {name}"), BarColumn(), TextColumn("{task.fields[what]}"),
-                          TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as prog:
-                task = prog.add_task(name, total=budget, what="")
-
-                def advance(t: float, ex: int, steps: int, prog: Progress = prog, task: Any = task,
-                            budget: float = budget) -> None:
-                    prog.update(task, completed=min(t, budget), what=f"{ex} examples, {steps} steps")
-                r = run_campaign(name, budget, args.seed, args.profile, db, found, progress=advance)
-        else:
-            r = run_campaign(name, budget, args.seed, args.profile, db, found)
+        try:
+            r = _campaign(name, budget, args, db, found, console)
+        except KeyboardInterrupt:  # the machines run whole are reported, marked partial
+            stopped = f"{len(results)} of {len(names)} machines ({name} interrupted)"
+            break
         results.append(r)
     verdict = fuzz_verdict((r.machine, r.failed, r.examples) for r in results)
+    if stopped:
+        verdict = partial(verdict, partial_mark(stopped))
     doc = {"format": "kvfuzz/1", "seed": args.seed, "profile": args.profile, "budget_s": args.budget,
            "machines": [r.to_json() for r in results], "failed": not verdict.passed, "verdict": verdict.status,
-           "headline": verdict.headline}
+           "headline": verdict.headline, **({PARTIAL_KEY: partial_mark(stopped)} if stopped else {})}
     write(args.json or reports_dir() / "fuzz.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
     out = Console()
     style = output_style(args, out)
@@ -103,4 +109,29 @@ def run(args) -> int:
             elif f.get("log"):
                 out.print(f"  step log: {f['log']}", markup=False, soft_wrap=True)
     print_verdict(verdict, out, style, "kvsim fuzz")
+    if stopped:
+        raise Stopped(stopped)
     return verdict.exit_code
+
+
+def _campaign(name: str, budget: float, args: Any, db: Any, found: str, console: Console) -> Any:
+    """One machine's campaign: a progress bar on a terminal, plain progress lines in a log (unless --quiet)."""
+    from kvsim.sim.fuzz.campaign import run_campaign
+    if console.is_terminal:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        with Progress(TextColumn(f"fuzz {name}"), BarColumn(), TextColumn("{task.fields[what]}"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as prog:
+            task = prog.add_task(name, total=budget, what="")
+
+            def advance(t: float, ex: int, steps: int) -> None:
+                prog.update(task, completed=min(t, budget), what=f"{ex} examples, {steps} steps")
+            return run_campaign(name, budget, args.seed, args.profile, db, found, progress=advance)
+    plain = plain_progress("fuzz", "s of budget")
+    if plain is None:
+        return run_campaign(name, budget, args.seed, args.profile, db, found)
+    with plain:
+        key = plain.add_task(f"machine {name}", total=round(budget, 1))
+
+        def tick(t: float, ex: int, steps: int) -> None:
+            plain.update(key, completed=round(min(t, budget), 1), examples=ex)
+        return run_campaign(name, budget, args.seed, args.profile, db, found, progress=tick)

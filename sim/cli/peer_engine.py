@@ -15,6 +15,7 @@ trace's bound in one table.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from pathlib import Path
@@ -23,7 +24,17 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from kvsim.sim.cli.common import EXIT_OK, EXIT_VIOLATION, InputError, open_input, output_style, write
+from kvsim.sim.cli.common import (
+    EXIT_OK,
+    EXIT_VIOLATION,
+    WRITTEN,
+    InputError,
+    open_input,
+    output_style,
+    plain_progress,
+    write,
+)
+from kvsim.sim.files import atomic_path
 from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import stamp
@@ -105,19 +116,30 @@ def run_engine_peer(args: Any) -> int:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
     err = Console(stderr=True)
     try:
-        if err.is_terminal and not getattr(args, "quiet", False):
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-            with Progress(TextColumn(f"{engine} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=err, transient=True) as prog:
-                task = prog.add_task("requests finished", total=len(reqs))
-                out = run_engine(engine, args.engine_python, reqs, cfg, events, record=args.record,
-                                 progress=lambda done, total: prog.update(task, completed=done))
-        else:
-            out = run_engine(engine, args.engine_python, reqs, cfg, events, record=args.record)
+        # the event log is written under a temporary name, renamed into place when complete (sim.files)
+        with atomic_path(args.record) if args.record else contextlib.nullcontext() as record:
+            if err.is_terminal and not getattr(args, "quiet", False):
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+                with Progress(TextColumn(f"{engine} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=err, transient=True) as prog:
+                    task = prog.add_task("requests finished", total=len(reqs))
+                    out = run_engine(engine, args.engine_python, reqs, cfg, events, record=record,
+                                     progress=lambda done, total: prog.update(task, completed=done))
+            else:
+                plain = plain_progress(f"{engine} requests finished", "requests")
+                with plain if plain is not None else contextlib.nullcontext():
+                    key = plain.add_task("requests", total=len(reqs)) if plain is not None else 0
+                    out = run_engine(engine, args.engine_python, reqs, cfg, events, record=record,
+                                     progress=(lambda done, total: plain.update(key, completed=done))
+                                     if plain is not None else None)
     except EngineError as exc:
         raise InputError(f"--engine-python: {exc}") from None
     except OSError as exc:
-        raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
+        temporary = exc.filename is None or str(exc.filename).endswith(".part")
+        raise InputError(f"{args.record if args.record and temporary else exc.filename}:0: cannot write: "
+                         f"{exc.strerror or exc}") from None
+    if args.record:
+        WRITTEN.append(args.record)
     ev = events.summary()
     stats: dict = {"peer": {"engine": out.hello.get("engine", engine), "requests": len(reqs), "block_size": bs,
                             "num_blocks": cfg.num_blocks, "usable_blocks": usable,

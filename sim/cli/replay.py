@@ -22,6 +22,7 @@ from kvsim.sim.cli.common import (
     output_style,
     remember,
     run_traces,
+    sniff,
     write_reports,
 )
 from kvsim.sim.files import Source, label
@@ -54,7 +55,15 @@ def run(args: argparse.Namespace) -> int:
     cache: list[tuple[str, Source]] = []
     for t in args.traces:  # each input opened once; its first line says which format it is
         src = open_input(t)
-        (cache if is_cachetrace_header(src.first_line()) else kv).append((t, src))
+        first = src.first_line()
+        kind = sniff(first)
+        if kind == "kv-events":
+            raise InputError(f"{src.name}:1: this is a KV-event log (BlockStored / BlockRemoved batches), not a "
+                             f"kvtrace/1 trace: judge it with `kvsim events {t}`")
+        if kind == "mooncake":
+            raise InputError(f"{src.name}:1: this is a Mooncake request workload, not a kvtrace/1 trace: serve it "
+                             f"through the store model with `kvsim simulate {t}`")
+        (cache if is_cachetrace_header(first) else kv).append((t, src))
     results = run_traces([t for t, _ in kv], args.stop_at_first, args.lockstep or bool(args.lockstep_profile),
                          lockstep_profile=args.lockstep_profile, streams=[s for _, s in kv])
     for r in results:

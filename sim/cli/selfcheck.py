@@ -4,11 +4,13 @@ Runs `sim.selfcheck.selfcheck` (mutants from `tests/mutants/catalogue.py`, each 
 package and fuzzed in a subprocess, `--workers` at a time; engine faults generated and replayed) and prints
 one table: name, killed / flagged, the rule that caught it, steps and seconds (the fuzz campaign's time to
 its first failure). `--json F` writes {"mutants", "faults", "killed", "total", "median_seconds", ...}.
-Exit 0 when every mutant was killed and every fault flagged, 1 otherwise.
+Exit 0 when every mutant was killed and every fault flagged, 1 otherwise. Progress: a bar on a terminal, plain
+lines every 30 s in a log. Stopped by SIGINT/SIGTERM, the mutants judged so far are written, marked partial.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from rich.console import Console
@@ -16,9 +18,18 @@ from rich.table import Table
 from rich.text import Text
 
 from kvsim.sim.cli.argtypes import integer, output_path, real
-from kvsim.sim.cli.common import InputError, add_output_options, output_style, progress_bar, write
+from kvsim.sim.cli.common import (
+    InputError,
+    Stopped,
+    add_output_options,
+    output_style,
+    partial_mark,
+    progress_bar,
+    stopping,
+    write,
+)
 from kvsim.sim.report.console import print_table, print_verdict
-from kvsim.sim.report.verdict import selfcheck_verdict
+from kvsim.sim.report.verdict import PARTIAL_KEY, partial, selfcheck_verdict
 
 
 def add_parser(sub) -> None:
@@ -45,13 +56,25 @@ def run(args) -> int:
             raise InputError(f"kvsim selfcheck: --only: unknown mutant {unknown[0]!r} (known: {', '.join(known)})")
         total = len(set(args.only)) if args.only else len(known)
         prog = progress_bar(Console(stderr=True), "selfcheck", "mutants")
-        if prog is not None:
-            with prog:
-                task = prog.add_task("mutants", total=total)
+        rows: list[dict] = []
+
+        def done(row: dict) -> None:
+            if not stopping():  # a mutant whose fuzz process the signal ended was not judged
+                rows.append(row)
+                if prog is not None:
+                    prog.advance(task, 1)
+        stopped = None
+        try:
+            with prog if prog is not None else contextlib.nullcontext():
+                task = prog.add_task("mutants", total=total) if prog is not None else None
                 result = selfcheck(args.budget, args.workers, args.seed, args.only, not args.no_faults,
-                                   progress=lambda row: prog.advance(task, 1))
-        else:
-            result = selfcheck(args.budget, args.workers, args.seed, args.only, not args.no_faults)
+                                   progress=done)
+        except KeyboardInterrupt:  # the mutants judged so far are written, marked partial
+            stopped = f"{len(rows)} of {total} mutants"
+            killed = [r for r in rows if r["killed"]]
+            result = {"mutants": sorted(rows, key=lambda r: r["name"]), "faults": [], "killed": len(killed),
+                      "total": len(rows), "median_seconds": None, "flagged": 0, "faults_total": 0,
+                      "seconds": 0.0, "budget_s": args.budget, "workers": args.workers, "seed": args.seed}
     except MutantError as exc:
         raise InputError(f"kvsim selfcheck: {exc}") from None
     table = Table(title="kvsim selfcheck")
@@ -64,15 +87,22 @@ def run(args) -> int:
         table.add_row("fault", f["name"], "flagged" if f["flagged"] else Text("missed", "red"), f["rule"] or "-",
                       _n(f["event"]), "")
     verdict = selfcheck_verdict(result["killed"], result["total"], result["flagged"], result["faults_total"])
+    if stopped:
+        verdict = partial(verdict, partial_mark(stopped))
+        result[PARTIAL_KEY] = partial_mark(stopped)
     if not style.quiet:
         print_table(table, console, style.plain)
         median = "n/a" if result["median_seconds"] is None else f"{result['median_seconds']} s"
+        if stopped:
+            median = "n/a (interrupted)"
         console.print(f"median time-to-kill {median}; {result['seconds']:.1f} s with {result['workers']} workers",
                       markup=False, soft_wrap=True)
     if args.json:
         write(args.json, json.dumps({**result, "verdict": verdict.status, "headline": verdict.headline}, indent=2)
               + "\n")
     print_verdict(verdict, console, style, "kvsim selfcheck")
+    if stopped:
+        raise Stopped(stopped)
     return verdict.exit_code
 
 

@@ -40,9 +40,11 @@ from kvsim.sim.cli.argtypes import byte_size, integer, output_path, real
 from kvsim.sim.cli.common import (
     WRITTEN,
     InputError,
+    Stopped,
     add_output_options,
     open_input,
     output_style,
+    partial_mark,
     progress_bar,
     write,
 )
@@ -51,7 +53,7 @@ from kvsim.sim.replay import Interrupted
 from kvsim.sim.report.build import build_report
 from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
-from kvsim.sim.report.verdict import stamp, sweep_verdict
+from kvsim.sim.report.verdict import PARTIAL_KEY, stamp, sweep_verdict
 from kvsim.sim.simulate.engine import ADMISSION, HOST_EXTENTS, SimConfig, Simulation, unbounded_config
 from kvsim.sim.simulate.inject import DEFAULT_EVERY, plan_faults
 from kvsim.sim.simulate.latency import METRICS
@@ -245,25 +247,36 @@ def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
         except ValueError as exc:
             raise InputError(f"kvsim simulate: --fault: {exc}") from None
     requests, prog, total, advance = _requests(args, kind, err)
-    with contextlib.ExitStack() as stack:
-        # the recording is written under a temporary name and renamed into place only when complete
-        record = stack.enter_context(atomic_path(args.record)) if args.record else None
-        try:
-            sim = Simulation(cfg, source=label(args.workload), record=record, faults=plan)
-        except TraceInputError as exc:  # the configuration the options describe is not a store
-            raise InputError(f"kvsim simulate: {exc.reason}") from None
-        try:
-            if prog is not None:
-                with prog:
-                    task = prog.add_task("requests", total=total)
-                    sim.progress = advance(task)
+    stopped = None
+    try:
+        with contextlib.ExitStack() as stack:
+            # the recording is written under a temporary name and renamed into place only when complete
+            record = stack.enter_context(atomic_path(args.record)) if args.record else None
+            try:
+                sim = Simulation(cfg, source=label(args.workload), record=record, faults=plan)
+            except TraceInputError as exc:  # the configuration the options describe is not a store
+                raise InputError(f"kvsim simulate: {exc.reason}") from None
+            try:
+                if prog is not None:
+                    with prog:
+                        task = prog.add_task("requests", total=total)
+                        sim.progress = advance(task)
+                        result = sim.run(requests)
+                else:
                     result = sim.run(requests)
-            else:
-                result = sim.run(requests)
-        except KeyboardInterrupt:
-            raise Interrupted(f"{sim.events:,} events", sim.events) from None
-        except OSError as exc:
-            raise InputError(f"{args.record}:0: cannot write: {exc.strerror or exc}") from None
+            except KeyboardInterrupt:  # the figures so far (before the recording's temporary file goes)
+                try:
+                    cut = sim._finish()
+                except Exception:  # noqa: BLE001 - cut inside an event: no consistent figures to report
+                    raise Interrupted(f"{sim.events:,} events", sim.events) from None
+                raise _Cut(cut, f"{sim.events:,} events") from None
+            except OSError as exc:
+                raise InputError(f"{args.record}:0: cannot write: {exc.strerror or exc}") from None
+    except _Cut as cut:  # the recording is dropped (never a truncated trace under its name); the report stays
+        result, stopped = cut.result, cut.done
+        if record is not None:
+            _rename_trace(result.trace, record, f"{args.record} (not written: interrupted)")
+            record = None
     if record is not None:  # violations and the input name the recording by its final name
         _rename_trace(result.trace, record, args.record)
         WRITTEN.append(args.record)
@@ -276,6 +289,8 @@ def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
                      f"upper bound of what this workload can hold); it needed {result.stats['peak_pages']:,} at "
                      "its peak")
     report["stats"]["notes"] = notes
+    if stopped:
+        report[PARTIAL_KEY] = partial_mark(stopped)
     if plan:  # a violation at an injected fault's bad event with its rule is expected; anything else is not
         injected = {(event, rule) for _, rule, event, _ in (sim.injector.injected if sim.injector else ())}
         for v in report["violations"]:
@@ -304,7 +319,16 @@ def _one(args: argparse.Namespace, cfg: SimConfig, kind: str) -> int:
         if plan:
             _print_faults(out, result.stats, style)
     print_verdict(verdict, out, style, "kvsim simulate")
+    if stopped:
+        raise Stopped(stopped)
     return verdict.exit_code
+
+
+class _Cut(Exception):
+    """A signal stopped the simulation: leaves the recording's block (which removes the temporary file)."""
+
+    def __init__(self, result: Any, done: str) -> None:
+        self.result, self.done = result, done
 
 
 def _print_latency(out: Console, stats: dict, style: Style) -> None:
@@ -427,7 +451,7 @@ def _sweep_in(args: argparse.Namespace, cfg: SimConfig, folder: str) -> int:
         done[0] += 1
         if prog is not None:
             prog.advance(task, 1)
-        elif not args.quiet:  # no terminal: each point as one JSON line on stderr as it completes (CI logs)
+        if not err.is_terminal and not args.quiet:  # each point as one JSON line on stderr as it completes (logs)
             print(json.dumps(row), file=sys.stderr, flush=True)
 
     try:

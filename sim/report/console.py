@@ -3,7 +3,8 @@ and the rule catalogue (`print_rules`).
 
 Two styles (`Style`). On a terminal: coloured tables (refusals, coverage) and the findings; not on a terminal
 (a CI log, a pipe, a file), or with NO_COLOR / --plain: one finding per line, never wrapped,
-`path:line: RULE message` (the form editors and CI annotators parse), no box tables and no coverage table
+`path:line: RULE message` (the form editors and CI annotators parse), every one of them (unless
+--max-findings caps them, which is then said), no box tables and no coverage table
 unless asked (`coverage`), then the one-line verdict. `quiet` keeps the verdict line only; `github` prints
 GitHub Actions `::error file=...,line=...::` annotations instead of the finding lines. Whatever the
 style, a finding's line is printed with soft wrapping (rich inserts no line break, whatever the width), so
@@ -33,7 +34,7 @@ from kvsim.sim.report.kvreport import (
     rule_order,
     safe_text,
 )
-from kvsim.sim.report.verdict import Verdict, verdict_of
+from kvsim.sim.report.verdict import Verdict, plural, verdict_of
 
 __all__ = ["print_report", "print_rules", "print_findings", "print_hazards", "print_verdict", "print_table",
            "finding_line", "github_annotation", "Style", "MAX_VIOLATION_ROWS"]
@@ -84,6 +85,8 @@ class Style:
     quiet: bool = False
     github: bool = False
     coverage: bool = False
+    max_findings: int | None = None
+    """--max-findings N: print at most N findings (None: every one, except on a terminal's table)."""
 
     @classmethod
     def of(cls, console: Console) -> Style:
@@ -119,20 +122,78 @@ def github_annotation(v: dict, level: str = "error") -> str:
     return f"::{level} {props}::{_gh_escape(rule + ' ' + safe_text(message_text(v)))}"
 
 
+GITHUB_ANNOTATIONS_PER_STEP = 10
+"""GitHub shows at most 10 annotations of each level (error, warning, notice) per step and 50 per job
+(actions/toolkit, docs/problem-matchers.md, "Limitations"); later ones are dropped without a word."""
+
+
+def _shown(violations: list[dict], style: Style, max_rows: int | None) -> tuple[list[dict], str]:
+    """The findings to print and, when some are left out, why. Plain (a log, a pipe, --plain) and GitHub
+    output print every finding unless --max-findings caps them; a terminal's table stops at ``max_rows``."""
+    if style.max_findings is not None:
+        cap, why = style.max_findings, f"capped by --max-findings {style.max_findings}"
+    elif style.plain or style.github:
+        cap, why = None, ""
+    else:
+        cap, why = max_rows, "on a terminal; --plain or a pipe lists every one"
+    if cap is None or len(violations) <= cap:
+        return violations, ""
+    return violations[:cap], why
+
+
+def _github_groups(violations: list[dict], level: str) -> list[str]:
+    """Annotations for more findings than GitHub shows: one per file (its first finding's line, the count and
+    the rules), at most `GITHUB_ANNOTATIONS_PER_STEP`; when more files have findings, the last annotation
+    counts the files and findings it leaves to the log (where every finding is printed as a line)."""
+    files: dict[str, list[dict]] = {}
+    for v in violations:
+        files.setdefault(safe_text(v.get("trace", "")), []).append(v)
+    names = list(files)
+    room = GITHUB_ANNOTATIONS_PER_STEP if len(names) <= GITHUB_ANNOTATIONS_PER_STEP else \
+        GITHUB_ANNOTATIONS_PER_STEP - 1
+    out = []
+    for name in names[:room]:
+        group = files[name]
+        rules = sorted({safe_text(v.get("rule", "")) for v in group})
+        first = group[0]
+        text = f"{plural(len(group), 'finding')} in this file ({', '.join(rules)}); first at line " \
+               f"{first.get('line', 0)}: {safe_text(first.get('rule', ''))} {safe_text(message_text(first))} " \
+               "(every finding is listed in the log)"
+        title = "kvsim: " + plural(len(group), "finding")
+        props = f"file={_gh_escape(name, True)},line={first.get('line', 0)},title={_gh_escape(title, True)}"
+        out.append(f"::{level} {props}::{_gh_escape(text)}")
+    rest = names[room:]
+    if rest:
+        n = sum(len(files[name]) for name in rest)
+        text = f"{plural(n, 'finding')} in {plural(len(rest), 'more file')} not annotated (GitHub shows " \
+               f"{GITHUB_ANNOTATIONS_PER_STEP} per step): every finding is listed in the log"
+        out.append(f"::{level} title=kvsim::{_gh_escape(text)}")
+    return out
+
+
 def print_findings(violations: list[dict], console: Console, style: Style, max_rows: int | None = None,
                    level: str = "error") -> None:
-    """Every finding on its own line (at most max_rows, then how many more), never wrapped."""
+    """Every finding on its own line, never wrapped; on a terminal at most ``max_rows`` (then how many more),
+    in a log or pipe every one unless --max-findings caps them (then the cap and how many were left out).
+
+    ``--format github``: up to `GITHUB_ANNOTATIONS_PER_STEP` findings, one annotation each; more, and every
+    finding is printed as a plain line (the log keeps them all) followed by one annotation per file
+    (`_github_groups`), since GitHub would drop every annotation past the tenth of a step silently."""
     if style.quiet:
         return
-    shown = violations if max_rows is None else violations[:max_rows]
-    for v in shown:
-        if style.github:
+    shown, why = _shown(violations, style, max_rows)
+    if style.github and len(shown) <= GITHUB_ANNOTATIONS_PER_STEP:
+        for v in shown:
             console.print(Text(github_annotation(v, level)), soft_wrap=True, highlight=False)
-        else:
+    else:
+        for v in shown:
             console.print(Text(finding_line(v), style="" if style.plain else "red"), soft_wrap=True, highlight=False)
+        if style.github:
+            for line in _github_groups(shown, level):
+                console.print(Text(line), soft_wrap=True, highlight=False)
     if len(shown) < len(violations):
-        console.print(Text(f"… and {len(violations) - len(shown):,} more (the JSON report lists them all)"),
-                      soft_wrap=True, highlight=False)
+        console.print(Text(f"… and {len(violations) - len(shown):,} more findings not printed ({why}; the JSON "
+                           "report lists them all)"), soft_wrap=True, highlight=False)
 
 
 def print_hazards(hazards: list[dict], console: Console, style: Style) -> None:

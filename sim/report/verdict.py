@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["Verdict", "CONSEQUENCE_KEY", "EXIT_PASS", "EXIT_FAIL", "FAULTS_CLAIM", "verdict_of", "stamp",
-           "root_causes", "consequences", "sweep_verdict", "fuzz_verdict", "selfcheck_verdict", "plural"]
+__all__ = ["Verdict", "PARTIAL_KEY", "partial", "CONSEQUENCE_KEY", "EXIT_PASS", "EXIT_FAIL", "FAULTS_CLAIM",
+           "verdict_of", "stamp", "root_causes", "consequences", "sweep_verdict", "fuzz_verdict",
+           "selfcheck_verdict", "plural"]
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 CONSEQUENCE_KEY = "consequence_of"
@@ -84,8 +85,30 @@ def consequences(violations: Iterable[dict]) -> list[dict]:
 # --- kvreport/1 ---------------------------------------------------------------------------------------------
 
 
+PARTIAL_KEY = "partial"
+"""A run stopped by a signal writes what it had with ``"partial": {"signal": "SIGINT", "done": "..."}``; its
+headline says so (`partial`), whatever renders it."""
+
+
+def partial(v: Verdict, mark: Mapping[str, Any] | None) -> Verdict:
+    """The verdict of a run cut short: the same status and counts, its headline saying that the run was
+    interrupted, by which signal, after what, and that the figures are partial."""
+    if not mark:
+        return v
+    rest = v.headline[len(v.word):].lstrip(":—- ") if v.headline.startswith(v.word) else v.headline
+    word = v.word
+    done = f" after {mark['done']}" if mark.get("done") else ""
+    return Verdict(v.status, f"{word}: PARTIAL, interrupted by {mark.get('signal', 'a signal')}{done}: {rest}",
+                   v.counts)
+
+
 def verdict_of(report: Mapping[str, Any]) -> Verdict:
-    """The verdict a kvreport/1 dict states: a check run, a run with injected faults, or a plain replay."""
+    """The verdict a kvreport/1 dict states: a check run, a run with injected faults, or a plain replay; a run
+    stopped by a signal says it is partial."""
+    return partial(_verdict_of(report), report.get(PARTIAL_KEY))
+
+
+def _verdict_of(report: Mapping[str, Any]) -> Verdict:
     stats = report.get("stats", {}) or {}
     if isinstance(stats.get("check"), dict):
         return _check(report, stats["check"])

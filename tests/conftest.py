@@ -1,0 +1,38 @@
+"""The test tiers (pyproject's markers): the default run fits a 2-core CI runner; `slow` tests -- the ones
+that build a wheel, drive the real engines in their own venvs, or fuzz seeded mutants in subprocesses -- run
+in a second phase of `.ci/run` (``pytest -m slow``). They are marked here, by node id, so that the tier is one
+table next to the reason for each entry; a test file that marks itself needs no entry."""
+
+from __future__ import annotations
+
+import pytest
+
+SLOW = {
+    # a wheel built and installed into a fresh venv (about 20 s idle, minutes on a loaded 2-core runner)
+    "tests/test_wheel.py": "builds the wheel and runs kvsim from a fresh venv",
+    # the real vLLM / SGLang schedulers, each in its own venv (torch imported per run)
+    "tests/peers/test_engines.py::test_peer_run_passes_is_deterministic_and_its_log_judges_the_same":
+        "drives each engine for real",
+    "tests/peers/test_engines.py::test_mooncake_rows_under_a_tight_pool_pass": "drives each engine for real",
+    "tests/peers/test_engines.py::test_compare_one_table": "drives every engine for real",
+    "tests/peers/test_events_live.py::test_vllm_real_publisher_judged_live_with_replay":
+        "a real vLLM publisher over ZMQ",
+    # a whole shared synthetic trace through the simulation (100 s measured on a loaded 2-core machine)
+    "tests/test_simulate.py::test_unbounded_reuse_equals_the_trace_bound_on_the_whole_files[synthetic_trace.jsonl-512]":
+        "a whole trace file simulated",
+    # seeded mutants fuzzed in subprocesses until killed (a minute of budget each)
+    "tests/mutants/test_mutants.py::test_reduced_selfcheck_kills_flags_and_reports": "fuzzes mutants until killed",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        node = item.nodeid.split("[")[0]
+        if item.nodeid in SLOW or node in SLOW or node.split("::")[0] in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which tier runs (the default run leaves `slow` and `wholefile` to .ci/run and to whoever asks)."""
+    marks = config.getoption("markexpr") or "every test"
+    return f"kvsim test tier: -m {marks!r} (the slow tier: -m slow; whole shared workload files: -m wholefile)"
