@@ -39,6 +39,9 @@ TS_PAGE = 64  # TokenSpeed's prefix_granularity and `kvsim simulate`'s page (tok
 def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str]:
     """The workload's first ``--requests`` rows (token ids expanded as for TokenSpeed), its name and SHA-256."""
     from kvsim.sim.peers.workload import WorkloadError, read_mooncake
+    stress = _stress(args)
+    if stress is not None:
+        return stress
     if not stdin_ok and str(args.workload) == "-":
         raise InputError("kvsim peer compare: WORKLOAD: standard input cannot feed several engines; give a file")
     src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
@@ -49,6 +52,28 @@ def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str
     if not reqs:
         raise InputError(f"{src.name}:1: no requests: nothing to drive the engine with")
     return reqs, src.name, src.sha256()
+
+
+def _stress(args: Any) -> tuple[list[Request], str, str] | None:
+    """``synthetic:prefix-stress[:SEED]``: its rows (``--requests``, ``--max-output`` applied), its name and the
+    SHA-256 of its requests (token ids, output lengths, submission steps); None for any other workload."""
+    import hashlib
+
+    from kvsim.sim.peers.workload import read_prefix_stress
+    from kvsim.sim.workloads.open import prefix_stress_seed
+    from kvsim.sim.workloads.request import WorkloadInputError
+    try:
+        seed = prefix_stress_seed(str(args.workload))
+    except WorkloadInputError as exc:
+        raise InputError(str(exc)) from None
+    if seed is None:
+        return None
+    reqs = read_prefix_stress(seed, args.requests, getattr(args, "max_output", None))
+    h = hashlib.sha256()
+    for r in reqs:
+        h.update(f"{r.id}:{r.max_new_tokens}:{r.arrival_step}:".encode())
+        h.update(r.tokens.astype("<i8").tobytes())
+    return reqs, str(args.workload), h.hexdigest()
 
 
 def _blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:

@@ -5,6 +5,8 @@ It imports only SGLang (with what it ships: torch, msgspec) and the standard lib
 needs model workers, so this driver plays the scheduler's part around the real cache objects -- the calls
 ``sglang.srt.managers.scheduler`` and ``sglang.srt.mem_cache.common`` make, in their order:
 
+* submission: every request before the first step, or, where kvsim gives a request an ``arrive`` step, before
+  that step (at once when nothing is queued or running);
 * admission (FCFS, at most ``max_num_seqs`` running, ``max_num_batched_tokens`` per step): ``match_prefix`` on
   the prompt less its last token (``adjust_max_prefix_ids``), ``lock`` of the matched node, then the pages of
   the first chunk from the allocator (``PagedTokenToKVPoolAllocator`` on CPU tensors; ``TokenToKVPoolAllocator``
@@ -186,7 +188,7 @@ def main() -> int:
             if "end" in msg:
                 break
             q = msg["request"]
-            waiting.append(Req(q["id"], q["tokens"], q["max_new_tokens"]))
+            waiting.append((q.get("arrive", 0), Req(q["id"], q["tokens"], q["max_new_tokens"])))
         if not os.environ.get("TORCH_EXTENSIONS_DIR"):  # SGLang's hash extension: built once per venv
             os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "torch-extensions")
         t0 = time.perf_counter()
@@ -199,12 +201,15 @@ def main() -> int:
         clock = time.perf_counter
         ps = d.ps
         running: list[Req] = []
-        waiting.reverse()
+        arrivals = waiting[::-1]  # (arrive, request): submitted before that step, at once when nothing is queued
+        waiting = []              # the FCFS queue, next request last
         step = 0
         idle = 0
         with tempfile.TemporaryDirectory(prefix="kvsim-sglang-"):
             pre_events = d.take_events(0)  # the cache's own reset (AllBlocksCleared) at construction
-            while waiting or running:
+            while arrivals or waiting or running:
+                while arrivals and (arrivals[-1][0] <= step or not (waiting or running)):
+                    waiting.insert(0, arrivals.pop()[1])
                 t0 = clock()
                 new, cached, tables, scheduled = [], [], [], {}
                 budget = d.budget
@@ -281,7 +286,8 @@ def main() -> int:
                 step += 1
                 idle = 0 if scheduled else idle + 1
                 if idle >= 64:
-                    send({"stalled": sorted([r.id for r in running] + [r.id for r in waiting])})
+                    send({"stalled": sorted([r.id for r in running] + [r.id for r in waiting]
+                                            + [r.id for _a, r in arrivals])})
                     break
             send({"done": {"steps": step}})
         out.flush()
