@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not ts.available():
         raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")
-    from kvsim.sim.cli.peer_engine import _stress
-    stress = _stress(args)
+    from kvsim.sim.cli.peer_engine import stress_requests
+    stress = stress_requests(args)
     if stress is not None:
         reqs, name, sha = stress
     else:
@@ -197,6 +197,10 @@ def run(args: argparse.Namespace) -> int:
     # the same (deterministic) run would write -- never the workload, whose lines are requests
     trace = args.record or "(tokenspeed run)"
     report = build(inputs, trace, out.contract, out.events, stats)
+    if args.pages is not None:  # beside kvsim simulate at the same capacity: a soft signal, never a violation
+        from kvsim.sim.cli.peer_engine import policy_gap
+        report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), (pages - 1) * p,
+                                                   report["stats"]["scheduler"]["hit_ratio"])
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
     if args.json:
         write(args.json, dumps_report(report))
@@ -233,6 +237,11 @@ def _print(report: dict, console: Console, style: Style) -> None:
     console.print(f"plans {s['peer']['plans']:,}  requests {sc['requests']:,}  pages {s['peer']['num_device_pages']:,}"
                   f"  hit ratio {100 * sc['hit_ratio']:.2f} % (trace bound {100 * sc['trace_bound_ratio']:.2f} %)  "
                   f"KV events: {kv['stored']:,} stored, {kv['removed']:,} removed", markup=False, soft_wrap=True)
+    g = s.get("policy_gap")
+    if g and "gap_points" in g:
+        console.print(f"hit ratio beside kvsim simulate at {g['capacity_tokens']:,} tokens: scheduler "
+                      f"{100 * g['engine_hit_ratio']:.2f} %, simulate {100 * g['simulate_hit_ratio']:.2f} %, gap "
+                      f"{g['gap_points']:+.2f} points ({g['note']})", markup=False, soft_wrap=True)
     t = s.get("timing")
     if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:
         console.print(f"stalled requests {s['peer']['stalled_requests']}, refused at submission "
