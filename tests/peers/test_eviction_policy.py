@@ -50,6 +50,7 @@ def run_vllm(steps):
     return j, ev
 
 
+@pytest.mark.rule("PEER-12", "keeps")
 def test_vllm_tail_first_eviction_keeps_peer_12():
     """a's table [1, 2, 3] goes back reversed: 3 (no content) to the head, then 2, then 1 to the tail. c takes
     the never-used blocks and 3 first, then evicts 2 -- a's tail."""
@@ -59,6 +60,7 @@ def test_vllm_tail_first_eviction_keeps_peer_12():
     assert "PEER-12" in j.rules and "PEER-12" in j.decisions
 
 
+@pytest.mark.rule("PEER-12", "fires")
 def test_vllm_head_first_eviction_fires_peer_12():
     """Evicting block 1 (a's head) while block 2 (its tail) stays cached is the head-first free bug."""
     j, _ = run_vllm(vllm_steps([3, 4, 5, 6, 1], 11))
@@ -67,6 +69,7 @@ def test_vllm_head_first_eviction_fires_peer_12():
     assert "nearer its tail" in got[0].message and got[0].context == {"request": "c", "block": 1, "ahead": 2}
 
 
+@pytest.mark.rule("PEER-12", "fires")
 def test_vllm_evicting_while_an_empty_block_is_free_fires_peer_12():
     """Block 3 was freed without content: it sits ahead of every cached block, so evicting 2 while 3 stays free
     is out of order (the cached blocks went to the head)."""
@@ -89,6 +92,7 @@ def test_vllm_a_hit_takes_a_block_out_of_the_queue():
     assert list(q.cached) == [2]
 
 
+@pytest.mark.rule("PEER-12", "keeps")
 def test_vllm_releases_in_one_step_by_two_requests_are_unordered():
     q = vpol.checker(4)
     q.cached = {5: (1, 0, 0, 0, "x"), 6: (1, 1, 0, 0, "y")}
@@ -109,6 +113,7 @@ def tree():
             [1, 0, 1, 4, 2]]     # 2: Z, Y's child
 
 
+@pytest.mark.rule("PEER-13", "keeps")
 @pytest.mark.parametrize("removed_nodes", [[0], [0, 2], [0, 1, 2]])
 def test_sglang_lru_peeling_keeps_peer_13(removed_nodes):
     assert sgl.judge_eviction({"need": 4, "nodes": tree(), "evicted": removed_nodes}) is None
@@ -119,11 +124,13 @@ def test_sglang_lru_peeling_keeps_peer_13(removed_nodes):
     (tree(), [1], "not a leaf"),                              # Y still has its child Z
     ([[-1, 1, 0, 1, 2], [-1, 0, 2, 3, 1], [1, 0, 1, 4, 2]], [0], "locked"),   # X locked by a live request
 ])
+@pytest.mark.rule("PEER-13", "fires")
 def test_sglang_out_of_policy_eviction_fires_peer_13(nodes, removed_nodes, why):
     got = sgl.judge_eviction({"need": 4, "nodes": nodes, "evicted": removed_nodes})
     assert got is not None and why in got
 
 
+@pytest.mark.rule("PEER-13", "keeps")
 def test_sglang_equal_access_times_are_either_order():
     nodes = copy.deepcopy(tree())
     nodes[2][2] = 0  # Z accessed together with X
