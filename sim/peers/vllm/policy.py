@@ -65,7 +65,7 @@ class FreeQueue:
         self.epoch = 0
 
     # -- releases -----------------------------------------------------------------------------------------------
-    def _release(self, judge: EngineJudge, rids: list[str], step: int, starting: set[int] | None) -> None:
+    def _release(self, judge: EngineJudge, rids: list[str], step: int, prepended: set[int] | None) -> None:
         """Requests giving their tables back (in reverse table order), as ``free_blocks`` does."""
         self.epoch += 1
         gone: dict[int, int] = {}
@@ -81,18 +81,18 @@ class FreeQueue:
                     self.cached[blk] = (self.epoch, g, pos, step, rid)
                 else:
                     self.empty.add(blk)
-                    if starting is not None:
-                        starting.discard(blk)  # prepended during the step: not ahead of this step's evictions
+                    if prepended is not None:
+                        prepended.add(blk)  # prepended during the step: not ahead of this step's evictions
 
     # -- the step -----------------------------------------------------------------------------------------------
     def before(self, judge: EngineJudge, msg: dict, line: int) -> None:
         """At the start of a step, before the judge updates anything: preemptions, hits, allocations, and the
         check of this step's evictions."""
         step = msg["step"]
-        starting = set(self.empty)
+        prepended: set[int] = set()  # freed without content during this step: not ahead of its evictions
         pre = sorted(msg.get("preempted", ()))
         if pre:
-            self._release(judge, pre, step, starting)
+            self._release(judge, pre, step, prepended)
         bs = judge.bs
         fresh: list[tuple[str, int, int]] = []
         for rid, resumed, blocks, computed in msg.get("cached", ()):
@@ -110,10 +110,9 @@ class FreeQueue:
                 evicted.append((rid, slot, blk, was))
             else:
                 self.empty.discard(blk)
-                starting.discard(blk)
         if evicted:
             judge.premise[RULE] += 1
-            self._check(judge, evicted, starting, line)
+            self._check(judge, evicted, prepended, line)
 
     def _named(self, rid: str, blocks: list[int], hit: int, fresh: list) -> None:
         for i, blk in enumerate(blocks):
@@ -122,26 +121,40 @@ class FreeQueue:
             else:
                 fresh.append((rid, i, blk))
 
-    def _check(self, judge: EngineJudge, evicted: list, starting: set[int], line: int) -> None:
+    def _check(self, judge: EngineJudge, evicted: list, prepended: set[int], line: int) -> None:
+        """Cost: the blocks still free without content (none, in a run that keeps the rule) and the cached
+        blocks freed no later than the latest evicted one (what is left of its release, in such a run)."""
         evicted.sort(key=lambda e: e[3][:3], reverse=True)
-        if starting:
+        empty = next((b for b in self.empty if b not in prepended), None)  # free since before the step
+        if empty is not None:
             rid, _slot, blk, (_ep, _g, _pos, st, owner) = evicted[0]
-            other = min(starting)
             judge.find(RULE, line, f"{rid} evicts block {blk} (cached, freed by {owner} at step {st}) while block "
-                       f"{other}, free without content, is ahead of every cached block in vLLM's free queue",
-                       request=rid, block=blk, ahead=other)
+                       f"{empty}, free without content, is ahead of every cached block in vLLM's free queue",
+                       request=rid, block=blk, ahead=empty)
             return
+        last = evicted[0][3][0]
+        first: tuple | None = None
+        nearest: dict[tuple[int, int], tuple] = {}  # (release, request) -> its first block left (nearest tail)
+        for b, rank in self.cached.items():
+            if rank[0] > last:
+                break  # insertion order is release order: nothing later can be ahead
+            if first is None:
+                first = (b, *rank)
+            nearest.setdefault(rank[:2], (b, *rank))
         for rid, _slot, blk, (ep, g, pos, st, owner) in evicted:
-            for b, (ep2, g2, pos2, st2, owner2) in self.cached.items():
-                if ep2 > ep:
-                    break  # insertion order is release order: nothing later can be ahead
-                if ep2 < ep or (g2 == g and pos2 < pos):
-                    why = "earlier" if ep2 < ep else f"by the same request, {pos - pos2} block(s) nearer its tail"
-                    judge.find(RULE, line, f"{rid} evicts block {blk} (freed by {owner} at step {st}) while block "
-                               f"{b} (freed {why}, by {owner2} at step {st2}) stays cached: vLLM's free queue pops "
-                               "the least recently freed block first, a request's tail before its head", request=rid,
-                               block=blk, ahead=b)
-                    return
+            ahead = first if first is not None and first[1] < ep else None
+            why = "earlier"
+            if ahead is None:
+                near = nearest.get((ep, g))
+                if near is not None and near[3] < pos:
+                    ahead, why = near, f"by the same request, {pos - near[3]} block(s) nearer its tail"
+            if ahead is not None:
+                b, _ep2, _g2, _pos2, st2, owner2 = ahead
+                judge.find(RULE, line, f"{rid} evicts block {blk} (freed by {owner} at step {st}) while block {b} "
+                           f"(freed {why}, by {owner2} at step {st2}) stays cached: vLLM's free queue pops the least "
+                           "recently freed block first, a request's tail before its head", request=rid, block=blk,
+                           ahead=b)
+                return
 
     def after(self, judge: EngineJudge, msg: dict) -> None:
         """After the step's forward, before its finished requests leave: their tables go back to the queue."""
