@@ -108,3 +108,35 @@ def test_simulate_and_a_bad_seed(capsys):
                  "2560", "--concurrency", "8", "--quiet"]) == 0
     assert main(["peer", "tokenspeed", "synthetic:prefix-stress:x", "--quiet"]) == 2
     assert "prefix-stress:SEED" in capsys.readouterr().err
+
+
+def test_tokenspeed_submits_at_arrival_steps_and_reports_the_gap(tmp_path):
+    rec, rep = tmp_path / "r.jsonl", tmp_path / "r.json"
+    assert main(["peer", "tokenspeed", "synthetic:prefix-stress", "--requests", "30", "--pages", "25", "--record",
+                 str(rec), "--json", str(rep), "--quiet", "--no-timing"]) == 0
+    import json
+    lines = [json.loads(x) for x in rec.read_text().splitlines()[1:]]
+    steps = {f"s{r.rid}": r.step for r in ROWS[:30]}
+    plans, at = 0, {}
+    for x in lines:
+        plans += x["op"] == "plan"
+        if x["op"] == "submit":
+            at[x["request"]] = plans
+    # each is submitted before the plan its step names, earlier only when the scheduler sat idle
+    assert all(at[r] <= steps[r] for r in steps) and sum(at[r] == steps[r] for r in steps) > 20
+    assert at["s0"] == 0 and steps["s0"] > 0  # the idle scheduler takes the first request at once
+    gap = json.loads(rep.read_text())["stats"]["policy_gap"]
+    assert gap["capacity_tokens"] == 24 * 64 and "simulate_hit_ratio" in gap
+    assert gap["gap_points"] == round(100 * (gap["engine_hit_ratio"] - gap["simulate_hit_ratio"]), 2)
+
+
+def test_compare_puts_each_row_beside_simulate(tmp_path):
+    import json
+    out = tmp_path / "c.json"
+    main(["peer", "compare", "synthetic:prefix-stress", "--requests", "30", "--blocks", "96", "--json", str(out),
+          "--quiet"])
+    rows = json.loads(out.read_text())["rows"]
+    sim = next(r for r in rows if r["engine"] == "kvsim simulate")
+    for r in rows:
+        if r is not sim:
+            assert r["gap_to_simulate_points"] == round(100 * (r["hit_ratio"] - sim["hit_ratio"]), 2)
