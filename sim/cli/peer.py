@@ -32,7 +32,8 @@ def add_parser(sub: Any) -> None:
                        "every step; compare: their hit ratios beside kvsim simulate's")
     p.add_argument("peer", choices=["tokenspeed", "vllm", "sglang", "compare"], help="the scheduler to drive")
     p.add_argument("workload", metavar="WORKLOAD", help="Mooncake JSON Lines (input_length, output_length, "
-                   "hash_ids); '-' reads standard input")
+                   "hash_ids); '-' reads standard input; synthetic:prefix-stress[:SEED] generates the prefix-cache "
+                   "stress workload")
     p.add_argument("--requests", type=integer(1), default=None, metavar="N", help="first N rows (default: all)")
     p.add_argument("--pages", type=integer(2), default=None,
                    help="num_device_pages, null page 0 included (default: unbounded, never evicts)")
@@ -102,14 +103,19 @@ def run(args: argparse.Namespace) -> int:
 
     if not ts.available():
         raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")
-    src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
-    try:
-        reqs = read_mooncake(src.name, args.requests, args.max_output, src)
-    except WorkloadError as exc:
-        raise InputError(str(exc)) from None
-    if not reqs:
-        raise InputError(f"{src.name}:1: no requests: nothing to drive the scheduler with")
-    sha = src.sha256()
+    from kvsim.sim.cli.peer_engine import stress_requests
+    stress = stress_requests(args)
+    if stress is not None:
+        reqs, name, sha = stress
+    else:
+        src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
+        try:
+            reqs = read_mooncake(src.name, args.requests, args.max_output, src)
+        except WorkloadError as exc:
+            raise InputError(str(exc)) from None
+        if not reqs:
+            raise InputError(f"{src.name}:1: no requests: nothing to drive the scheduler with")
+        name, sha = src.name, src.sha256()
     p = args.prefix_granularity
     pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, args.block_granularity or p,
                                                                              1 + (args.swa_window is not None))
@@ -146,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                        fault=args.inject_fault, block_granularity=args.block_granularity, l3=args.l3,
                        l3_miss_rate=args.l3_miss_rate, l3_host_blocks=args.l3_host_blocks or 0,
                        l3_wait_plans=args.l3_wait_plans or 0)
-    meta = {"workload": Path(src.name).name, "requests": len(reqs),
+    meta = {"workload": Path(name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
     prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
     with contextlib.ExitStack() as stack:  # outputs written under temporary names, renamed when complete
@@ -186,11 +192,15 @@ def run(args: argparse.Namespace) -> int:
             "plan_cost_ms": percentiles(out.plan_costs_ms),
             "plan_cost_mean_ms": round(sum(out.plan_costs_ms) / len(out.plan_costs_ms), 3) if out.plan_costs_ms
             else None}
-    inputs = [{"path": src.name, "sha256": sha, "events": out.plans}]
+    inputs = [{"path": name, "sha256": sha, "events": out.plans}]
     # violations name lines of the run's cachetrace/1 record: the file --record wrote, or, unrecorded, the record
     # the same (deterministic) run would write -- never the workload, whose lines are requests
     trace = args.record or "(tokenspeed run)"
     report = build(inputs, trace, out.contract, out.events, stats)
+    if args.pages is not None:  # beside kvsim simulate at the same capacity: a soft signal, never a violation
+        from kvsim.sim.cli.peer_engine import policy_gap
+        report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), (pages - 1) * p,
+                                                   report["stats"]["scheduler"]["hit_ratio"])
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
     if args.json:
         write(args.json, dumps_report(report))
@@ -231,6 +241,11 @@ def _print(report: dict, console: Console, style: Style) -> None:
     console.print(f"plans {s['peer']['plans']:,}  requests {sc['requests']:,}  pages {s['peer']['num_device_pages']:,}"
                   f"  hit ratio {100 * sc['hit_ratio']:.2f} % (trace bound {100 * sc['trace_bound_ratio']:.2f} %)  "
                   f"KV events: {kv['stored']:,} stored, {kv['removed']:,} removed", markup=False, soft_wrap=True)
+    g = s.get("policy_gap")
+    if g and "gap_points" in g:
+        console.print(f"hit ratio beside kvsim simulate at {g['capacity_tokens']:,} tokens: scheduler "
+                      f"{100 * g['engine_hit_ratio']:.2f} %, simulate {100 * g['simulate_hit_ratio']:.2f} %, gap "
+                      f"{g['gap_points']:+.2f} points ({g['note']})", markup=False, soft_wrap=True)
     t = s.get("timing")
     if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:
         console.print(f"stalled requests {s['peer']['stalled_requests']}, refused at submission "

@@ -50,6 +50,9 @@ TS_PAGE = 64  # TokenSpeed's prefix_granularity and `kvsim simulate`'s page (tok
 def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str]:
     """The workload's first ``--requests`` rows (token ids expanded as for TokenSpeed), its name and SHA-256."""
     from kvsim.sim.peers.workload import WorkloadError, read_mooncake
+    stress = stress_requests(args)
+    if stress is not None:
+        return stress
     if not stdin_ok and str(args.workload) == "-":
         raise InputError("kvsim peer compare: WORKLOAD: standard input cannot feed several engines; give a file")
     src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
@@ -60,6 +63,28 @@ def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str
     if not reqs:
         raise InputError(f"{src.name}:1: no requests: nothing to drive the engine with")
     return reqs, src.name, src.sha256()
+
+
+def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
+    """``synthetic:prefix-stress[:SEED]``: its rows (``--requests``, ``--max-output`` applied), its name and the
+    SHA-256 of its requests (token ids, output lengths, submission steps); None for any other workload."""
+    import hashlib
+
+    from kvsim.sim.peers.workload import read_prefix_stress
+    from kvsim.sim.workloads.open import prefix_stress_seed
+    from kvsim.sim.workloads.request import WorkloadInputError
+    try:
+        seed = prefix_stress_seed(str(args.workload))
+    except WorkloadInputError as exc:
+        raise InputError(str(exc)) from None
+    if seed is None:
+        return None
+    reqs = read_prefix_stress(seed, args.requests, getattr(args, "max_output", None))
+    h = hashlib.sha256()
+    for r in reqs:
+        h.update(f"{r.id}:{r.max_new_tokens}:{r.arrival_step}:".encode())
+        h.update(r.tokens.astype("<i8").tobytes())
+    return reqs, str(args.workload), h.hexdigest()
 
 
 def _blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
@@ -160,6 +185,9 @@ def run_engine_peer(args: Any) -> int:
     trace = args.record or f"({engine} event stream)"  # findings name lines of the recorded event log
     inputs = [{"path": name, "sha256": sha, "events": out.steps}]
     report = add_engine_judge(build(inputs, trace, None, events, stats), out.judge, trace)
+    if args.blocks is not None:
+        report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), usable * bs,
+                                                   report["stats"]["scheduler"]["hit_ratio"])
     verdict = stamp(report)  # stalled requests make an incomplete run, never a pass
     if args.json:
         write(args.json, dumps_report(report))
@@ -177,6 +205,30 @@ def run_engine_peer(args: Any) -> int:
     return verdict.exit_code
 
 
+GAP_NOTE = ("a soft signal, never a violation: kvsim simulate's scheduler and 64-token pages are not the engine's; "
+            "a gap that grows after a change to the engine's eviction path is worth a look")
+
+
+def policy_gap(workload: str, n: int, tokens: int, engine_ratio: float) -> dict:
+    """The engine's hit ratio beside `kvsim simulate`'s on the same rows at the same capacity in tokens (whole
+    64-token pages), and the gap in points (engine minus simulate). A soft signal of an eviction policy that
+    throws away what it should keep; PEER-12/13 judge each eviction itself."""
+    out: dict = {"capacity_tokens": tokens, "engine_hit_ratio": engine_ratio, "note": GAP_NOTE}
+    pages = tokens // TS_PAGE
+    if workload == "-" or pages < 2:
+        out["simulate"] = "skipped: " + ("the workload was read from standard input" if workload == "-" else
+                                         f"{tokens} tokens is under two {TS_PAGE}-token pages")
+        return out
+    try:
+        row = _simulate_row(workload, n, pages)
+    except InputError as exc:
+        out["simulate"] = f"skipped: {exc}"
+        return out
+    out["simulate_hit_ratio"] = row["hit_ratio"]
+    out["gap_points"] = round(100 * (engine_ratio - row["hit_ratio"]), 2)
+    return out
+
+
 def _print(report: dict, console: Console, style: Style) -> None:
     """The run's figures (one line each), then every finding listed (at most 20) as `path:line: RULE message`."""
     s = report["stats"]
@@ -187,6 +239,11 @@ def _print(report: dict, console: Console, style: Style) -> None:
                   f"removed, peak live {kv['peak_live']:,}", markup=False, soft_wrap=True)
     if p["stalled_requests"]:
         console.print(f"stalled requests {p['stalled_requests']}", markup=False, soft_wrap=True)
+    g = s.get("policy_gap")
+    if g and "gap_points" in g:
+        console.print(f"hit ratio beside kvsim simulate at {g['capacity_tokens']:,} tokens: engine "
+                      f"{100 * g['engine_hit_ratio']:.2f} %, simulate {100 * g['simulate_hit_ratio']:.2f} %, gap "
+                      f"{g['gap_points']:+.2f} points ({GAP_NOTE})", markup=False, soft_wrap=True)
     t = s.get("timing")
     if t:
         ratio = "n/a" if t["judge_to_engine"] is None else f"{t['judge_to_engine']:.2f}"
@@ -247,6 +304,10 @@ def run_compare(args: Any) -> int:
         notes.append(f"kvsim simulate: skipped ({tokens} tokens is under two {TS_PAGE}-token pages)")
     else:
         rows.append(_simulate_row(args.workload, len(reqs), pages))
+    sim_ratio = next((r["hit_ratio"] for r in rows if r["engine"] == "kvsim simulate"), None)
+    for r in rows:
+        if sim_ratio is not None and r["engine"] != "kvsim simulate":
+            r["gap_to_simulate_points"] = round(100 * (r["hit_ratio"] - sim_ratio), 2)
     if pages * TS_PAGE != tokens:
         notes.append(f"{tokens} tokens is not a whole number of {TS_PAGE}-token pages: tokenspeed and simulate get "
                      f"{pages * TS_PAGE} tokens")
@@ -283,13 +344,15 @@ def _simulate_row(workload: str, n: int, pages: int) -> dict:
 def _print_compare(result: dict, console: Console, style: Style) -> None:
     t = Table(title=f"prefix-hit ratio on {result['requests']} rows of {result['workload']}, "
                     f"{result['capacity_tokens']:,} tokens of cache", title_justify="left")
-    for c in ("engine", "block size", "blocks", "tokens", "hit ratio", "trace bound", "violations",
+    for c in ("engine", "block size", "blocks", "tokens", "hit ratio", "vs simulate", "trace bound", "violations",
               "stalled/rejected"):
         t.add_column(c, justify="left" if c == "engine" else "right")
     for r in result["rows"]:
+        gap = r.get("gap_to_simulate_points")
         t.add_row(r["engine"], str(r["block_size"]), f"{r['blocks']:,}", f"{r['capacity_tokens']:,}",
-                  f"{r['hit_ratio']:.4%}", "-" if r["trace_bound"] is None else f"{r['trace_bound']:.4%}",
-                  str(r["violations"]), str(r["stalled"]))
+                  f"{r['hit_ratio']:.4%}", "-" if gap is None else f"{gap:+.2f} pt",
+                  "-" if r["trace_bound"] is None else f"{r['trace_bound']:.4%}", str(r["violations"]),
+                  str(r["stalled"]))
     print_table(t, console, style.plain)
     for note in result["notes"]:
         console.print(note, markup=False, soft_wrap=True)

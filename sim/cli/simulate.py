@@ -61,7 +61,7 @@ from kvsim.sim.simulate.sweep import UNBOUNDED, PointInputError, parse_axis, run
 from kvsim.sim.simulate.timing import Timing, TimingFileError, load_timing
 from kvsim.sim.trace.stream import TraceInputError
 from kvsim.sim.workloads import Request, WorkloadInputError, open_workload
-from kvsim.sim.workloads.open import FORMATS, WorkloadFormatError, resolve, workload_notes
+from kvsim.sim.workloads.open import FORMATS, WorkloadFormatError, default_requests, resolve, workload_notes
 
 SHOWN = ("requests", "rejected", "prompt_pages", "reused_pages", "workload_blocks", "reused_workload_blocks",
          "hit_ratio", "evictions", "checkpoints_evicted", "pages_freed", "host_evictions", "host_bytes_out",
@@ -107,11 +107,11 @@ def add_parser(sub: Any) -> None:
                        "or sweep capacities and profiles (--sweep). The target model's geometry: --layers "
                        "full-attention layers of --kv-heads KV heads at head_dim 256.")
     s.add_argument("workload", metavar="WORKLOAD", help="a Mooncake .jsonl or Azure .csv file ('-': standard input, "
-                   "with --format), excerpt:NAME, or synthetic[:SEED]")
+                   "with --format), excerpt:NAME, synthetic[:SEED] or synthetic:prefix-stress[:SEED]")
     s.add_argument("--format", choices=FORMATS, help="the workload file's format, for a file whose name does not "
                    "say it ('-', /dev/stdin, <(...)) (default: from the extension)")
     s.add_argument("--requests", type=integer(1), metavar="N",
-                   help="only the first N requests (default: all; 1000 for synthetic)")
+                   help="only the first N requests (default: all; 1000 for synthetic, 200 for prefix-stress)")
     cap = s.add_mutually_exclusive_group()
     cap.add_argument("--pages", type=pages_arg, help="Main pool pages (explicit kv_capacity = pages·64 tokens; "
                      "default: 65536); 'max': M_max = C·L, the most the store allows at this concurrency C (L = "
@@ -230,7 +230,8 @@ def _requests(args: argparse.Namespace, kind: str, err: Console) -> tuple[Iterat
         raise InputError(f"{name}:1: no requests: nothing to simulate")
     requests = itertools.chain((first,), requests)
     # the bar counts requests when their number is known, else the bytes read of the workload file
-    total = args.requests if args.requests is not None else (1000 if kind == "synthetic" else None)
+    total = args.requests if args.requests is not None else (default_requests(args.workload) if kind == "synthetic"
+                                                             else None)
     if total is None and src is not None and src.size is not None:
         prog = progress_bar(err, f"simulating {args.workload}", "bytes")
         return requests, prog, src.size, (lambda task: lambda n: prog.update(task, completed=src.consumed))

@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import host_tier, retraction, store_policy
+from kvsim.sim.peers import host_tier, retraction, store_policy, ts_eviction
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -81,6 +81,8 @@ RULES: dict[str, tuple[str, str]] = {
     **host_tier.RULES,
     **retraction.RULES,
     **store_policy.RULES,
+    ts_eviction.RULE: (ts_eviction.TITLE, 'seed 002 L199: "first check whether existing local holes plus empty '
+                       'parents fit with zero eviction; otherwise select eviction candidates until the plan fits"'),
 }
 
 
@@ -161,6 +163,7 @@ class Contract:
         self.headroom = retraction.Headroom()
         self.engine_failed = False  # PEER-10: the scheduler failed a call; the trace ends there
         self.stores = store_policy.StorePolicy(self)  # TS-L2-12: what the write-back policy owes the Host tier
+        self._evict_group = ts_eviction.premise(config)  # TS-ADM-3's group (None: outside its premise)
         # the full-history group whose rows show what an admission secured (TS-ADM-2)
         self._history = next((g.id for g in config.groups if g.attn_kind == "full"), None)
         # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
@@ -258,6 +261,10 @@ class Contract:
         for rid in b.requests:
             if rid not in self.reqs:
                 raise ValueError(f"plan {rec.plan} names request {rid!r} that was never submitted")
+        if self._evict_group is not None:  # TS-ADM-3: before the fresh pages drop their content
+            why = ts_eviction.check(self, rec, self._evict_group)
+            if why:
+                self._find(ts_eviction.RULE, line, why, group=self._evict_group)
         # Host tier: write-backs, load-backs, snapshots and restores run before this plan's copies, zeroing
         # and forward (cache concepts: "an unpinned op's sources may be re-granted in the same plan, so it is
         # launched first"); a snapshot's request is retracted: its rows are released once the store read them

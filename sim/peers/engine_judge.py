@@ -170,7 +170,7 @@ class EngineJudge:
 
     def __init__(self, block_size: int, num_blocks: int, events: EventChecker, reserved: int = 1,
                  max_findings: int = 1000, same_step_hits: bool = True,
-                 parse: Callable[[Any], list] | None = None):
+                 parse: Callable[[Any], list] | None = None, policy: Any = None):
         self.bs = block_size
         self.num_blocks = num_blocks
         self.usable = num_blocks - reserved
@@ -187,8 +187,13 @@ class EngineJudge:
         self.seen_keys: set[int] = set()        # prompt block keys submitted so far (the trace's bound)
         self.findings: list[Finding] = []
         self.max_findings = max_findings
-        self.counts = {r: 0 for r in RULES}
-        self.premise = {r: 0 for r in RULES}
+        # the engine's own eviction-policy rule (sim.peers.ENGINE.policy): fed at the start of each step and
+        # before its finished requests leave
+        self.policy = policy
+        self.rules = dict(RULES) | (policy.RULES if policy is not None else {})
+        self.decisions = dict(DECISIONS) | (policy.DECISIONS if policy is not None else {})
+        self.counts = {r: 0 for r in self.rules}
+        self.premise = {r: 0 for r in self.rules}
         self.stats = {"requests": 0, "steps": 0, "prompt_tokens": 0, "hit_tokens": 0, "hits": 0, "bound_tokens": 0,
                       "preempted_hit_tokens": 0, "preemptions": 0, "scheduled_tokens": 0, "finished": 0,
                       "peak_live_blocks": 0, "reported_hit_tokens": 0, "reported_query_tokens": 0}
@@ -202,6 +207,8 @@ class EngineJudge:
         self.counts[rule] += 1
         if len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, self._step, f"step {self._step}: {message}", ctx))
+
+    find = _find  # for the engine's policy checker
 
     # -- inputs -----------------------------------------------------------------------------------------------
     def submit(self, rid: str, tokens: np.ndarray) -> None:
@@ -235,6 +242,8 @@ class EngineJudge:
         self._added = {}
         self._start = {}
         self._written = set()
+        if self.policy is not None:
+            self.policy.before(self, msg, line)
         # requests preempted by this step's scheduling gave their blocks back before anything was allocated
         for rid in msg.get("preempted", ()):
             self.stats["preemptions"] += 1
@@ -242,12 +251,9 @@ class EngineJudge:
             self._drop_table(r)
             r.computed = 0
         hits: list[tuple[str, _Req, int, bool]] = []
-        for rid, computed, blocks in msg.get("new", ()):
-            r = self._req(rid)
-            self._table(rid, r, list(blocks), computed, line)
-            r.computed = computed
-            hits.append((rid, r, computed, r.seen))
-            r.seen = True
+        # in the scheduler's order: running requests' blocks, then the waiting queue, whose head holds the
+        # requests preempted earlier (resumed first), then new ones -- a later one may hit what an earlier
+        # one's allocation cached in this very step
         for rid, resumed, blocks, computed in msg.get("cached", ()):
             r = self._req(rid)
             if resumed:
@@ -256,6 +262,12 @@ class EngineJudge:
                 hits.append((rid, r, computed, True))
             elif blocks:
                 self._append(rid, r, list(blocks), line)
+        for rid, computed, blocks in msg.get("new", ()):
+            r = self._req(rid)
+            self._table(rid, r, list(blocks), computed, line)
+            r.computed = computed
+            hits.append((rid, r, computed, r.seen))
+            r.seen = True
         # this step's forward: every scheduled token written into its request's blocks
         for rid, n in msg.get("scheduled", {}).items():
             r = self._req(rid)
@@ -293,6 +305,8 @@ class EngineJudge:
         for rid, r, hit, again in hits:
             self._hit(rid, r, hit, again, line)
         self._stats(msg, line)
+        if self.policy is not None:
+            self.policy.after(self, msg)
         for rid in msg.get("finished", ()):
             self.stats["finished"] += 1
             r = self._req(rid)

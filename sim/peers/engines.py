@@ -55,6 +55,18 @@ class EngineError(Exception):
     """The engine could not be started or stopped with an error; ``str()`` is one line."""
 
 
+POLICIES = {"vllm": "kvsim.sim.peers.vllm.policy", "sglang": "kvsim.sim.peers.sglang.policy"}
+"""Each engine's eviction-policy rule (PEER-12 vLLM's free queue, PEER-13 SGLang's LRU leaves): a module with
+``RULES``, ``DECISIONS`` and ``checker(usable_blocks)``."""
+
+
+def policy_checker(engine: str, usable: int) -> Any:
+    """The engine's eviction-policy checker, or None for an engine without one."""
+    import importlib
+    name = POLICIES.get(engine)
+    return None if name is None else importlib.import_module(name).checker(usable)
+
+
 @dataclass
 class EngineConfig:
     block_size: int
@@ -92,8 +104,10 @@ def _feed(proc: subprocess.Popen, cfg: dict, requests: list[Request]) -> None:
     try:
         stdin.write(enc.encode(cfg) + b"\n")
         for r in requests:
-            stdin.write(enc.encode({"request": {"id": r.id, "tokens": r.tokens.tolist(),
-                                                "max_new_tokens": r.max_new_tokens}}) + b"\n")
+            req = {"id": r.id, "tokens": r.tokens.tolist(), "max_new_tokens": r.max_new_tokens}
+            if r.arrival_step:
+                req["arrive"] = r.arrival_step  # submitted before this step (at once when the engine is idle)
+            stdin.write(enc.encode({"request": req}) + b"\n")
         stdin.write(b'{"end":true}\n')
         stdin.close()
     except (BrokenPipeError, OSError):
@@ -123,7 +137,8 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     """Start the driver under ``python``, judge every step; ``progress(finished, total)`` after each step."""
     spec = ENGINES[engine]
     judge = EngineJudge(cfg.block_size, cfg.num_blocks, events, reserved=spec.reserved_blocks,
-                        same_step_hits=spec.same_step_hits, parse=_checker_parse())
+                        same_step_hits=spec.same_step_hits, parse=_checker_parse(),
+                        policy=policy_checker(engine, cfg.num_blocks - spec.reserved_blocks))
     out = EngineOutcome(judge, events)
     clock = time.perf_counter
     t_start = clock()

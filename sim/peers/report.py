@@ -82,15 +82,17 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
 
 
 def add_engine_judge(report: dict, judge, trace: str) -> dict:
-    """Add an ``EngineJudge``'s findings, rule counters (PEER-5 ... PEER-9) and summary (``stats.scheduler``)
-    to a report ``build`` made for the same run's event stream; the verdict fails on any violation."""
+    """Add an ``EngineJudge``'s findings, rule counters (PEER-5 ... PEER-9, its engine's policy rule) and summary
+    (``stats.scheduler``) to a report ``build`` made for the same run's event stream; the verdict fails on any
+    violation."""
     from kvsim.sim.peers import engine_judge as ej
 
     report["violations"] += [f.as_dict(trace) for f in judge.findings]
     report["violations"].sort(key=lambda v: (v["line"], v["rule"]))
     steps = judge.stats["steps"]
-    for rid, (title, clause) in ej.RULES.items():
-        report["rules"][rid] = {"title": title, "clause": clause, "decisions": ej.DECISIONS[rid], "checked": steps,
+    for rid, (title, clause) in getattr(judge, "rules", ej.RULES).items():
+        decisions = getattr(judge, "decisions", ej.DECISIONS)[rid]
+        report["rules"][rid] = {"title": title, "clause": clause, "decisions": decisions, "checked": steps,
                                 "exercised": judge.premise[rid], "violated": judge.counts[rid]}
     report["stats"]["scheduler"] = judge.summary()
     total = sum(r["violated"] for r in report["rules"].values())

@@ -123,7 +123,9 @@ class RunConfig:
     max_idle_plans: int = 64         # consecutive plans with nothing scheduled before the run counts as stalled
     host_pages: int = 0              # Host (L2) pages; 0 disables the L2 tier and its write-back / load-back ops
     swa_window: int | None = None    # add a sliding-window group "swa" (window in tokens) beside "full"
-    stagger: int = 0                 # submit request i before plan i*stagger (0: all before the first plan;
+    stagger: int = 0                 # submit request i before plan i*stagger (0: each before the plan its
+                                     # arrival_step names, at once on an idle scheduler -- all before the first
+                                     # plan for a Mooncake file;
                                      # -1: one at a time, each once the scheduler is idle)
     swa_replayable: bool = False     # the sliding-window group is replayable (re-fed, never cached)
     ack_delay: int = 0               # hold each cache op's acknowledgement for 0..ack_delay plans (seeded)
@@ -343,9 +345,12 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             if queue and not (sched.waiting_size() + sched.prefilling_size() + sched.decoding_size()
                               + sched.retracted_size()):
                 due.append(queue.pop())
-        while queue and cfg.stagger >= 0 and (cfg.stagger == 0 or
-                                              (len(requests) - len(queue)) * cfg.stagger <= plan_no):
+        while queue and (cfg.stagger == 0 and queue[-1].arrival_step <= plan_no
+                         or cfg.stagger > 0 and (len(requests) - len(queue)) * cfg.stagger <= plan_no):
             due.append(queue.pop())
+        if queue and not due and cfg.stagger == 0 and not (sched.waiting_size() + sched.prefilling_size()
+                                                           + sched.decoding_size() + sched.retracted_size()):
+            due.append(queue.pop())  # a workload's submission step (arrival_step) on an idle scheduler: now
         if not due:
             return
         t0 = clock()

@@ -3,7 +3,9 @@
 A Mooncake row (``input_length``, ``output_length``, ``hash_ids``) names one id per 512-token prompt block;
 equal ids at the same position are a shared prefix. Block i becomes 512 tokens drawn from splitmix64 keyed by
 (id, j), truncated to ``input_length``: a well-mixed generator, so distinct ids never alias (a weak formula
-inflates hit ratios). Knows nothing of schedulers.
+inflates hit ratios). ``synthetic:prefix-stress[:SEED]`` rows (``sim.workloads.prefix_stress``) are expanded
+segment by segment with the same generator: ``length`` tokens of content block ``id`` from ``start``, so a
+segment copied after another prefix repeats its tokens exactly. Knows nothing of schedulers.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import numpy as np
 
 from kvsim.sim.files import label, open_source
 
-__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "WorkloadError"]
+__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "read_prefix_stress",
+           "WorkloadError"]
 
 MOONCAKE_BLOCK = 512
 MAX_TOKENS = 1 << 28  # a larger token count is a typo in the workload, refused at its line
@@ -41,6 +44,7 @@ class Request:
     tokens: np.ndarray  # int64 token ids (a list of 145M Python ints would not fit in memory)
     max_new_tokens: int
     blocks: tuple[int, ...]
+    arrival_step: int = 0  # the engine step before which a driver submits it (0: at the start)
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -91,4 +95,23 @@ def read_mooncake(path: str | Path, limit: int | None = None, max_output: int | 
             out_len = max(1, row.output_length if max_output is None else min(row.output_length, max_output))
             out.append(Request(f"m{len(out)}", block_tokens(row.hash_ids, row.input_length), out_len,
                                tuple(row.hash_ids)))
+    return out
+
+
+def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | None = None) -> list[Request]:
+    """The first ``limit`` rows of ``synthetic:prefix-stress:SEED`` as requests ``s0, s1, ...`` (its default
+    count when None), each submitted at its row's step."""
+    from kvsim.sim.workloads import prefix_stress as ps
+
+    memo: dict[int, np.ndarray] = {}
+    out: list[Request] = []
+    for row in ps.rows(ps.DEFAULT_REQUESTS if limit is None else limit, seed):
+        parts = []
+        for cid, start, length in row.segments:
+            blk = memo.get(cid)
+            if blk is None:
+                blk = memo[cid] = block_tokens([cid], MOONCAKE_BLOCK)
+            parts.append(blk[start:start + length])
+        out_len = max(1, row.output if max_output is None else min(row.output, max_output))
+        out.append(Request(f"s{row.rid}", np.concatenate(parts), out_len, row.request().hash_ids, row.step))
     return out

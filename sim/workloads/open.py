@@ -3,7 +3,8 @@ or the seeded synthetic generator.
 
 ``WORKLOAD`` is one of: a path ending in ``.jsonl`` (Mooncake) or ``.csv`` (Azure); ``excerpt:NAME`` for a
 file shipped in ``sim/workloads/excerpts`` (``conversation``, ``synthetic``, ``azure-conv``, ``azure-code``);
-``synthetic`` or ``synthetic:SEED`` for the generator. A file whose name does not say its format -- ``-``
+``synthetic`` or ``synthetic:SEED`` for the generator; ``synthetic:prefix-stress[:SEED]`` for the
+prefix-cache stress generator (``sim.workloads.prefix_stress``). A file whose name does not say its format -- ``-``
 (standard input), ``/dev/stdin``, a process substitution -- needs it given (``fmt``: ``mooncake`` or
 ``azure``); the file is read once, as a stream.
 """
@@ -19,6 +20,8 @@ from typing import cast
 from kvsim.sim.files import STDIN
 from kvsim.sim.workloads.azure import iter_azure
 from kvsim.sim.workloads.mooncake import iter_mooncake
+from kvsim.sim.workloads.prefix_stress import DEFAULT_REQUESTS as DEFAULT_STRESS_REQUESTS
+from kvsim.sim.workloads.prefix_stress import iter_prefix_stress
 from kvsim.sim.workloads.request import Request, WorkloadInputError
 from kvsim.sim.workloads.synthetic import iter_synthetic
 
@@ -47,8 +50,12 @@ FORMATS = ("mooncake", "azure")
 
 
 def resolve(spec: str, fmt: str | None = None) -> tuple[str, object]:
-    """(kind, argument): ("mooncake", path) | ("azure", path) | ("synthetic", seed); bad names raise.
-    ``fmt`` (mooncake | azure) names the format of a file whose name does not say it."""
+    """(kind, argument): ("mooncake", path) | ("azure", path) | ("synthetic", seed) | ("synthetic",
+    ("prefix-stress", seed)); bad names raise. ``fmt`` (mooncake | azure) names the format of a file whose name
+    does not say it."""
+    stress = prefix_stress_seed(spec)
+    if stress is not None:
+        return "synthetic", (STRESS, stress)
     if spec == "synthetic" or spec.startswith("synthetic:"):
         seed = spec.partition(":")[2] or "0"
         if not seed.isdigit():
@@ -71,8 +78,28 @@ def resolve(spec: str, fmt: str | None = None) -> tuple[str, object]:
         return "azure", str(path)
     raise WorkloadFormatError(spec, 0, "reading a workload from standard input needs --format mooncake|azure"
                               if spec == STDIN else "cannot tell the workload's format from its name (a .jsonl "
-                              "Mooncake or .csv Azure file, excerpt:NAME or synthetic[:SEED]): pass --format "
-                              "mooncake|azure")
+                              "Mooncake or .csv Azure file, excerpt:NAME, synthetic[:SEED] or "
+                              "synthetic:prefix-stress[:SEED]): pass --format mooncake|azure")
+
+
+STRESS = "prefix-stress"
+
+
+def prefix_stress_seed(spec: str) -> int | None:
+    """The seed of ``synthetic:prefix-stress[:SEED]`` (0 when omitted); None for any other name. A bad seed
+    raises WorkloadInputError."""
+    head = f"synthetic:{STRESS}"
+    if spec != head and not spec.startswith(head + ":"):
+        return None
+    seed = spec[len(head) + 1:] or "0"
+    if not seed.isdigit():
+        raise WorkloadInputError(spec, 0, f"synthetic:{STRESS}:SEED needs a non-negative integer seed")
+    return int(seed)
+
+
+def default_requests(spec: str) -> int:
+    """How many requests a generator yields when no count is given."""
+    return DEFAULT_STRESS_REQUESTS if prefix_stress_seed(spec) is not None else 1000
 
 
 AZURE_NOTE = ("Azure LLM inference traces carry no prefix data (arrival times and token counts only): every prompt "
@@ -99,4 +126,6 @@ def open_workload(spec: str, requests: int | None = None, fmt: str | None = None
         return iter_mooncake(arg, requests, stream)
     if kind == "azure":
         return iter_azure(arg, requests, stream)
+    if isinstance(arg, tuple):
+        return iter_prefix_stress(requests, seed=arg[1])
     return iter_synthetic(1000 if requests is None else requests, seed=cast(int, arg))

@@ -100,3 +100,22 @@ transition_rule(
               "documents min(RemainingNewTokens, 4096 x (1 + retractions)) in scheduler.md §4; the seed states only "
               "escalation); an escalation of less than one block can be hidden by rounding.",
     scope="cache")
+
+transition_rule(
+    "TS-ADM-3", "An admission evicts only when it does not fit with zero eviction: no empty page left while a "
+    "cached one is taken",
+    'cache concepts L40: "Admission first checks the indexed free-slot and empty-parent counts. If the request fits, '
+    'it does not enumerate eviction candidates"; L199: "first check whether existing local holes plus empty parents '
+    'fit with zero eviction; otherwise select eviction candidates until the plan fits ... yielding a minimal '
+    'eviction set"; L36: "A parent with zero occupants is unbound, so its capacity belongs to the global '
+    'empty-parent FIFO"', "kvsim.sim.peers.ts_eviction.check",
+    decisions="Judged by the peer contract on a real scheduler's plans, before each plan's fresh pages (zeroed or "
+              "copied into) drop their content: a fresh page whose computed content key sits in no other page and "
+              "that no live table names is an eviction; if any page that was free and empty at the plan's start "
+              "(named by no live table, no computed content, not handed to a request that has not named it yet) "
+              "is left unused by that plan, the admission could have fit with zero eviction. Premise: one "
+              "full-attention group, block granularity = prefix granularity, one page per parent, no Host tier "
+              "or snapshots (there the check is exact); pages whose key is held twice (a duplicate the index may "
+              "have dropped) are left out. The LRU-epoch order among victims is not judged: the plans do not show "
+              "the access epochs (a request's own epoch carries over, research/tokenspeed.md §4).",
+    scope="cache")

@@ -141,3 +141,18 @@ def test_duplicate_copies_keep_a_hash_live_until_every_copy_is_removed():
         return j
     assert [f.rule for f in run(True).findings] == []
     assert [f.rule for f in run(False).findings] == ["PEER-9"]
+
+
+def test_a_new_request_may_hit_a_block_a_running_request_was_handed_in_the_same_step():
+    """The scheduler serves running requests (and resumed ones, at the waiting queue's head) before new ones:
+    a's block 2 is handed out and computed in step 1, and b, admitted later in that step, hits it (vLLM caches
+    at allocation). The judge takes the step's tables in that order, so this is no PEER-8."""
+    steps = [
+        {"step": 0, "new": [["a", 0, [1]]], "cached": [], "scheduled": {"a": 4}, "tokens": {}, "finished": [],
+         "preempted": [], "stats": None, "free_blocks": 8, "cached_blocks": 1,
+         "batches": [[0, [stored([11], None, [0, 1, 2, 3])], 0]]},
+        {"step": 1, "new": [["b", 8, [1, 2, 4]]], "cached": [["a", False, [2], 4]], "scheduled": {"a": 4, "b": 2},
+         "tokens": {"b": 7}, "finished": [], "preempted": [], "stats": None, "free_blocks": 6, "cached_blocks": 2,
+         "batches": [[1, [stored([12], 11, [4, 5, 6, 7])], 0]]},
+    ]
+    assert fired(steps) == []

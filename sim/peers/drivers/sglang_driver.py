@@ -5,6 +5,8 @@ It imports only SGLang (with what it ships: torch, msgspec) and the standard lib
 needs model workers, so this driver plays the scheduler's part around the real cache objects -- the calls
 ``sglang.srt.managers.scheduler`` and ``sglang.srt.mem_cache.common`` make, in their order:
 
+* submission: every request before the first step, or, where kvsim gives a request an ``arrive`` step, before
+  that step (at once when nothing is queued or running);
 * admission (FCFS, at most ``max_num_seqs`` running, ``max_num_batched_tokens`` per step): ``match_prefix`` on
   the prompt less its last token (``adjust_max_prefix_ids``), ``lock`` of the matched node, then the pages of
   the first chunk from the allocator (``PagedTokenToKVPoolAllocator`` on CPU tensors; ``TokenToKVPoolAllocator``
@@ -18,10 +20,11 @@ needs model workers, so this driver plays the scheduler's part around the real c
 * at finish (``release_kv_cache``): the same checkpoint over prompt and output, free of the pages the tree did
   not take, ``unlock``.
 
-Per step it writes one JSON line on stdout: the tables (page ids) handed out, the pages swapped to the tree's
-canonical copies, tokens scheduled and produced, finished requests, the tree's sizes, the free pages, and the
-cache's KV events taken after the step (SGLang's wire form ``[ts, [event, ...]]``, ``ts`` = step). Anything
-SGLang prints goes to stderr.
+Per step it writes one JSON line on stdout: the tables (page ids) handed out, each ``evict`` call with the
+tree as it stood before (parent, lock count, access order, pages of every node) and the nodes it removed (for
+PEER-13), the pages swapped to the tree's canonical copies, tokens scheduled and produced, finished requests,
+the tree's sizes, the free pages, and the cache's KV events taken after the step (SGLang's wire form
+``[ts, [event, ...]]``, ``ts`` = step). Anything SGLang prints goes to stderr.
 """
 
 import json
@@ -91,9 +94,32 @@ class Driver:
         else:
             from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
             self.alloc = PagedTokenToKVPoolAllocator(self.pages * ps, ps, torch.float16, "cpu", None, False)
+        self.evictions: list = []   # this step's evict calls: the tree before, the nodes removed (PEER-13)
+        self.observe_s = 0.0        # seconds spent reading the tree for them (not the engine's)
         self.tree = RadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
                                                token_to_kv_pool_allocator=self.alloc, page_size=ps,
                                                enable_kv_cache_events=True))
+
+    def snapshot(self) -> tuple[list, dict]:
+        """The tree below the root as the eviction policy sees it: one ``[parent, lock_ref, access rank, first
+        page, pages]`` per node (parent -1: the root; access rank: the order of ``last_access_time``, equal times
+        equal ranks), and node object id -> index. Read before and after each ``evict`` call (PEER-13)."""
+        nodes: list = []
+        index: dict = {}
+        times: list = []
+        stack = [(c, -1) for c in self.tree.root_node.children.values()]
+        while stack:
+            node, parent = stack.pop()
+            i = index[id(node)] = len(nodes)
+            value = node.value
+            nodes.append([parent, node.lock_ref, 0, int(value[0]) // self.ps if len(value) else -1,
+                          len(value) // self.ps])
+            times.append(node.last_access_time)
+            stack.extend((c, i) for c in node.children.values())
+        ranks = {t: r for r, t in enumerate(sorted(set(times)))}
+        for row, t in zip(nodes, times):
+            row[2] = ranks[t]
+        return nodes, index
 
     # -- cache calls ---------------------------------------------------------------------------------------------
     def key(self, tokens: array) -> Any:
@@ -107,7 +133,15 @@ class Driver:
             return self.torch.empty((0,), dtype=self.torch.int64)
         short = n_tokens - self.alloc.available_size()
         if short > 0:
+            t0 = time.perf_counter()
+            nodes, index = self.snapshot()
+            self.observe_s += time.perf_counter() - t0
             self.tree.evict(EvictParams(num_tokens=short))
+            t0 = time.perf_counter()
+            _after, kept = self.snapshot()
+            self.evictions.append({"need": short, "nodes": nodes,
+                                   "evicted": sorted(i for k, i in index.items() if k not in kept)})
+            self.observe_s += time.perf_counter() - t0
         got = self.alloc.alloc(n_tokens)
         if got is None:
             raise RuntimeError(f"allocator cannot serve {n_tokens} tokens after eviction "
@@ -180,13 +214,13 @@ def main() -> int:
 
     try:
         cfg = json.loads(sys.stdin.readline())
-        waiting = []
+        given: list = []          # (arrive, request) in workload order
         for line in sys.stdin:
             msg = json.loads(line)
             if "end" in msg:
                 break
             q = msg["request"]
-            waiting.append(Req(q["id"], q["tokens"], q["max_new_tokens"]))
+            given.append((q.get("arrive", 0), Req(q["id"], q["tokens"], q["max_new_tokens"])))
         if not os.environ.get("TORCH_EXTENSIONS_DIR"):  # SGLang's hash extension: built once per venv
             os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "torch-extensions")
         t0 = time.perf_counter()
@@ -199,12 +233,15 @@ def main() -> int:
         clock = time.perf_counter
         ps = d.ps
         running: list[Req] = []
-        waiting.reverse()
+        arrivals = given[::-1]      # submitted before their step, at once when nothing is queued or running
+        waiting: list[Req] = []    # the FCFS queue, next request last
         step = 0
         idle = 0
         with tempfile.TemporaryDirectory(prefix="kvsim-sglang-"):
             pre_events = d.take_events(0)  # the cache's own reset (AllBlocksCleared) at construction
-            while waiting or running:
+            while arrivals or waiting or running:
+                while arrivals and (arrivals[-1][0] <= step or not (waiting or running)):
+                    waiting.insert(0, arrivals.pop()[1])
                 t0 = clock()
                 new, cached, tables, scheduled = [], [], [], {}
                 budget = d.budget
@@ -270,7 +307,8 @@ def main() -> int:
                 t3 = clock()
                 batches = pre_events + d.take_events(step)
                 pre_events = []
-                send({"step": step, "engine_s": (t1 - t0) + (t3 - t2), "new": new, "cached": cached,
+                send({"step": step, "engine_s": (t1 - t0) + (t3 - t2) - d.observe_s, "new": new, "cached": cached,
+                      "evictions": d.evictions,
                       "tables": tables, "scheduled": scheduled, "tokens": tokens, "finished": sorted(finished),
                       "preempted": [], "stats": None,
                       "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
@@ -278,10 +316,12 @@ def main() -> int:
                       "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
                                "total": d.tree.total_size()},
                       "batches": batches})
+                d.evictions, d.observe_s = [], 0.0
                 step += 1
                 idle = 0 if scheduled else idle + 1
                 if idle >= 64:
-                    send({"stalled": sorted([r.id for r in running] + [r.id for r in waiting])})
+                    send({"stalled": sorted([r.id for r in running] + [r.id for r in waiting]
+                                            + [r.id for _a, r in arrivals])})
                     break
             send({"done": {"steps": step}})
         out.flush()

@@ -1,8 +1,9 @@
 """kvsim's driver for vLLM's real scheduler, run as a script by the engine venv's python (never imported by kvsim).
 
 It imports only vLLM (with what vLLM itself ships: torch, msgspec, pyzmq) and the standard library. kvsim
-writes JSON lines on stdin: a config object, one ``{"request": {"id", "tokens", "max_new_tokens"}}`` per
-request, then ``{"end": true}``. The driver builds ``vllm.v1.core.sched.scheduler.Scheduler`` (CPU target, a
+writes JSON lines on stdin: a config object, one ``{"request": {"id", "tokens", "max_new_tokens"[, "arrive"]}}``
+per request (``arrive``: the step before which it is submitted, at once when the scheduler is idle), then
+``{"end": true}``. The driver builds ``vllm.v1.core.sched.scheduler.Scheduler`` (CPU target, a
 tiny local Llama config.json in a temporary folder, ``skip_tokenizer_init``, a hand-built KVCacheConfig with
 one full-attention group of ``num_blocks`` blocks, block 0 being vLLM's null block), submits every request,
 and steps it: ``schedule()``, a fabricated ModelRunnerOutput (no token for an intermediate prefill chunk, one
@@ -149,14 +150,16 @@ def main() -> int:
                             "hash_algo": algo, "import_s": round(import_s, 3)}})
             vocab = cfg["vocab"]
             clock = time.perf_counter
-            t0 = clock()
-            for r in reqs:
-                sp = SamplingParams(max_tokens=r["max_new_tokens"], ignore_eos=True, temperature=0.0)
-                sched.add_request(Request(r["id"], r["tokens"], sp, None, arrival_time=0.0, block_hasher=hasher))
-            add_s = clock() - t0
             step, idle = 0, 0
             pool = sched.kv_cache_manager.block_pool
-            while sched.has_requests():
+            reqs.reverse()  # submitted before the step each names ("arrive"), at once when the scheduler is idle
+            while reqs or sched.has_requests():
+                t0 = clock()
+                while reqs and (reqs[-1].get("arrive", 0) <= step or not sched.has_requests()):
+                    r = reqs.pop()
+                    sp = SamplingParams(max_tokens=r["max_new_tokens"], ignore_eos=True, temperature=0.0)
+                    sched.add_request(Request(r["id"], r["tokens"], sp, None, arrival_time=0.0, block_hasher=hasher))
+                add_s = clock() - t0
                 t0 = clock()
                 so = sched.schedule()
                 t1 = clock()
@@ -181,7 +184,7 @@ def main() -> int:
                 cr = so.scheduled_cached_reqs
                 batches, seqs = sub.take(step)
                 msg = {
-                    "step": step, "engine_s": (t1 - t0) + (t3 - t2) + (add_s if step == 0 else 0.0),
+                    "step": step, "engine_s": (t1 - t0) + (t3 - t2) + add_s,
                     "new": [[n.req_id, n.num_computed_tokens, list(n.block_ids[0])] for n in so.scheduled_new_reqs],
                     "cached": [[rid, rid in cr.resumed_req_ids, list(b[0]) if b is not None else None, c]
                                for rid, b, c in zip(cr.req_ids, cr.new_block_ids, cr.num_computed_tokens, strict=True)],

@@ -1,0 +1,43 @@
+"""PEER-12, PEER-13: each real engine's own eviction policy, judged on every eviction of a `kvsim peer` run.
+
+The checkers are the peer judges' (named by dotted path: the catalogue never imports sim). Each is written from
+the engine's own source and documentation -- vLLM's FreeKVCacheBlockQueue and block pool, SGLang's
+RadixCache.evict and its LRU strategy -- not from kvsim's cache model; the seed lines cited are the cache
+concepts' statement of the same policy. Every eviction a run shows is judged: the evicted block must be one
+the engine's policy allows at that moment. A hit ratio below `kvsim simulate`'s at the same capacity is a
+softer, separate signal (reported beside the verdict, never a violation).
+"""
+
+from __future__ import annotations
+
+from kvsim.spec.catalogue import transition_rule
+
+transition_rule(
+    "PEER-12", "vLLM evicts the head of its free queue: cached blocks least recently freed first, a request's "
+    "tail blocks before its head",
+    'vllm/v1/core/kv_cache_utils.py FreeKVCacheBlockQueue: "The least recent used block is at the front (LRU) ... '
+    'the one with more hash tokens (the tail of a block chain) is at the front. Note that we maintain this order by '
+    'reversing the block order when free blocks of a request"; block_pool.py free_blocks: "FIFO reuse of cached '
+    'blocks for LRU eviction behavior"; cache concepts L36: "its capacity belongs to the global empty-parent FIFO"; '
+    'L199: "LRU access epoch"',
+    "kvsim.sim.peers.vllm.policy.FreeQueue.before",
+    decisions="Judged by `kvsim peer vllm` on each step that evicts (a block holding cached content handed out "
+              "fresh), against the judge's own copy of the free queue built from the step messages: a request's "
+              "release appends its cached blocks in reverse table order, prepends blocks without content; a hit "
+              "takes a block out; allocation pops the head. No block without content may be left free from before "
+              "the step, and no cached block freed strictly earlier may stay. Releases by different requests in "
+              "one step are unordered.",
+    scope="cache")
+
+transition_rule(
+    "PEER-13", "SGLang's radix cache evicts only unlocked leaves, least recently accessed first",
+    'sglang/srt/mem_cache/radix_cache.py RadixCache.evict: "eviction_heap = [(self.eviction_strategy.get_priority'
+    '(node), node) for node in leaves]" over evictable_leaves (no live child, lock_ref 0); evict_policy.py '
+    'LRUStrategy.get_priority: node.last_access_time; cache concepts L199: "select eviction candidates ... using '
+    'one policy: LRU access epoch"; L38: "held only by the cache"',
+    "kvsim.sim.peers.sglang.policy.judge_eviction",
+    decisions="Judged by `kvsim peer sglang` on every evict call, from the tree the driver read just before it "
+              "(each node's parent, lock_ref, last_access_time order and pages) and the nodes the call removed: "
+              "the removed set must be a prefix of an LRU peeling of the unlocked leaves (equal access times in "
+              "any order, a parent joining once its last child is gone).",
+    scope="cache")
