@@ -28,10 +28,11 @@ ROUND_EXAMPLES = {"ci": 20, "deep": 40}
 def machines() -> dict:
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
-    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine}
+    from kvsim.sim.fuzz.simulation import SimulateMachine
+    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine, "simulate": SimulateMachine}
 
 
-MACHINES = ("store", "host", "lockstep")
+MACHINES = ("store", "host", "lockstep", "simulate")
 
 
 @dataclass
