@@ -18,9 +18,9 @@ the admission order and its timing, so a different reservation, match or evictio
 differing fact. Every step of the engine is also judged by the store model with every rule of the catalogue
 (`kvsim simulate` replays its events as `kvsim replay` does): a violation fails the run too.
 
-A failing run is written as a Mooncake workload `<found>/simulate-<hash>.jsonl` whose header comment is
-replaced by the message; `kvsim simulate FILE --pages ... --concurrency ... --max-context ...
---prefill-chunk ...` (given in the failure) runs it again.
+A failing run is written as a Mooncake workload `<found>/simulate-<hash>.jsonl`; the failure's `command`
+(`kvsim simulate FILE --pages ... --concurrency ... --max-context ... --prefill-chunk ...`) serves it again,
+its `replay` names the first differing fact, the broken rule ("violation") or the crash ("crash", INTERNAL).
 """
 
 from __future__ import annotations
@@ -210,7 +210,10 @@ class SimulateMachine(RuleBasedStateMachine):
         """Serve the whole workload on both sides once (the engine checks every store rule at every event)."""
         if self.setup is None or not self.rows:
             return
-        why = compare(self.rows, self.setup)
+        try:
+            why = compare(self.rows, self.setup)
+        except Exception as exc:  # noqa: BLE001 — a crash inside the engine (or the reference): fail replayably
+            why = f"crash {type(exc).__name__}: {exc}"
         if why is not None:
             self.fail(why)
 
@@ -225,10 +228,11 @@ class SimulateMachine(RuleBasedStateMachine):
             final = True
         if final and RUN.found_dir is not None:
             path = write_workload(self.rows, setup, RUN.found_dir)
-            store = why.startswith("store rule ")
-            rule = why.split()[2] if store else "ORACLE-reference"
+            store, crash = why.startswith("store rule "), why.startswith("crash ")
+            rule = why.split()[2] if store else "INTERNAL" if crash else "ORACLE-reference"
             command = f"kvsim simulate {path} {setup.flags()}"
-            RUN.last_failure = {"kind": "violation" if store else "reference", "rule": rule, "message": text,
+            kind = "violation" if store else "crash" if crash else "reference"
+            RUN.last_failure = {"kind": kind, "rule": rule, "message": text,
                                 "reproduced": store, "trace": path, "steps": len(self.rows),
                                 "replay": why, "command": command}
             text = f"{rule} — workload {path}: {text}"

@@ -136,3 +136,20 @@ def test_engine_and_reference_agree_exactly_on_a_real_workload_under_pressure():
     facts, stats = reference_facts(rows, setup)
     assert stats["checkpoints_evicted"] > 20 and stats["reused_tokens"] > 0 and stats["rejected"] == 2
     assert compare(rows, setup, audit_every=None) is None
+
+
+def test_an_engine_crash_fails_the_run_with_its_workload(tmp_path, monkeypatch):
+    from kvsim.sim.fuzz.simulation import SimulateMachine, SimulationFailure
+    from kvsim.sim.fuzz.stats import RUN
+
+    def crash(self, pf):
+        raise RuntimeError("the decode continuation could not be activated")
+    monkeypatch.setattr(engine.Simulation, "_prefill_done", crash)
+    RUN.reset(tmp_path)
+    m = SimulateMachine()
+    m.setup, m.rows = LRU, list(LRU_ROWS)
+    with pytest.raises(SimulationFailure, match="INTERNAL"):
+        m.teardown()
+    f = RUN.last_failure
+    assert f is not None and f["kind"] == "crash" and f["replay"].startswith("crash RuntimeError")
+    assert Path(f["trace"]).parent == tmp_path and Path(f["trace"]).exists()
