@@ -86,8 +86,11 @@ def ceil_div(a: int, b: int) -> int:
 
 class ReferenceScheduler:
     def __init__(self, capacity: int, concurrency: int = 256, max_context: int = 131072, chunk: int = 8192,
-                 base: float = 0.008, per_token: float = 2.0e-5, per_lane: float = 1.0e-4) -> None:
+                 base: float = 0.008, per_token: float = 2.0e-5, per_lane: float = 1.0e-4,
+                 admission: str = "evict") -> None:
         self.capacity, self.concurrency, self.max_context, self.chunk = capacity, concurrency, max_context, chunk
+        self.admission = admission  # "evict": cached prompts give way; "wait": only for what lanes will not return
+        self.lanes: list[Running] = []
         self.base, self.per_token, self.per_lane = base, per_token, per_lane
         self.ids: dict[tuple, int] = {}
         self.retained: OrderedDict[int, Retained] = OrderedDict()  # least recently used first
@@ -162,19 +165,25 @@ class ReferenceScheduler:
         """Every full page is in use by a running request (one holding a page holds the prefix before it)."""
         return bool(c.pages) and id(c.pages[-1]) in self.running_pages
 
-    def give_way(self, need: int, protect) -> bool:
-        """Least-recently-used retained prompts are released (one pass) until `need` pages are free."""
-        if self.free() >= need:
-            return True
+    def give_way(self, need: int, protect, pending: int = 0) -> bool:
+        """Least-recently-used retained prompts are released (one pass) until `need` pages are free, or until
+        the pages running requests will return (`pending`) cover the rest; whether `need` pages are free."""
+        if self.free() + pending >= need:
+            return self.free() >= need
         for key in list(self.retained):
             c = self.retained[key]
             if c is protect or self.in_use(c):
                 continue
             self.release(c)
             self.s["checkpoints_evicted"] += 1
-            if self.free() >= need:
+            if self.free() + pending >= need:
                 break
         return self.free() >= need
+
+    def returns(self) -> int:
+        """The pages the decoding requests return when they finish: their private pages, and the pages no one
+        else holds (a decode that took its prompt's checkpoint over holds them alone)."""
+        return sum(lane.private + sum(1 for p in lane.held if p.refs == 1) for lane in self.lanes)
 
     def lookup(self, keys: list) -> tuple[Retained | None, int]:
         """The deepest matched page and the retained prompt reused for it: the fewest pages, then the most
@@ -196,9 +205,10 @@ class ReferenceScheduler:
         if m == 0:
             c = None
         ent = ceil_div(n + o, PAGE)
-        while True:
+        pending = self.returns() if self.admission == "wait" else 0  # "evicts only for what running requests
+        while True:                                                    # will not return when they finish"
             need = ent - m + 1 + (1 if c is not None and c.tail is not None else 0)
-            if self.give_way(need, c):
+            if self.give_way(need, c, pending):
                 break
             if running:
                 return "wait"
@@ -285,7 +295,7 @@ class ReferenceScheduler:
         head = nxt = 0
         now = 0.0
         self.prefill = None
-        lanes: list[Running] = []
+        lanes = self.lanes
         blocked = False
         while True:
             while nxt < len(rows) and rows[nxt][0] <= now:

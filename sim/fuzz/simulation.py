@@ -45,15 +45,16 @@ MAX_REQUESTS = 14
 
 @dataclass(frozen=True)
 class Setup:
-    """The simulated engine: capacity in pages, execution rows, S, prefill chunk."""
+    """The simulated engine: capacity in pages, execution rows, S, prefill chunk, admission policy."""
     pages: int
     concurrency: int
     max_context: int
     chunk: int
+    admission: str = "evict"
 
     def flags(self) -> str:
         return (f"--pages {self.pages} --concurrency {self.concurrency} --max-context {self.max_context} "
-                f"--prefill-chunk {self.chunk} --layers 1 --kv-heads 2")
+                f"--prefill-chunk {self.chunk} --admission {self.admission} --layers 1 --kv-heads 2")
 
 
 def engine_facts(rows: list, setup: Setup, audit_every: int | None = 64) -> tuple[list, dict, list]:
@@ -64,7 +65,7 @@ def engine_facts(rows: list, setup: Setup, audit_every: int | None = 64) -> tupl
     from kvsim.sim.workloads.request import Request
 
     cfg = SimConfig(max_context=setup.max_context, concurrency=setup.concurrency, pages=setup.pages,
-                    prefill_chunk=setup.chunk, layers=1, kv_heads=2)
+                    prefill_chunk=setup.chunk, admission=setup.admission, layers=1, kv_heads=2)
     sim = Simulation(cfg, source="kvsim fuzz --machine simulate", audit_every=audit_every)
     facts: list = []
     admit, reject, done, emit = sim._admit, sim._reject, sim._prefill_done, sim._emit
@@ -99,7 +100,8 @@ def engine_facts(rows: list, setup: Setup, audit_every: int | None = 64) -> tupl
 
 
 def reference_facts(rows: list, setup: Setup) -> tuple[list, dict]:
-    ref = ReferenceScheduler(setup.pages, setup.concurrency, setup.max_context, setup.chunk)
+    ref = ReferenceScheduler(setup.pages, setup.concurrency, setup.max_context, setup.chunk,
+                             admission=setup.admission)
     out = ref.run(rows)
     return out["facts"], out["stats"]
 
@@ -164,7 +166,8 @@ class SimulateMachine(RuleBasedStateMachine):
         rows = max_context // P  # the store's capacity lies in [L, C·L] (CAP-1)
         pages = data.draw(st.integers(rows, concurrency * rows), label="pages")
         chunk = data.draw(st.sampled_from([128, 256, 8192]), label="chunk")  # a multiple of 128 (ENT-3)
-        self.setup = Setup(pages, concurrency, max_context, chunk)
+        admission = data.draw(st.sampled_from(["evict", "wait"]), label="admission")
+        self.setup = Setup(pages, concurrency, max_context, chunk, admission)
         RUN.examples += 1
 
     def count(self, label: str) -> None:

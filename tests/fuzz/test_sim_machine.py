@@ -62,6 +62,21 @@ def test_whole_page_prompt_recomputes_its_last_page_and_the_decode_copies_a_tail
     assert compare(rows, setup) is None
 
 
+def test_the_wait_policy_keeps_the_cache_for_what_lanes_will_return():
+    """r0 decodes 60 tokens (2 private pages), r0's and r1's prompts are retained, 2 pages free. r2 needs 4:
+    `evict` releases r1's prompt (r0's is in use) and starts r2 at once; `wait` counts r0's 2 pages as coming
+    back, keeps r1's prompt and starts r2 when r0 is done, so r3 (r1's prompt again) reuses its page."""
+    rows = [(0.0, 100, 60, [1]), (0.0, 100, 0, [2]), (0.0, 150, 0, [3]), (2.0, 100, 0, [2])]
+    admits = {}
+    for admission in ("evict", "wait"):
+        setup = Setup(pages=8, concurrency=3, max_context=256, chunk=128, admission=admission)
+        facts, _ = reference_facts(rows, setup)
+        admits[admission] = [(f[1], f[2], f[3]) for f in facts if f[0] == "admit"]
+        assert compare(rows, setup) is None
+    assert admits["evict"][2:] == [(2, 2, 0), (3, 61, 0)]
+    assert admits["wait"][2:] == [(2, 61, 0), (3, 63, 1)]
+
+
 @pytest.mark.parametrize("patch, first", [
     ("touch", "fact 6"),  # reuse not counted as a use: r1's prompt stays, r0's gives way
     ("evict_mru", "fact 6"),

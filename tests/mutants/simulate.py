@@ -49,4 +49,10 @@ MUTANTS = [
          file="sim/simulate/prefix.py",
          old="            if n <= len(e[1].keys):",
          new="            if n < len(e[1].keys):"),
+    dict(name="sim-wait-counts-shared-prompt", machine="simulate",
+         bug="under --admission wait a decoding lane is counted as returning its whole entitlement, the prompt "
+             "pages its retained checkpoint keeps included: the head waits where cached prompts should give way",
+         file="sim/simulate/engine.py",
+         old="        lane.own = -(-(pf.prompt + pf.output) // P) - pf.prompt // P",
+         new="        lane.own = -(-(pf.prompt + pf.output) // P)"),
 ]
