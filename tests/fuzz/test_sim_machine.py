@@ -77,6 +77,19 @@ def test_the_wait_policy_keeps_the_cache_for_what_lanes_will_return():
     assert admits["wait"][2:] == [(2, 61, 0), (3, 63, 1)]
 
 
+def test_wait_counts_the_prompt_pages_a_lane_holds_alone():
+    """Found by the simulate machine: r3 decodes from its 128-token prompt's checkpoint (2 full pages) when r5,
+    the same prompt, reuses 1 page and takes that checkpoint over (a helper cuts it at 64 tokens): page 2 is
+    then r3's alone and comes back when r3 finishes. Under `wait` the engine counted only r3's own pages, so
+    r6's first try released r2's cached prompt although what the lanes return covered it."""
+    rows = [(0.004, 221, 20, [1]), (0.014, 226, 52, [1]), (0.044, 5, 41, [1]), (0.074, 128, 60, [1]),
+            (0.174, 11, 31, [2]), (0.178, 128, 68, [1]), (0.182, 190, 35, [3]), (0.212, 160, 73, [1])]
+    setup = Setup(pages=12, concurrency=4, max_context=256, chunk=256, admission="wait")
+    facts, stats = reference_facts(rows, setup)
+    assert ("admit", 6, 133, 0, 1) in facts and stats["checkpoints_left"] == 6
+    assert compare(rows, setup) is None
+
+
 @pytest.mark.parametrize("patch, first", [
     ("touch", "fact 6"),  # reuse not counted as a use: r1's prompt stays, r0's gives way
     ("evict_mru", "fact 6"),
