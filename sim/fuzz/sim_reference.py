@@ -35,6 +35,8 @@ The policy, as the README states it:
   the Fork does not fit, least-recently-used prompts give way until one more page is free; when it still does
   not fit, the decode continuation takes the prompt's checkpoint over (Move: no longer retained). Pages return
   when the request finishes; the retained prompt stays cached.
+* `admission="wait"`: prompts give way only for what the decoding requests will not return when they finish
+  (their private pages and the pages no one else holds).
 * Virtual time: one iteration = base + prefill tokens · per_token + decoding requests · per_lane.
 
 `ReferenceScheduler(capacity, ...).run(rows)` takes rows (arrival seconds, prompt, output, block ids) and
@@ -205,8 +207,9 @@ class ReferenceScheduler:
         if m == 0:
             c = None
         ent = ceil_div(n + o, PAGE)
-        pending = self.returns() if self.admission == "wait" else 0  # "evicts only for what running requests
-        while True:                                                    # will not return when they finish"
+        # `wait` "evicts only for what running requests will not return when they finish"
+        pending = self.returns() if self.admission == "wait" else 0
+        while True:
             need = ent - m + 1 + (1 if c is not None and c.tail is not None else 0)
             if self.give_way(need, c, pending):
                 break
