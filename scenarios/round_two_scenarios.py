@@ -407,10 +407,37 @@ def verify_passed_after_cut() -> Trace:
     return t
 
 
+# -- 11. a later copy keeps its source (decision 24; found by `kvsim fuzz --machine lockstep --seed 11`) ---------
+
+def copy_after_release_source() -> Trace:
+    t = Trace("copy_after_release_source",
+              'Regression trace of `kvsim fuzz --machine lockstep --budget 900 --seed 11`, shortest form: block 0 '
+              'of c0 has a published D2H copy (x1) when a second D2H copy of it (x2) is reserved; c0 is released '
+              '(blocks 1..3 go back, block 0 waits for x2\'s pins); x1\'s release_source must keep block 0\'s '
+              'Device replica, the source x2 reserved and still copies from (store contract "Copy 进行时 source 与 '
+              'destination 都被 pin。Copy 完成前 ... 唯一有效 source 也不能先释放", "release source when no longer '
+              'required"; decision 24)', config(**HOST))
+    t.checkpoint("s0", 200, "c0", [0, 1, 2, 3])
+    for phase in ("reserve", "copy", "verify", "publish"):  # x1 published, its release_source still to come
+        t.xfer("x1", "d2h", "c0", [0], phase)
+    t.ckpt("c0", replicas=["both", "device", "device", "device"])
+    t.xfer("x2", "d2h", "c0", [0], "reserve")
+    t.release("c0")
+    t.pool(allocated=1, reserved=0, available=127)  # block 0: pinned by x2, reclaimed at its publish
+    t.xfer("x1", "d2h", "c0", [0], "release_source")  # x2 pins block 0's Device source: it stays
+    t.pool(allocated=1, reserved=0, available=127)
+    for phase in ("copy", "verify", "publish"):
+        t.xfer("x2", "d2h", "c0", [0], phase)
+    t.pool(allocated=0, reserved=0, available=128)  # the last pin went: block 0 reclaimed
+    t.xfer("x2", "d2h", "c0", [0], "release_source")
+    t.pool(allocated=0, reserved=0, available=128)
+    return t
+
+
 def legal() -> list[Trace]:
     return [effective_budget_clamped(), host_plan_on_known_layout(), host_replica_logical_order(),
             reads_while_copy_reserved(), growth_to_the_window_bound(), truncate_copy_pinned_page(),
-            verify_fails_after_cut(), auto_capacity_fp8_odd_heads()]
+            verify_fails_after_cut(), auto_capacity_fp8_odd_heads(), copy_after_release_source()]
 
 
 def violations() -> list[Trace]:

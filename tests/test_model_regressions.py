@@ -33,6 +33,31 @@ def test_release_source_ignores_a_descriptor_reused_after_the_transfer_published
     assert ck.incremental() == [] and ck.audit() == []
 
 
+def test_release_source_keeps_a_device_source_another_reserved_copy_pins():
+    """`kvsim fuzz --machine lockstep --seed 11`: a published D2H copy (x1), a second D2H copy of the same page
+    reserved (x2), the checkpoint released, then x1's release_source: x2 pins the Device source from its
+    reserve (decision 24, seed 000 L178), so the source is still required and stays until x2 has copied."""
+    st = KVStore(StoreConfig(1024, 2, host_arena_bytes=4 * PAGE_BYTES))
+    ck = Checker(st)
+    st.activate("a", 64, 0)
+    st.map("a", "main", 64)
+    st.launch("u", [("a", "main", (0, 64))])
+    st.complete("u", [("a", "main", 64)])
+    st.finish("a", "k")
+    page = st.checkpoints["k"].spaces["main"].pages[0]
+    for phase in ("reserve", "copy", "verify", "publish"):
+        st.xfer("x1", "d2h", "k", "main", [0], phase)
+    st.xfer("x2", "d2h", "k", "main", [0], "reserve")
+    st.release("k")
+    st.xfer("x1", "d2h", "k", "main", [0], "release_source")
+    assert page.alive and page.device >= 0, "release_source freed a Device source a reserved copy pins"
+    assert ck.incremental() == []
+    for phase in ("copy", "verify", "publish", "release_source"):
+        st.xfer("x2", "d2h", "k", "main", [0], phase)
+    assert not page.alive and st.pools["main"].allocated == 0  # reclaimed when the last pin went
+    assert ck.incremental() == [] and ck.audit() == []
+
+
 def test_two_incarnations_that_truncate_and_rewrite_write_distinct_content_keys():
     """A sequence id reactivated after finishing is a new incarnation: after a destructive truncate its
     rewrites carry content keys of their own, never those of an earlier incarnation's rewrites."""

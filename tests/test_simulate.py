@@ -55,6 +55,25 @@ def test_prefix_index_longest_match_prefers_the_shortest_holder_and_survives_rem
     assert idx.lookup([1]) == (None, 0) and len(idx) == 0
 
 
+def test_prefix_index_finds_another_holder_when_the_best_one_goes():
+    """`kvsim fuzz --machine simulate` against the README's reference: with two equal holders of a prefix, the
+    removal of the newer (Move into a request) left the index with no known holder, so a lookup stopped short
+    (under-matched) or later named a longer holder than one that was there (a needless helper split)."""
+    idx = PrefixIndex()
+    split, prompt = _C([1, 2]), _C([1, 2])
+    idx.register(split)
+    idx.register(prompt)
+    assert idx.lookup([1, 2, 9]) == (prompt, 2)  # the newest of equals
+    idx.remove(prompt)
+    assert idx.lookup([1, 2, 9]) == (split, 2)
+    longer = _C([1, 2, 3])
+    idx.register(longer)
+    assert idx.lookup([1, 2, 9]) == (split, 2) and idx.lookup([1, 2, 3]) == (longer, 3)
+    idx.touch(split)
+    idx.remove(split)
+    assert idx.lookup([1, 2]) == (longer, 2) and len(idx) == 3
+
+
 def test_reuse_definition_on_a_hand_made_trace():
     rs = [Request(0, 0.0, 1000, 5, (1, 2)), Request(1, 1.0, 1000, 5, (1, 2)), Request(2, 2.0, 700, 5, (1, 3)),
           Request(3, 3.0, 300, 5, (1,)), Request(4, 4.0, 64, 5, (4,))]

@@ -11,7 +11,8 @@ refers to or pins it; a host-only page cannot lose its last replica".
 Decisions (REP-* entries): one transfer allocates one Host extent of n page strides (first fit), a
 later partial release frees single page slices; a page whose Host replica is already current is not
 copied again; a stale Host replica is released after the new one is published; a checkpoint may be
-released while a transfer pins its pages, and such pages are reclaimed when the last pin goes.
+released while a transfer pins its pages, and such pages are reclaimed when the last pin goes; a d2h
+`release_source` keeps a Device source another open transfer pins (it is still required).
 """
 
 from __future__ import annotations
@@ -305,7 +306,9 @@ def _release_source(st: KVStore, x: Transfer) -> None:
     # a page whose last reference went while it was pinned is reclaimed at publication (and its descriptor
     # may since carry another page): only the pages still ours (same generation) have a source to release
     # "release source when no longer required": a Device source an active sequence still reads (a Fork or
-    # Move made while the copy ran) is still required and stays; the phase releases the others
+    # Move made while the copy ran) is still required and stays, and so is one another open transfer pins (a
+    # copy reserved from it reads it: decision 24, "Copy 进行时 source 与 destination 都被 pin ... 唯一有效
+    # source 也不能先释放", seed 000 L178); the phase releases the others
     live = [p for p, g in zip(x.pages, x.generations) if p.alive and p.generation == g]
     if x.direction == "h2d":  # the Host source goes only where the restored Device copy still stands in for it
         for page in live:
@@ -318,7 +321,7 @@ def _release_source(st: KVStore, x: Transfer) -> None:
     for page in live:
         if x.direction == "d2h" and page.device >= 0:
             st.cov.check("REP-4", exercised=True)
-            if page.active_refs:
+            if page.active_refs or page.pins:
                 continue
             st.free_device(page)
         elif x.direction == "h2d" and page.host is not None:

@@ -104,8 +104,9 @@ def run(args) -> int:
         for f in r.failures:
             where = f"{f.get('trace') or f['log']}:1: " if f.get("trace") or f.get("log") else ""
             out.print(f"{where}{f['rule'] or '?'} ({f['kind']}) {f['message']}", markup=False, soft_wrap=True)
-            if f.get("trace"):
-                out.print(f"  counterexample: kvsim replay {f['trace']}", markup=False, soft_wrap=True)
+            if f.get("trace"):  # a kvtrace/1 file, or a workload with the command that serves it (simulate)
+                again = f.get("command") or f"kvsim replay {f['trace']}"
+                out.print(f"  counterexample: {again}", markup=False, soft_wrap=True)
             elif f.get("log"):
                 out.print(f"  step log: {f['log']}", markup=False, soft_wrap=True)
     print_verdict(verdict, out, style, "kvsim fuzz")

@@ -5,8 +5,9 @@ model), `view` (the narrow read interface through which the oracle sees the mode
 refinement check, as `observe` events), `driver` (the model driven through kvtrace/1, counterexamples
 written and replayed), `machines` / `physical` (the RuleBasedStateMachines `store`, `host`, `lockstep`),
 `cache_oracle` / `cache_machine` (the cache-concepts model against a naive oracle of seed 002: the machines
-`cache`, `cache-host`), `campaign` (runs within a budget), `profiles` (Hypothesis settings `ci` and `deep`), `database`
-(directory or Redis example database), `stats` (what a campaign saw).
+`cache`, `cache-host`), `simulation` / `sim_reference` (the machine `simulate`: `kvsim simulate`'s engine
+against an independent reference of its policy), `campaign` (runs within a budget), `profiles` (Hypothesis
+settings `ci` and `deep`), `database` (directory or Redis example database), `stats` (what a campaign saw).
 
 Entry point for `kvsim fuzz`, and for a self-check that runs it in a subprocess with a mutated copy of
 the `kvsim` package first on `sys.path` (the machines import the model through `kvsim.kvmodel...` at call
@@ -16,7 +17,7 @@ time, so the copy is what they drive):
     result = run_campaign("store", budget_s=10.0, seed=0, profile="ci", database=None,
                           found_dir="reports/found")
 
-- `machine`: "store", "host", "lockstep", "cache" or "cache-host" (`campaign.MACHINES`).
+- `machine`: one of `campaign.MACHINES` ("store", "host", "lockstep", "cache", "cache-host", "simulate", ...).
 - `budget_s`: seconds; rounds of examples run until it is spent or a failure is found (shrinking a failure
   is limited to a quarter of the budget, at least 10 s).
 - `seed`: one integer; every draw of the campaign derives from it. `profile`: "ci" or "deep".
@@ -29,7 +30,9 @@ time, so the copy is what they drive):
   `result.failed` is true when a failure was found; each failure is a dict:
   `rule` (the first rule `kvsim replay` reports on the written trace; "INTERNAL" for a crash inside the
   model; "ORACLE-<kind>" when the difference cannot be stated in kvtrace/1, e.g. replica validity),
-  `kind` (violation | outcome | accepted | changed | refinement | content | audit | crash | physical),
+  `kind` (violation | outcome | accepted | changed | refinement | content | audit | crash | physical |
+  reference: the simulator and its reference disagree, "ORACLE-reference"; its `trace` is then a Mooncake
+  workload and `command` the `kvsim simulate` line that serves it),
   `message`, `trace` (path of the counterexample), `reproduced` (replay reports `rule` on it), `steps`,
   `replay` (what replay said); a cache machine's failure names no trace but `log`, its step log.
 """

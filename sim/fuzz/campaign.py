@@ -29,14 +29,17 @@ def machines() -> dict:
     from kvsim.sim.fuzz.cache_machine import CacheHostMachine, CacheMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
+    from kvsim.sim.fuzz.simulation import SimulateMachine
     return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine,
             "cache": CacheMachine,
-            "cache-host": CacheHostMachine}
+            "cache-host": CacheHostMachine,
+            "simulate": SimulateMachine}
 
 
 MACHINES = ("store", "host", "lockstep",
             "cache",
-            "cache-host")
+            "cache-host",
+            "simulate")
 
 
 @dataclass

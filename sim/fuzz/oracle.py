@@ -579,7 +579,9 @@ class Oracle:
                 if not blk.alive:
                     continue
                 if x.direction == "d2h":
-                    if not blk.active_holders:  # a source an active sequence still reads is still required
+                    # a source an active sequence still reads, or another open transfer pins (a copy reserved
+                    # from it), is still required (REP-4, decision 24)
+                    if not blk.active_holders and not blk.pins:
                         blk.dev = False
                 elif blk.host is not None:
                     blk.host = None

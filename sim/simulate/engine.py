@@ -412,6 +412,21 @@ class Simulation:
         return pool.available >= need
 
     # -- admission ------------------------------------------------------------------------------
+    def _returning(self) -> int:
+        """The Main pages the decoding lanes return when they finish (what `admission="wait"` counts on): their
+        own pages (tail copy and output), and the prompt's full pages a lane holds alone once its prompt's
+        checkpoint is gone (taken over by a later request's Move and cut at its match: the pages past the
+        match are then the lane's only). README "Simulating workloads": `wait` "evicts only for what running
+        requests will not return when they finish". While the checkpoint is retained it holds every full
+        page of the lane, so only lanes whose checkpoint went are inspected."""
+        n = self.lane_pages
+        for lane in self.lanes.values():
+            if f"k{lane.rid}" not in self.ckpts:
+                space = self.st.space_of(lane.seq, MAIN)
+                if space is not None:
+                    n += sum(1 for p in space.pages[:lane.prompt // P] if len(p.holders) == 1)
+        return n
+
     def _admit(self, r, keys: list) -> bool:
         """Start the prefill of the queue's head; False when it must wait (True also when rejected)."""
         cfg, s = self.config, self.s
@@ -432,7 +447,7 @@ class Simulation:
                 need += restores + (1 if c.frontier % P else 0)
             protect = frozenset() if c is None else frozenset((c.cid,))
             self.keep = frozenset() if c is None else self._ckpt_pages(c.cid)  # its restores stay as counted
-            ok = self._evict_for(need, protect, self.lane_pages if cfg.admission == "wait" else 0)
+            ok = self._evict_for(need, protect, self._returning() if cfg.admission == "wait" else 0)
             self.keep = frozenset()
             if ok:
                 break

@@ -7,11 +7,11 @@ page's key with the block id and the page's place in its 512-token block (conten
 block id, so this is a hash of the page's content and of everything before it). Only full pages are
 indexed: a partial tail never matches.
 
-Per key the index keeps how many live checkpoints hold it and two of them: the latest to register or use
-it, and the shortest. Under least-recently-used eviction the latest holder is the last to go (any other
-holder was touched after an evicted one, so it registered the key later), so a key with holders keeps a
-known holder; release of a checkpoint superseded by a longer one is safe too (the longer one registers
-every key after it). This module knows keys and holders, nothing of the store model.
+Per key the index keeps every live checkpoint holding it (with the stamp of its latest registration or use)
+and the best of them: the shortest holder (the closest frontier: least to cut or copy when forking there),
+the most recently used among equals. A lookup therefore finds the longest prefix some retained checkpoint
+holds, and always knows who holds it; when the best holder goes, the next best is found among the others.
+This module knows keys and holders, nothing of the store model.
 """
 
 from __future__ import annotations
@@ -57,73 +57,66 @@ def page_keys(hash_ids, prompt: int) -> list[int]:
 
 
 class PrefixIndex:
-    """key -> [live checkpoints holding it, latest holder, shortest holder, the shortest's key count].
+    """key -> [{holder: stamp}, best holder].
 
-    A holder is any object with a `keys` list (the scheduler's checkpoint record). The latest holder is
-    the one that most recently registered or used the key; the shortest is the one with the fewest keys
-    (the closest frontier: least to cut or copy when forking there)."""
+    A holder is any object with a `keys` list (the scheduler's checkpoint record); its stamp is the index's
+    clock at its latest registration or use. The best holder of a key is the one with the fewest keys, the
+    latest stamp among equals (README "Simulating workloads": the longest prefix a retained prompt holds)."""
 
-    __slots__ = ("_keys",)
+    __slots__ = ("_keys", "_clock")
 
     def __init__(self) -> None:
         self._keys: dict[int, list] = {}
+        self._clock = 0
 
     def __len__(self) -> int:
         return len(self._keys)
 
     def lookup(self, keys: Sequence[int]) -> tuple[Any, int]:  # the holder: whatever the caller indexed
-        """(holder, pages): the longest indexed prefix of `keys` that has a known holder, and a holder of it
-        (the shortest when known); (None, 0) when the first page is not indexed."""
+        """(holder, pages): the longest indexed prefix of `keys` and its best holder; (None, 0) when the first
+        page is not indexed."""
         index = self._keys
-        depth = found = 0
+        depth = 0
         rep = None
         for k in keys:
             e = index.get(k)
             if e is None:
                 break
             depth += 1
-            h = e[2] or e[1]
-            if h is not None:
-                rep, found = h, depth
-        return rep, found
+            rep = e[1]
+        return rep, depth
+
+    def _stamp(self, ckpt, keys) -> None:
+        """`ckpt` holds `keys` as of now: newest among its equals, so best where it is no longer than the best."""
+        self._clock += 1
+        clock = self._clock
+        index = self._keys
+        n = len(ckpt.keys)
+        for k in keys:
+            e = index.get(k)
+            if e is None:
+                index[k] = [{ckpt: clock}, ckpt]
+                continue
+            e[0][ckpt] = clock
+            if n <= len(e[1].keys):
+                e[1] = ckpt
 
     def register(self, ckpt, keys=None) -> None:
         """A new holder of `keys` (default: its own keys)."""
-        index = self._keys
-        n = len(ckpt.keys)
-        for k in ckpt.keys if keys is None else keys:
-            e = index.get(k)
-            if e is None:
-                index[k] = [1, ckpt, ckpt, n]
-            else:
-                e[0] += 1
-                e[1] = ckpt
-                if n <= e[3] or e[2] is None:
-                    e[2], e[3] = ckpt, n
+        self._stamp(ckpt, ckpt.keys if keys is None else keys)
 
     def touch(self, ckpt) -> None:
-        """A holder was used: it becomes the latest holder of its keys (counts unchanged)."""
-        index = self._keys
-        n = len(ckpt.keys)
-        for k in ckpt.keys:
-            e = index[k]
-            e[1] = ckpt
-            if n <= e[3] or e[2] is None:
-                e[2], e[3] = ckpt, n
+        """A holder was used: it becomes the newest holder of its keys."""
+        self._stamp(ckpt, ckpt.keys)
 
     def remove(self, ckpt) -> None:
-        """A holder is gone (released or moved): its keys lose one holder. Where it was the latest or the
-        shortest holder the other one takes its place; when both were it, the key keeps its count but no
-        known holder, and lookups stop before it (they may under-report a match, never over-report)."""
+        """A holder is gone (released or moved): where it was the best holder, the next best takes its place."""
         index = self._keys
         for k in ckpt.keys:
             e = index[k]
-            if e[0] == 1:
+            holders = e[0]
+            del holders[ckpt]
+            if not holders:
                 del index[k]
-                continue
-            e[0] -= 1
-            if e[1] is ckpt:
-                e[1] = None if e[2] is ckpt else e[2]
-            if e[2] is ckpt:
-                e[2] = e[1]
-                e[3] = 0 if e[1] is None else len(e[1].keys)
+            elif e[1] is ckpt:
+                e[1] = min(holders, key=lambda h: (len(h.keys), -holders[h]))

@@ -198,7 +198,11 @@ def _rep_3_whole(st: KVStore) -> str | bool | None:
                       "Device replica may drop only with a current Host replica and no active reference or pin "
                       "(kvmodel.store.transfers). A d2h transfer's `release_source` releases the Device sources "
                       "no longer required (store contract \"release source when no longer required\"): a page "
-                      "an active sequence still reads keeps its Device replica. An h2d transfer's `release_source` "
+                      "an active sequence still reads keeps its Device replica, and so does a page another open "
+                      "transfer pins (decision 24: a copy pins its source from `reserve`, \"唯一有效 source 也不能"
+                      "先释放\", seed 000 L178; found by `kvsim fuzz --machine lockstep --seed 11`: a d2h copy "
+                      "reserved from the page, then the earlier copy's `release_source`, then the later copy had no "
+                      "Device source). An h2d transfer's `release_source` "
                       "frees the Host source only while the restored Device copy is valid; once that copy was "
                       "dropped again the Host replica is the last one and freeing it is the violation.")
 def rep_4(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:

@@ -4,7 +4,11 @@ A record: name, the bug class (research/anchors.md §4 and the store contract's 
 (relative to the package root), the exact old text (it must occur exactly once), the new text, and the
 fuzz machine expected to kill it. The self-check applies a patch to a copy of the package, never to the tree;
 `tests/mutants/test_mutants.py` checks that every patch still applies. Plain data: no kvsim import here.
+The other modules' seeded bugs live beside this file (`simulate.py`: sim/simulate/) and are concatenated below.
 """
+
+import runpy
+from pathlib import Path
 
 MUTANTS = [
     dict(name="fork-shares-partial-tail", machine="store",
@@ -142,4 +146,5 @@ MUTANTS = [
          old="        return h is not None and h.epoch == self.epoch and h.coverage >= n",
          new="        return h is not None and h.epoch == self.epoch"),
 ]
-MUTANTS += __import__("runpy").run_path(str(__import__("pathlib").Path(__file__).with_name("cache.py")))["MUTANTS"]
+MUTANTS += runpy.run_path(str(Path(__file__).with_name("cache.py")))["MUTANTS"]
+MUTANTS += runpy.run_path(str(Path(__file__).with_name("simulate.py")))["MUTANTS"]

@@ -23,6 +23,14 @@ def test_at_least_fifteen_mutants_with_distinct_names():
     assert all(m.bug and m.machine in MACHINES for m in MUTANTS)
 
 
+def test_the_simulator_has_its_seeded_bugs():
+    """sim/simulate/ is mutated too (tests/mutants/simulate.py), each bug for the `simulate` machine."""
+    sim = [m for m in MUTANTS if m.file.startswith("sim/simulate/")]
+    assert len(sim) >= 5 and all(m.machine == "simulate" for m in sim)
+    names = {m.name for m in sim}
+    assert {"sim-no-decode-tail-page", "sim-match-n-over-p", "sim-evicts-most-recent"} <= names
+
+
 @pytest.mark.parametrize("m", MUTANTS, ids=lambda m: m.name)
 def test_every_patch_applies_exactly_once_and_changes_the_file(m):
     root = package_root()
