@@ -62,6 +62,13 @@ def add_parser(sub: Any) -> None:
                    help="request ClearCache after every N-th answer (0: never)")
     p.add_argument("--block-granularity", type=integer(1), default=None, metavar="N",
                    help="tokens per block of every group, dividing --prefix-granularity (default: equal to it)")
+    p.add_argument("--state-group", action="store_true",
+                   help="tokenspeed: add the wheel's snapshot-state group 'state' (AttnKind.State) beside the "
+                   "full-attention group; its rows are judged by the TS-ST rules")
+    p.add_argument("--no-state-checkpoints", action="store_true",
+                   help="tokenspeed, with --state-group: state_checkpoint_in_forward off (no internal checkpoints)")
+    p.add_argument("--max-scheduled-tokens", type=integer(1), default=8192, metavar="N",
+                   help="tokenspeed: the chunk budget of one plan (default 8192)")
     p.add_argument("--l3", action="store_true",
                    help="L3 storage below the Host tier (needs --host-pages), answered by an in-process object store")
     p.add_argument("--l3-miss-rate", type=float, default=0.0, metavar="R",
@@ -111,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{src.name}:1: no requests: nothing to drive the scheduler with")
     sha = src.sha256()
     p = args.prefix_granularity
-    pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, args.block_granularity or p,
-                                                                             1 + (args.swa_window is not None))
+    pages = args.pages if args.pages is not None else ts.unbounded_pages(
+        reqs, args.block_granularity or p, 1 + (args.swa_window is not None) + 2 * args.state_group)
     if args.swa_replayable and args.swa_window is None:
         raise InputError("kvsim peer: --swa-replayable needs --swa-window")
     if (args.snapshot_pages > 1) != (args.max_retracted > 0):
@@ -125,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if args.block_granularity is not None and p % args.block_granularity:
         raise InputError(f"kvsim peer: --block-granularity: {args.block_granularity} does not divide "
                          f"--prefix-granularity {p}")
+    if args.no_state_checkpoints and not args.state_group:
+        raise InputError("kvsim peer: --no-state-checkpoints needs --state-group")
     if args.l3 and args.host_pages < 2:
         raise InputError("kvsim peer: --l3: L3 storage sits below the Host tier: give --host-pages (at least 2)")
     if not args.l3 and (args.l3_miss_rate or args.l3_host_blocks is not None or args.l3_wait_plans is not None):
@@ -145,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
                        force_retraction=args.force_retraction, clear_every=args.clear_every,
                        fault=args.inject_fault, block_granularity=args.block_granularity, l3=args.l3,
                        l3_miss_rate=args.l3_miss_rate, l3_host_blocks=args.l3_host_blocks or 0,
-                       l3_wait_plans=args.l3_wait_plans or 0)
+                       l3_wait_plans=args.l3_wait_plans or 0, state_group=args.state_group,
+                       state_checkpoints=not args.no_state_checkpoints,
+                       max_scheduled_tokens=args.max_scheduled_tokens)
     meta = {"workload": Path(src.name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
     prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
@@ -173,6 +184,10 @@ def run(args: argparse.Namespace) -> int:
                       **({"fault": args.inject_fault, "fault_applied": out.fault_applied} if args.inject_fault
                          else {}),
                       **({"block_granularity": args.block_granularity} if args.block_granularity else {}),
+                      **({"state_group": True, "state_checkpoint_in_forward": not args.no_state_checkpoints}
+                         if args.state_group else {}),
+                      **({"max_scheduled_tokens": args.max_scheduled_tokens}
+                         if args.max_scheduled_tokens != 8192 else {}),
                       **({"l3": {"miss_rate": args.l3_miss_rate, "host_blocks": args.l3_host_blocks,
                                  "wait_plans": args.l3_wait_plans, "store": out.l3}} if args.l3 else {}),
                       **({"engine_error": out.engine_error} if out.engine_error else {}),

@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import host_tier, retraction, store_policy
+from kvsim.sim.peers import host_tier, retraction, state_group, store_policy
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -79,6 +79,7 @@ RULES: dict[str, tuple[str, str]] = {
     **host_tier.RULES,
     **retraction.RULES,
     **store_policy.RULES,
+    **state_group.RULES,
 }
 
 
@@ -159,6 +160,11 @@ class Contract:
         self.headroom = retraction.Headroom()
         self.engine_failed = False  # PEER-10: the scheduler failed a call; the trace ends there
         self.stores = store_policy.StorePolicy(self)  # TS-L2-12: what the write-back policy owes the Host tier
+        for g in config.groups:
+            if g.block_granularity == 0 and g.attn_kind != "mamba":
+                raise ValueError(f"group {g.id!r}: block_granularity 0 is only a state (mamba) group's compact row")
+        self.state = state_group.StateGroups(self)  # TS-ST-*: state rows are judged there, not by _row
+        self._state = set(self.state.ids)
         # the full-history group whose rows show what an admission secured (TS-ADM-2)
         self._history = next((g.id for g in config.groups if g.attn_kind == "full"), None)
         # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
@@ -222,10 +228,14 @@ class Contract:
         before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
                   self.headroom.stats["readmissions"], self._replay_rows, self.stores.judged)
         l2_before = dict(self.l2.exercised)
+        st_before = dict(self.state.exercised)
         self._plan_body(rec, line)
         ex = self.exercised
         for rid, n in self.l2.exercised.items():  # the Host tier counts items; a plan counts once
             if n > l2_before[rid]:
+                ex[rid] += 1
+        for rid, n in self.state.exercised.items():
+            if n > st_before[rid]:
                 ex[rid] += 1
         ex["TS-TBL-1"] += 1
         ex["PEER-1"] += 1
@@ -262,6 +272,8 @@ class Contract:
         room = self.stores.room()
         loaded, keyed = self.l2.ops(rec, line)
         self.stores.ops(rec, room)
+        if self._state:
+            self.state.write_backs(rec, line)
         for rid in self.l2.take_retracted():
             self._retract(rid)
         # copies run before zeroing: "an unpinned op's sources may be re-granted in the same plan, so it is
@@ -280,6 +292,8 @@ class Contract:
                     writer.pop(dst, None)
             fresh.setdefault(g, set()).update(self._fresh_list(g, [d for _, d in pairs], line, "copy destination"))
             self.stats["pages_copied"] += len(pairs)
+            if g in self._state:
+                self.state.copied(g, pairs)
         for g, pages in rec.zero.items():
             fresh.setdefault(g, set()).update(self._fresh_list(g, pages, line, "zero"))
             self.l2.granted(g, pages, line, "zeroed")
@@ -297,12 +311,17 @@ class Contract:
             for blk in blocks:
                 self.l2.fresh(g, blk)
             self.stores.regranted(g, blocks)
+        if self._state:
+            self.state.regranted(rec)
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
         private = {g: fresh.get(g, set()) | self.handed[g] for g in self._replayable}  # fresh for TS-PFX-3
         for g, rows in rec.tables.items():
             if g not in self.groups:
                 raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
             for rid, row in rows.items():
+                if g in self._state:
+                    self.state.row(g, rid, row, fresh.get(g, set()) | self.handed[g], newly.setdefault(g, {}), line)
+                    continue
                 self._row(g, rid, row, fresh.get(g, set()) | self.handed[g], newly.setdefault(g, {}), line)
         for g, blocks in fresh.items():
             hold = self.holders[g]
@@ -319,6 +338,7 @@ class Contract:
                                f"({', '.join(f'{r}[{i}]' for r, i in receivers[:4])})", group=g, block=blk)
         # prefix hits: the first extend of a request
         p = self.p
+        first = {rid for rid in b.requests[:b.extends] if not self.reqs[rid].seen} if self._state else set()
         for k in range(b.extends):
             rid = b.requests[k]
             r = self.reqs[rid]
@@ -345,6 +365,8 @@ class Contract:
                     self._find("PEER-4", line, f"{rid} hits page {i}, which no request computed in an earlier plan",
                                request=rid, page=i, hit=hit)
                     break
+        if self._state:  # state rows: hits, checkpoints and the states this forward writes (TS-ST-*)
+            self.state.forward(rec, first, line)
         # writes of this plan's forward
         for k, rid in enumerate(b.requests):
             r = self.reqs[rid]
@@ -365,6 +387,7 @@ class Contract:
         for a in rec.aborts:
             self.stats["aborts"] += 1
             self.stores.dropped(a.request)
+            self.state.dropped(a.request)
             self._end(a.request)
         live = sum(len(h) for h in self.holders.values())
         if live > self.stats["peak_live_blocks"]:
@@ -413,6 +436,7 @@ class Contract:
         for rid in rec.finish:
             self.stats["finished"] += 1
             self.stores.finished(rid)
+            self.state.stopped(rid)
             self._end(rid)
         failed = set(rec.failed)
         for sd in rec.storage:  # L3 ops number their own ids and are acknowledged by their outcome
@@ -439,6 +463,7 @@ class Contract:
             self.exercised["TS-L2-8"] += 1
         if rec.accepted:
             self.stores.cleared()
+            self.state.cleared()
             self.published.clear()
             self.pending.clear()
             for g in self.content:
@@ -472,6 +497,7 @@ class Contract:
             return
         self.l2.finish(line)
         self.stores.finish(line)
+        self.state.finish(line)
         missing = sorted(self.issued - self.acked)
         if missing:
             self._find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",
@@ -646,6 +672,8 @@ class Contract:
         r.rows = {}
         self.headroom.retract(rid)
         self.stores.dropped(rid)
+        self.state.stopped(rid)
+        self.state.release(rid)
 
     def _end(self, rid: str) -> None:
         r = self.reqs.get(rid)
@@ -660,6 +688,8 @@ class Contract:
                         hold[blk] = left
                     else:
                         del hold[blk]
+        self.state.release(rid)
+        self.state.dropped(rid)
         del self.reqs[rid]
         self.headroom.end(rid)
 
@@ -673,6 +703,8 @@ class Contract:
         s["host_tier"] = dict(self.l2.stats)
         s["retraction"] = dict(self.headroom.stats)
         s["store_policy"] = dict(self.stores.stats)
+        if self._state:
+            s["state_groups"] = dict(self.state.stats)
         return s
 
 

@@ -41,6 +41,7 @@ __all__ = ["available", "version", "RunConfig", "RunOutcome", "unbounded_pages",
 
 GROUP = "full"
 SWA = "swa"
+STATE = "state"
 
 
 def _engine():
@@ -137,6 +138,8 @@ class RunConfig:
     l3_miss_rate: float = 0.0        # each L3 get key fails with this probability (seeded by `seed`)
     l3_host_blocks: int = 0          # Host pages L3 gets may hold at once (0: half the usable Host pages)
     l3_wait_plans: int = 0           # plans an L3 op may stay unanswered before the scheduler cancels it (0: never)
+    state_group: bool = False        # add the wheel's State group "state" (AttnKind.State, block_granularity 0)
+    state_checkpoints: bool = True   # state_checkpoint_in_forward: an extend may materialize an internal checkpoint
 
 
 @dataclass
@@ -198,6 +201,9 @@ def _config(cfg: RunConfig):
         c.cache_groups = c.cache_groups + [swa]
         if cfg.swa_replayable:  # "the window the scheduler re-feeds is the retention window itself"
             c.prefix_replay_tokens = cfg.swa_window
+    if cfg.state_group:  # the wheel's snapshot-state group: it declares block_granularity 0 (a compact row)
+        c.cache_groups = c.cache_groups + [ts.CacheGroupConfig(STATE, 0, cfg.pages, ts.AttnKind.State)]
+        c.state_checkpoint_in_forward = cfg.state_checkpoints
     c.num_device_pages = cfg.pages
     c.num_host_pages = cfg.host_pages
     c.disable_l2_cache = cfg.host_pages == 0
@@ -220,11 +226,13 @@ def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
         groups=[ct.Group(GROUP, _bg(cfg), cfg.pages, "full")] + (
             [ct.Group(SWA, _bg(cfg), cfg.pages, "sliding", cfg.swa_window,
                       replayable=cfg.swa_replayable)]
-            if cfg.swa_window is not None else []), num_device_pages=cfg.pages,
+            if cfg.swa_window is not None else []) + (
+            [ct.Group(STATE, 0, cfg.pages, "mamba")] if cfg.state_group else []), num_device_pages=cfg.pages,
         num_host_pages=cfg.host_pages, num_snapshot_pages=cfg.snapshot_pages,
         max_retracted_requests=cfg.max_retracted,
         max_batch_size=cfg.max_batch_size, max_scheduled_tokens=cfg.max_scheduled_tokens,
-        enable_l3_storage=cfg.l3), meta=meta or {})
+        enable_l3_storage=cfg.l3), meta={**(meta or {}), **(
+            {"state_checkpoint_in_forward": cfg.state_checkpoints} if cfg.state_group else {})})
 
 
 def _token(rid: str, pos: int) -> int:
@@ -409,7 +417,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             cost = t1 - t0
             # -- observe ------------------------------------------------------------------------------------------
             ids: list[str] = []
-            ext, inl, pfx, pre, replay = 0, [], [], [], []
+            ext, inl, pfx, pre, replay, ckpt = 0, [], [], [], [], []
             tables: dict[str, dict[str, list[int]]] = {}
             for b in plan.forward:
                 bids = list(b.request_ids)
@@ -420,6 +428,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                 ids, ext = bids, b.num_extends()
                 inl, pfx, pre = list(b.input_lengths), list(b.extend_prefix_lens), list(b.prefill_lengths)
                 replay = list(getattr(b, "extend_replay_lens", []) or [])
+                ckpt = [int(x) for x in getattr(b, "extend_state_checkpoint_lens", []) or []][:ext]
                 arrays = b.block_tables_arrays()
                 for g, arr in arrays.items():
                     rows = {}
@@ -445,7 +454,8 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                     for key in [k for k in last_rows if k == c.request or k.endswith("\0" + c.request)]:
                         del last_rows[key]
             aborts = [ct.Abort(a.request_id, str(a.reason)) for a in plan.aborts]
-            batch = ct.Batch(ids, ext, inl, pfx, pre, [int(x) for x in replay[:ext]] if any(replay[:ext]) else [])
+            batch = ct.Batch(ids, ext, inl, pfx, pre, [int(x) for x in replay[:ext]] if any(replay[:ext]) else [],
+                             ckpt if any(ckpt) else [])
             rec = ct.Plan(plan_no, batch, tables, zero, copy, cache, aborts)
             if fault is not None:
                 rec = fault.plan(rec)

@@ -9,6 +9,7 @@ from kvsim.spec.rules import (  # noqa: F401 — imported to register each famil
     cache_l2,
     cache_pool,
     cache_prefix,
+    cache_state,
     cache_tables,
     cap,
     checkpoint,
