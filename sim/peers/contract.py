@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import host_tier, retraction, state_group, store_policy
+from kvsim.sim.peers import capacity, host_tier, l3_reads, retraction, state_group, store_policy
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -80,6 +80,8 @@ RULES: dict[str, tuple[str, str]] = {
     **retraction.RULES,
     **store_policy.RULES,
     **state_group.RULES,
+    **capacity.RULES,
+    **l3_reads.RULES,
 }
 
 
@@ -164,6 +166,8 @@ class Contract:
             if g.block_granularity == 0 and g.attn_kind != "mamba":
                 raise ValueError(f"group {g.id!r}: block_granularity 0 is only a state (mamba) group's compact row")
         self.state = state_group.StateGroups(self)  # TS-ST-*: state rows are judged there, not by _row
+        self.capacity = capacity.Capacity(self)     # TS-ADM-3 refusals at submission, TS-POOL-5 the page gauge
+        self.l3 = l3_reads.L3Reads(self)            # TS-L2-13/14: what an L3 get may read
         self._state = set(self.state.ids)
         # the full-history group whose rows show what an admission secured (TS-ADM-2)
         self._history = next((g.id for g in config.groups if g.attn_kind == "full"), None)
@@ -197,6 +201,9 @@ class Contract:
 
     # -- records ----------------------------------------------------------------------------------------------
     def submit(self, rec: ct.Submit, line: int = 0) -> None:
+        self.capacity.submit(rec, line)
+        if rec.refused is not None:  # refused at submission: it never runs
+            return
         if rec.request in self.reqs:
             raise ValueError(f"request {rec.request!r} submitted while still live")
         r = _Req(rec.request, rec.tokens)
@@ -229,7 +236,9 @@ class Contract:
                   self.headroom.stats["readmissions"], self._replay_rows, self.stores.judged)
         l2_before = dict(self.l2.exercised)
         st_before = dict(self.state.exercised)
+        l3_before = dict(self.l3.exercised)
         self._plan_body(rec, line)
+        self.l3.plan(rec, line)
         ex = self.exercised
         for rid, n in self.l2.exercised.items():  # the Host tier counts items; a plan counts once
             if n > l2_before[rid]:
@@ -237,6 +246,12 @@ class Contract:
         for rid, n in self.state.exercised.items():
             if n > st_before[rid]:
                 ex[rid] += 1
+        for rid, n in self.l3.exercised.items():
+            if n > l3_before[rid]:
+                ex[rid] += 1
+        if rec.gauge:
+            self.capacity.gauge(rec, line)
+            ex["TS-POOL-5"] += 1
         ex["TS-TBL-1"] += 1
         ex["PEER-1"] += 1
         ex["PEER-10"] += 1
@@ -440,6 +455,8 @@ class Contract:
             self._end(rid)
         failed = set(rec.failed)
         for sd in rec.storage:  # L3 ops number their own ids and are acknowledged by their outcome
+            self.stores.storage_done(sd)
+            self.l3.done(sd)
             self.l2.storage_done(sd, line)
         for oid in rec.done:
             if oid not in self.issued:
@@ -464,6 +481,7 @@ class Contract:
         if rec.accepted:
             self.stores.cleared()
             self.state.cleared()
+            self.l3.cleared()
             self.published.clear()
             self.pending.clear()
             for g in self.content:
@@ -705,6 +723,8 @@ class Contract:
         s["store_policy"] = dict(self.stores.stats)
         if self._state:
             s["state_groups"] = dict(self.state.stats)
+        s["capacity"] = dict(self.capacity.stats)
+        s["l3_reads"] = dict(self.l3.stats)
         return s
 
 

@@ -30,7 +30,8 @@ class Fault:
         self.extra_done: list[int] = []
 
     def submit(self, rec: ct.Submit) -> None:
-        """A request handed to the scheduler (faults that need its prompt or budget keep it)."""
+        """A request handed to the scheduler (faults that need its prompt or budget keep it; one may perturb it in
+        place)."""
 
     def plan(self, rec: ct.Plan) -> ct.Plan:
         if not self.fired and self._plan(rec):
@@ -472,13 +473,95 @@ class UnkeyedStateStore(Fault):
         return rec
 
 
+class AdmitOverBound(Fault):
+    name, rule = "admit-over-bound", "TS-ADM-3"
+    why = ("a request the scheduler refused at submission (over the CapacityModel's single-request bound) is recorded "
+           "as accepted (the run needs a refusal: a pool too small for one request)")
+
+    def submit(self, rec: ct.Submit) -> None:
+        if not self.fired and rec.refused is not None:
+            rec.refused = None
+            self.fired = True
+
+
+class GaugeOff(Fault):
+    name, rule = "gauge-off", "TS-POOL-5"
+    why = "the first plan's page gauge reports one active parent more than the live tables name"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        if len(rec.gauge) == 2 and rec.batch.requests:
+            rec.gauge = [rec.gauge[0], rec.gauge[1] + 1]
+            return True
+        return False
+
+
+class UnqueriedGet(Fault):
+    name, rule = "unqueried-get", "TS-L2-13"
+    why = "an L3 get's first key is replaced by one no query found (the run needs L3 gets: --l3, a bounded pool)"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in rec.cache:
+            if op.kind == "StorageGetOp" and op.keys:
+                op.keys = ["ef" * 32] + list(op.keys[1:])
+                return True
+        return False
+
+
+class RefetchFailedKey(Fault):
+    name, rule = "refetch-failed-key", "TS-L2-14"
+    why = ("a key an L3 get failed to read stays unread (the fault records its re-put as failed) and a later get names "
+           "it again as its first key (the run needs L3 gets with misses: --l3 --l3-miss-rate)")
+
+    def __init__(self, config: ct.Config) -> None:
+        super().__init__(config)
+        self.ops: dict[int, list[tuple[int, str, int]]] = {}
+        self.failed: set[tuple[int, str, int]] = set()
+        self.kept: tuple[int, str, int] | None = None
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in rec.cache:
+            if op.kind not in ("StorageGetOp", "StoragePutOp") or not op.keys or not op.op_ids:
+                continue
+            if op.kind == "StorageGetOp" and self.kept is not None:
+                g, key, off = self.kept
+                op.keys = [key] + list(op.keys[1:])
+                op.groups = [g] + list(op.groups[1:]) if op.groups else op.groups
+                op.offsets = [off] + list(op.offsets[1:]) if op.offsets else op.offsets
+                return True
+            n = len(op.keys)
+            self.ops[op.op_ids[0]] = list(zip(op.groups or [0] * n, op.keys, op.offsets or [0] * n, strict=True))
+        return False
+
+    def result(self, res: ct.Result) -> ct.Result:
+        res = super().result(res)
+        if self.fired:
+            return res
+        for k, sd in enumerate(res.storage):
+            keys = self.ops.pop(sd.op, None)
+            if not keys:
+                continue
+            flags = list(sd.success)
+            for i, key in enumerate(keys):
+                if i >= len(flags):
+                    break
+                if not flags[i]:
+                    self.failed.add(key)
+                elif key in self.failed and self.kept is None:  # a re-put of an unread key: recorded as failed
+                    flags[i] = False
+                    self.kept = key
+            if flags != list(sd.success):
+                res.storage = list(res.storage)
+                res.storage[k] = ct.StorageDone(sd.op, flags, list(sd.object_failures))
+        return res
+
 _FAULTS: dict[str, type[Fault]] = {f.name: f for f in (ZeroPinnedSource, UnpinnedStore, RepeatTransfer,
                                                        StoreKeyTwice, KeyedHostLoad, WrongKey,
                                                        ReplayableWriteBack, AcceptClear, DecodeStream,
                                                        FailedLoadPublished, SkipStore,
                                                        ReplayableHit, FlatReadmission, FailedGetLoaded,
                                                        UnclampedHostPrefix, ForeignStateHit, DecodeStateHit,
-                                                       MisplacedCheckpoint, SkipEndpoint, UnkeyedStateStore)}
+                                                       MisplacedCheckpoint, SkipEndpoint, UnkeyedStateStore,
+                                                       AdmitOverBound, GaugeOff, UnqueriedGet, RefetchFailedKey)}
 NAMES: dict[str, str] = {name: f.rule for name, f in _FAULTS.items()}
 WHY: dict[str, str] = {name: f.why for name, f in _FAULTS.items()}
 

@@ -322,6 +322,9 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
 
     clock = time.perf_counter
     hdr = header(cfg, meta)
+    conf = _config(cfg)
+    # the CapacityModel the recipes size pools with (cache concepts L250): the bound the scheduler must refuse by
+    hdr.config.max_single_request_tokens = int(ts.CapacityModel(conf).max_single_request_tokens(cfg.pages - 1))
     contract = Contract(hdr.config)
     events = EventChecker(block_size=cfg.prefix_granularity, capacity=cfg.pages - 1, partial_tails=True)
     out = RunOutcome(contract, events)
@@ -331,7 +334,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
     line = 1
 
     t0 = clock()
-    sched = _Guarded(ts.Scheduler(_config(cfg)))
+    sched = _Guarded(ts.Scheduler(conf))
     out.sched_s += clock() - t0
     budget = {r.id: r.max_new_tokens for r in requests}
     produced: dict[str, int] = {}
@@ -361,28 +364,28 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             spec.max_new_tokens = r.max_new_tokens
             specs.append(spec)
         t1 = clock()
+        refused: dict[str, str] = {}
         try:
             sched.submit_requests(specs)
         except ValueError:  # one request over the scheduler's capacity refuses the batch: submit one by one
-            kept = []
             for r, spec in zip(due, specs, strict=True):
                 try:
                     sched.submit_requests([spec])
-                    kept.append(r)
                 except ValueError as exc:
                     out.rejected.append((r.id, str(exc)))
-            due = kept
+                    refused[r.id] = " ".join(str(exc).split())
         t2 = clock()
         out.observe_s += t1 - t0
         out.sched_s += t2 - t1
         for r in due:
             # unrecorded, the judge reads the token array as it is (no list copy per request)
-            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens)  # type: ignore[arg-type]
+            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens,  # type: ignore[arg-type]
+                            refused.get(r.id))
+            if fault is not None:  # it may perturb the record (before it is written and judged)
+                fault.submit(rec)
             line += 1
             if writer:
                 writer.write(rec)
-            if fault is not None:
-                fault.submit(rec)
             t3 = clock()
             contract.submit(rec, line)
             out.judge_s += clock() - t3
@@ -454,9 +457,10 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                     for key in [k for k in last_rows if k == c.request or k.endswith("\0" + c.request)]:
                         del last_rows[key]
             aborts = [ct.Abort(a.request_id, str(a.reason)) for a in plan.aborts]
+            gauge = [int(sched.empty_lcm_blocks()), int(sched.active_lcm_blocks())]  # L42's per-step page gauge
             batch = ct.Batch(ids, ext, inl, pfx, pre, [int(x) for x in replay[:ext]] if any(replay[:ext]) else [],
                              ckpt if any(ckpt) else [])
-            rec = ct.Plan(plan_no, batch, tables, zero, copy, cache, aborts)
+            rec = ct.Plan(plan_no, batch, tables, zero, copy, cache, aborts, gauge)
             if fault is not None:
                 rec = fault.plan(rec)
             line += 1

@@ -87,6 +87,9 @@ class Config(msgspec.Struct, **_S):
     max_scheduled_tokens: Nat = 0
     enable_mixed_prefill_decode: bool = True
     enable_l3_storage: bool | None = None  # whether an L3 tier sits below Host (None: not said)
+    # the most tokens (prompt + max_new_tokens) one request may ask for, by the scheduler's CapacityModel over
+    # this pool (None: not said)
+    max_single_request_tokens: Nat | None = None
 
 
 class Header(msgspec.Struct, **_S):
@@ -97,10 +100,12 @@ class Header(msgspec.Struct, **_S):
 
 
 class Submit(msgspec.Struct, tag_field="op", tag="submit", **_S):
-    """A request handed to the scheduler: its prompt and how many new tokens it may produce."""
+    """A request handed to the scheduler: its prompt and how many new tokens it may produce. ``refused`` (the
+    scheduler's message) says it was refused at submission and never runs."""
     request: Rid
     tokens: list[Nat]
     max_new_tokens: Nat = 0
+    refused: str | None = None
 
 
 class Batch(msgspec.Struct, **_S):
@@ -154,7 +159,8 @@ class Abort(msgspec.Struct, **_S):
 
 
 class Plan(msgspec.Struct, tag_field="op", tag="plan", **_S):
-    """One execution plan. ``tables`` lists only rows that changed since last recorded."""
+    """One execution plan. ``tables`` lists only rows that changed since last recorded. ``gauge`` is the
+    scheduler's page gauge once the plan is built: ``[empty LCM blocks, active LCM blocks]``."""
     plan: Nat
     batch: Batch
     tables: dict[str, dict[str, list[Entry]]] = {}
@@ -162,6 +168,7 @@ class Plan(msgspec.Struct, tag_field="op", tag="plan", **_S):
     copy: dict[str, list[tuple[Nat, Nat]]] = {}
     cache: list[CacheOp] = []
     aborts: list[Abort] = []
+    gauge: list[Nat] = []
 
 
 class StorageDone(msgspec.Struct, **_S):

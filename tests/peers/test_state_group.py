@@ -306,3 +306,9 @@ def test_state_checkpoints_reproducer_replays_to_its_findings(capsys):
     got = sorted({(m[2], int(m[1])) for m in re.finditer(r":(\d+): (TS-ST-\d) ", capsys.readouterr().out)})
     assert got == [("TS-ST-1", 22), ("TS-ST-1", 25), ("TS-ST-2", 16), ("TS-ST-2", 28), ("TS-ST-3", 7),
                    ("TS-ST-4", 22)]
+
+
+def test_every_state_rule_is_tested_both_ways():
+    marks = {(m.args[0], m.args[1]) for f in globals().values() if callable(f)
+             for m in getattr(f, "pytestmark", []) if m.name == "rule"}
+    assert {(rid, k) for rid in state_group.RULES for k in ("keeps", "fires")} <= marks
