@@ -11,6 +11,7 @@ from kvsim.spec.rules import (  # noqa: F401 — imported to register each famil
     cache_l3,
     cache_pool,
     cache_prefix,
+    cache_reference,
     cache_state,
     cache_tables,
     cap,
