@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("peer", help="drive a real scheduler (tokenspeed, vllm, sglang) with a workload and judge "
                        "every step; compare: their hit ratios beside kvsim simulate's")
     p.add_argument("peer", choices=["tokenspeed", "vllm", "sglang", "compare"], help="the scheduler to drive")
-    p.add_argument("workload", metavar="WORKLOAD", help="Mooncake JSON Lines (input_length, output_length, "
+    p.add_argument("workload", metavar="WORKLOAD", nargs="?", help="Mooncake JSON Lines (input_length, output_length, "
                    "hash_ids); '-' reads standard input")
     p.add_argument("--requests", type=integer(1), default=None, metavar="N", help="first N rows (default: all)")
     p.add_argument("--pages", type=integer(2), default=None,
@@ -69,6 +69,9 @@ def add_parser(sub: Any) -> None:
                    help="tokenspeed, with --state-group: state_checkpoint_in_forward off (no internal checkpoints)")
     p.add_argument("--max-scheduled-tokens", type=integer(1), default=8192, metavar="N",
                    help="tokenspeed: the chunk budget of one plan (default 8192)")
+    p.add_argument("--probe-config", action="store_true",
+                   help="tokenspeed: instead of a run, probe the wheel's configuration gate against the cache "
+                   "concepts' configuration clauses (TS-GEO-3..7); no WORKLOAD")
     p.add_argument("--l3", action="store_true",
                    help="L3 storage below the Host tier (needs --host-pages), answered by an in-process object store")
     p.add_argument("--l3-miss-rate", type=float, default=0.0, metavar="R",
@@ -100,6 +103,13 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.probe_config:
+        if args.peer != "tokenspeed" or args.workload is not None:
+            raise InputError("kvsim peer: --probe-config: probes the tokenspeed wheel's configuration gate and takes "
+                             "no WORKLOAD (kvsim peer tokenspeed --probe-config)")
+        return _probe_config(args)
+    if args.workload is None:
+        raise InputError(f"kvsim peer {args.peer}: WORKLOAD is required (a Mooncake JSON Lines file, '-' for stdin)")
     if args.peer in ("vllm", "sglang", "compare"):
         from kvsim.sim.cli.peer_engine import run_compare, run_engine_peer
         return run_compare(args) if args.peer == "compare" else run_engine_peer(args)
@@ -252,3 +262,47 @@ def _print(report: dict, console: Console, style: Style) -> None:
         console.print(f"scheduler {t['scheduler_s']:,.3f} s, judge {t['judge_s']:,.3f} s (judge / scheduler "
                       f"{ratio}); plan cost {cost}", markup=False, soft_wrap=True)
     print_findings(report["violations"], console, style, 20)
+
+
+REPRODUCER = "sim/peers/samples/findings/config_gate.py"
+
+
+def _probe_config(args: argparse.Namespace) -> int:
+    """`kvsim peer tokenspeed --probe-config`: every probe of sim.peers.config_probe, one finding line per
+    disagreement (named `(config probe):N`, N the probe's place; its reproducer is REPRODUCER), exit 1 if any."""
+    import json
+
+    from kvsim.sim.peers import config_probe
+    from kvsim.sim.peers import tokenspeed as ts
+
+    if not ts.available():
+        raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")
+    outcomes = config_probe.run_probes()
+    findings = []
+    for n, o in enumerate(outcomes, 1):
+        if not o.agrees:
+            findings.append({"rule": o.rule, "line": n, "probe": o.probe, "expected": o.expected, "got": o.got,
+                             "message": f"probe {o.probe}: {_disagreement(o)} (reproducer: python {REPRODUCER} "
+                             f"{o.probe})"})
+    if args.json:
+        doc = {"format": "kvsim-config-probe/1", "scheduler": f"tokenspeed-scheduler {ts.version()}",
+               "probes": [{"probe": o.probe, "rule": o.rule, "expected": o.expected, "got": o.got,
+                           "agrees": o.agrees, "detail": o.detail, "clause": o.clause} for o in outcomes],
+               "findings": findings}
+        write(args.json, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    if not args.quiet:
+        for f in findings:
+            print(f"(config probe):{f['line']}: {f['rule']} {f['message']}")
+        print(f"{'FAIL' if findings else 'PASS'}: {len(findings)} of {len(outcomes)} configuration probes disagree "
+              f"with the seed (tokenspeed-scheduler {ts.version()})")
+    return 1 if findings else 0
+
+
+def _disagreement(o) -> str:
+    if o.got == "accepted":
+        return f"the gate accepts it; seed 002 expects a refusal ({o.clause})"
+    if o.got == "refused":
+        return f"the gate refuses it ({o.detail}); seed 002 expects it accepted ({o.clause})"
+    if o.got == "present":
+        return f"the bindings name {o.detail} ({o.clause})"
+    return f"{o.detail}; seed 002 expects it {o.expected} ({o.clause})"

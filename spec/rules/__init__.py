@@ -6,6 +6,7 @@ from kvsim.spec.rules import (  # noqa: F401 — imported to register each famil
     cache_admission,
     cache_capacity,
     cache_clauses,
+    cache_config,
     cache_geometry,
     cache_l2,
     cache_l3,
