@@ -72,7 +72,9 @@ def split_scan(xs: Sequence[np.ndarray], ckpt: Sequence[int | None],
     """The body/tail reference: each request's tokens (relative to its extent) and its checkpoint offset within
     them (None: no internal checkpoint). Returns per request the outputs in token order, the aligned state
     (None without a checkpoint) and the final state."""
-    outs, aligned, finals = [], [], []
+    outs: list[np.ndarray] = []
+    aligned: list[float | None] = []
+    finals: list[float] = []
     for i, x in enumerate(xs):
         start = h0[i] if h0 is not None else 0.0
         c = ckpt[i]
