@@ -685,8 +685,13 @@ class Contract:
             for blk in row:
                 if blk > 0:
                     _release_holder(hold, blk)
-        if r.rows:
-            r.image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
+        image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
+        for g in self.state.ids:  # its state rows are the state judge's; the snapshot copies them too
+            row = self.state.rows[g].get(rid)
+            if row:
+                image[g] = {b for b in row if b > 0}
+        if image:
+            r.image = image
         r.rows = {}
         self.headroom.retract(rid)
         self.stores.dropped(rid)

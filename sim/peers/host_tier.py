@@ -356,8 +356,9 @@ class HostTier:
         owners: set[tuple[str, int]] = set()
         for rid in snapshots:
             r = c.reqs.get(rid)
-            if r is not None:  # its rows, or (retracted again before it rejoined a batch) its image
+            if r is not None:  # its rows (state rows too), or (retracted again before it rejoined a batch) its image
                 owners.update((g, b) for g, row in r.rows.items() for b in row if b > 0)
+                owners.update((g, b) for g in c.state.ids for b in c.state.rows[g].get(rid, ()) if b > 0)
                 owners.update((g, b) for g, blocks in r.image.items() for b in blocks)
         for g, src, _dst, _key, _off in pairs:
             if g is None:

@@ -312,3 +312,20 @@ def test_every_state_rule_is_tested_both_ways():
     marks = {(m.args[0], m.args[1]) for f in globals().values() if callable(f)
              for m in getattr(f, "pytestmark", []) if m.name == "rule"}
     assert {(rid, k) for rid in state_group.RULES for k in ("keeps", "fires")} <= marks
+
+
+def test_state_group_with_forced_retraction_on_the_wheel():
+    """Retraction through the snapshot pool with a State group: the stream-ordered snapshot store copies the state
+    rows too (TS-L2-2 counts them as the retracted request's), each retraction's store keys the running decode state
+    (TS-ST-2, the finish finding's cause), and the newest prefill checkpoints are stored (TS-ST-5 clean)."""
+    pytest.importorskip("tokenspeed_scheduler")
+    from kvsim.sim.peers import tokenspeed as T
+    from kvsim.sim.peers.workload import read_mooncake
+
+    out = T.run(read_mooncake(SAMPLES / "tiny_workload.jsonl"),
+                T.RunConfig(pages=400, host_pages=64, stagger=3, snapshot_pages=16, max_retracted=2,
+                            force_retraction=7, max_scheduled_tokens=256, state_group=True))
+    c = out.contract
+    assert c.headroom.stats["readmissions"] >= 1 and out.engine_error is None and not out.stalled
+    assert not [r for r, n in c.counts.items() if n and r.startswith("TS-L2")]
+    assert c.counts["TS-ST-5"] == 0 and c.exercised["TS-ST-5"] >= 1 and c.counts["TS-ST-2"] >= 1
