@@ -132,3 +132,14 @@ def test_every_config_rule_is_catalogued_and_tested_both_ways():
     marks = {(m.args[0], m.args[1]) for f in globals().values() if callable(f)
              for m in getattr(f, "pytestmark", []) if m.name == "rule"}
     assert {(rid, k) for rid in RULES for k in ("keeps", "fires")} <= marks
+
+
+@pytest.mark.parametrize("argv,flag", [(["peer", "tokenspeed"], "WORKLOAD is required"),
+                                       (["peer", "vllm", "--probe-config"], "--probe-config"),
+                                       (["peer", "tokenspeed", str(REPRODUCER.parents[1] / "tiny_workload.jsonl"),
+                                         "--no-state-checkpoints"], "--state-group")])
+def test_peer_cli_option_errors_exit_2(argv, flag, capsys):
+    from kvsim.sim.cli import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert flag in err and err.count("\n") == 1
