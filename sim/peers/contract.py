@@ -687,9 +687,9 @@ class Contract:
                     _release_holder(hold, blk)
         image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
         for g in self.state.ids:  # its state rows are the state judge's; the snapshot copies them too
-            row = self.state.rows[g].get(rid)
-            if row:
-                image[g] = {b for b in row if b > 0}
+            srow = self.state.rows[g].get(rid)
+            if srow:
+                image[g] = {b for b in srow if b > 0}
         if image:
             r.image = image
         r.rows = {}
