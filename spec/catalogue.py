@@ -26,7 +26,7 @@ KINDS = ("state", "transition", "clause")
 # traces; `not_checkable` says why).
 EVIDENCE = ("engine", "model", "none")
 SCOPES = ("config", "pool", "page", "space", "row", "store", "cache", "none")  # cache: a kvmodel.cache CacheState
-_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL|L2|NC)|PEER)"
+_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL|L2|ST|NC)|PEER)"
                  r"-[1-9][0-9]*$")
 
 
@@ -178,7 +178,7 @@ def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decis
 
 
 FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE",
-                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL", "TS-L2", "TS-NC", "PEER")
+                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL", "TS-L2", "TS-ST", "TS-NC", "PEER")
 
 
 def _order(r: Rule) -> tuple[int, int]:

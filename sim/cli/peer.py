@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("peer", help="drive a real scheduler (tokenspeed, vllm, sglang) with a workload and judge "
                        "every step; compare: their hit ratios beside kvsim simulate's")
     p.add_argument("peer", choices=["tokenspeed", "vllm", "sglang", "compare"], help="the scheduler to drive")
-    p.add_argument("workload", metavar="WORKLOAD", help="Mooncake JSON Lines (input_length, output_length, "
+    p.add_argument("workload", metavar="WORKLOAD", nargs="?", help="Mooncake JSON Lines (input_length, output_length, "
                    "hash_ids); '-' reads standard input; synthetic:prefix-stress[:SEED] generates the prefix-cache "
                    "stress workload")
     p.add_argument("--requests", type=integer(1), default=None, metavar="N", help="first N rows (default: all)")
@@ -63,6 +63,16 @@ def add_parser(sub: Any) -> None:
                    help="request ClearCache after every N-th answer (0: never)")
     p.add_argument("--block-granularity", type=integer(1), default=None, metavar="N",
                    help="tokens per block of every group, dividing --prefix-granularity (default: equal to it)")
+    p.add_argument("--state-group", action="store_true",
+                   help="tokenspeed: add the wheel's snapshot-state group 'state' (AttnKind.State) beside the "
+                   "full-attention group; its rows are judged by the TS-ST rules")
+    p.add_argument("--no-state-checkpoints", action="store_true",
+                   help="tokenspeed, with --state-group: state_checkpoint_in_forward off (no internal checkpoints)")
+    p.add_argument("--max-scheduled-tokens", type=integer(1), default=8192, metavar="N",
+                   help="tokenspeed: the chunk budget of one plan (default 8192)")
+    p.add_argument("--probe-config", action="store_true",
+                   help="tokenspeed: instead of a run, probe the wheel's configuration gate against the cache "
+                   "concepts' configuration clauses (TS-GEO-3..7); no WORKLOAD")
     p.add_argument("--l3", action="store_true",
                    help="L3 storage below the Host tier (needs --host-pages), answered by an in-process object store")
     p.add_argument("--l3-miss-rate", type=float, default=0.0, metavar="R",
@@ -94,6 +104,13 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.probe_config:
+        if args.peer != "tokenspeed" or args.workload is not None:
+            raise InputError("kvsim peer: --probe-config: probes the tokenspeed wheel's configuration gate and takes "
+                             "no WORKLOAD (kvsim peer tokenspeed --probe-config)")
+        return _probe_config(args)
+    if args.workload is None:
+        raise InputError(f"kvsim peer {args.peer}: WORKLOAD is required (a Mooncake JSON Lines file, '-' for stdin)")
     if args.peer in ("vllm", "sglang", "compare"):
         from kvsim.sim.cli.peer_engine import run_compare, run_engine_peer
         return run_compare(args) if args.peer == "compare" else run_engine_peer(args)
@@ -117,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{src.name}:1: no requests: nothing to drive the scheduler with")
         name, sha = src.name, src.sha256()
     p = args.prefix_granularity
-    pages = args.pages if args.pages is not None else ts.unbounded_pages(reqs, args.block_granularity or p,
-                                                                             1 + (args.swa_window is not None))
+    pages = args.pages if args.pages is not None else ts.unbounded_pages(
+        reqs, args.block_granularity or p, 1 + (args.swa_window is not None) + 2 * args.state_group)
     if args.swa_replayable and args.swa_window is None:
         raise InputError("kvsim peer: --swa-replayable needs --swa-window")
     if (args.snapshot_pages > 1) != (args.max_retracted > 0):
@@ -131,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     if args.block_granularity is not None and p % args.block_granularity:
         raise InputError(f"kvsim peer: --block-granularity: {args.block_granularity} does not divide "
                          f"--prefix-granularity {p}")
+    if args.no_state_checkpoints and not args.state_group:
+        raise InputError("kvsim peer: --no-state-checkpoints needs --state-group")
     if args.l3 and args.host_pages < 2:
         raise InputError("kvsim peer: --l3: L3 storage sits below the Host tier: give --host-pages (at least 2)")
     if not args.l3 and (args.l3_miss_rate or args.l3_host_blocks is not None or args.l3_wait_plans is not None):
@@ -151,7 +170,9 @@ def run(args: argparse.Namespace) -> int:
                        force_retraction=args.force_retraction, clear_every=args.clear_every,
                        fault=args.inject_fault, block_granularity=args.block_granularity, l3=args.l3,
                        l3_miss_rate=args.l3_miss_rate, l3_host_blocks=args.l3_host_blocks or 0,
-                       l3_wait_plans=args.l3_wait_plans or 0)
+                       l3_wait_plans=args.l3_wait_plans or 0, state_group=args.state_group,
+                       state_checkpoints=not args.no_state_checkpoints,
+                       max_scheduled_tokens=args.max_scheduled_tokens)
     meta = {"workload": Path(name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
     prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
@@ -179,6 +200,10 @@ def run(args: argparse.Namespace) -> int:
                       **({"fault": args.inject_fault, "fault_applied": out.fault_applied} if args.inject_fault
                          else {}),
                       **({"block_granularity": args.block_granularity} if args.block_granularity else {}),
+                      **({"state_group": True, "state_checkpoint_in_forward": not args.no_state_checkpoints}
+                         if args.state_group else {}),
+                      **({"max_scheduled_tokens": args.max_scheduled_tokens}
+                         if args.max_scheduled_tokens != 8192 else {}),
                       **({"l3": {"miss_rate": args.l3_miss_rate, "host_blocks": args.l3_host_blocks,
                                  "wait_plans": args.l3_wait_plans, "store": out.l3}} if args.l3 else {}),
                       **({"engine_error": out.engine_error} if out.engine_error else {}),
@@ -257,3 +282,47 @@ def _print(report: dict, console: Console, style: Style) -> None:
                       f"{ratio}); plan cost {cost}", markup=False, soft_wrap=True)
     print_findings(report["violations"], console, style, 20)
     print_hazards(report.get("hazards", []), console, style)
+
+
+REPRODUCER = "sim/peers/samples/findings/config_gate.py"
+
+
+def _probe_config(args: argparse.Namespace) -> int:
+    """`kvsim peer tokenspeed --probe-config`: every probe of sim.peers.config_probe, one finding line per
+    disagreement (named `(config probe):N`, N the probe's place; its reproducer is REPRODUCER), exit 1 if any."""
+    import json
+
+    from kvsim.sim.peers import config_probe
+    from kvsim.sim.peers import tokenspeed as ts
+
+    if not ts.available():
+        raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")
+    outcomes = config_probe.run_probes()
+    findings = []
+    for n, o in enumerate(outcomes, 1):
+        if not o.agrees:
+            findings.append({"rule": o.rule, "line": n, "probe": o.probe, "expected": o.expected, "got": o.got,
+                             "message": f"probe {o.probe}: {_disagreement(o)} (reproducer: python {REPRODUCER} "
+                             f"{o.probe})"})
+    if args.json:
+        doc = {"format": "kvsim-config-probe/1", "scheduler": f"tokenspeed-scheduler {ts.version()}",
+               "probes": [{"probe": o.probe, "rule": o.rule, "expected": o.expected, "got": o.got,
+                           "agrees": o.agrees, "detail": o.detail, "clause": o.clause} for o in outcomes],
+               "findings": findings}
+        write(args.json, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    if not args.quiet:
+        for f in findings:
+            print(f"(config probe):{f['line']}: {f['rule']} {f['message']}")
+        print(f"{'FAIL' if findings else 'PASS'}: {len(findings)} of {len(outcomes)} configuration probes disagree "
+              f"with the seed (tokenspeed-scheduler {ts.version()})")
+    return 1 if findings else 0
+
+
+def _disagreement(o) -> str:
+    if o.got == "accepted":
+        return f"the gate accepts it; seed 002 expects a refusal ({o.clause})"
+    if o.got == "refused":
+        return f"the gate refuses it ({o.detail}); seed 002 expects it accepted ({o.clause})"
+    if o.got == "present":
+        return f"the bindings name {o.detail} ({o.clause})"
+    return f"{o.detail}; seed 002 expects it {o.expected} ({o.clause})"

@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import host_tier, retraction, store_policy, ts_eviction
+from kvsim.sim.peers import capacity, host_tier, l3_reads, retraction, state_group, store_policy, ts_eviction
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -83,6 +83,9 @@ RULES: dict[str, tuple[str, str]] = {
     **store_policy.RULES,
     ts_eviction.RULE: (ts_eviction.TITLE, 'seed 002 L199: "first check whether existing local holes plus empty '
                        'parents fit with zero eviction; otherwise select eviction candidates until the plan fits"'),
+    **state_group.RULES,
+    **capacity.RULES,
+    **l3_reads.RULES,
 }
 
 
@@ -163,7 +166,14 @@ class Contract:
         self.headroom = retraction.Headroom()
         self.engine_failed = False  # PEER-10: the scheduler failed a call; the trace ends there
         self.stores = store_policy.StorePolicy(self)  # TS-L2-12: what the write-back policy owes the Host tier
-        self._evict_group = ts_eviction.premise(config)  # TS-ADM-3's group (None: outside its premise)
+        self._evict_group = ts_eviction.premise(config)  # TS-ADM-4's group (None: outside its premise)
+        for g in config.groups:
+            if g.block_granularity == 0 and g.attn_kind != "mamba":
+                raise ValueError(f"group {g.id!r}: block_granularity 0 is only a state (mamba) group's compact row")
+        self.state = state_group.StateGroups(self)  # TS-ST-*: state rows are judged there, not by _row
+        self.capacity = capacity.Capacity(self)     # TS-ADM-3 refusals at submission, TS-POOL-5 the page gauge
+        self.l3 = l3_reads.L3Reads(self)            # TS-L2-13/14: what an L3 get may read
+        self._state = set(self.state.ids)
         # the full-history group whose rows show what an admission secured (TS-ADM-2)
         self._history = next((g.id for g in config.groups if g.attn_kind == "full"), None)
         # per group: blocks handed out fresh (zeroed, copied or loaded into) that no table named yet -- a
@@ -196,6 +206,9 @@ class Contract:
 
     # -- records ----------------------------------------------------------------------------------------------
     def submit(self, rec: ct.Submit, line: int = 0) -> None:
+        self.capacity.submit(rec, line)
+        if rec.refused is not None:  # refused at submission: it never runs
+            return
         if rec.request in self.reqs:
             raise ValueError(f"request {rec.request!r} submitted while still live")
         r = _Req(rec.request, rec.tokens)
@@ -227,11 +240,23 @@ class Contract:
         before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
                   self.headroom.stats["readmissions"], self._replay_rows, self.stores.judged)
         l2_before = dict(self.l2.exercised)
+        st_before = dict(self.state.exercised)
+        l3_before = dict(self.l3.exercised)
         self._plan_body(rec, line)
+        self.l3.plan(rec, line)
         ex = self.exercised
         for rid, n in self.l2.exercised.items():  # the Host tier counts items; a plan counts once
             if n > l2_before[rid]:
                 ex[rid] += 1
+        for rid, n in self.state.exercised.items():
+            if n > st_before[rid]:
+                ex[rid] += 1
+        for rid, n in self.l3.exercised.items():
+            if n > l3_before[rid]:
+                ex[rid] += 1
+        if rec.gauge:
+            self.capacity.gauge(rec, line)
+            ex["TS-POOL-5"] += 1
         ex["TS-TBL-1"] += 1
         ex["PEER-1"] += 1
         ex["PEER-10"] += 1
@@ -261,7 +286,7 @@ class Contract:
         for rid in b.requests:
             if rid not in self.reqs:
                 raise ValueError(f"plan {rec.plan} names request {rid!r} that was never submitted")
-        if self._evict_group is not None:  # TS-ADM-3: before the fresh pages drop their content
+        if self._evict_group is not None:  # TS-ADM-4: before the fresh pages drop their content
             why = ts_eviction.check(self, rec, self._evict_group)
             if why:
                 self._find(ts_eviction.RULE, line, why, group=self._evict_group)
@@ -271,6 +296,8 @@ class Contract:
         room = self.stores.room()
         loaded, keyed = self.l2.ops(rec, line)
         self.stores.ops(rec, room)
+        if self._state:
+            self.state.write_backs(rec, line)
         for rid in self.l2.take_retracted():
             self._retract(rid)
         # copies run before zeroing: "an unpinned op's sources may be re-granted in the same plan, so it is
@@ -289,6 +316,8 @@ class Contract:
                     writer.pop(dst, None)
             fresh.setdefault(g, set()).update(self._fresh_list(g, [d for _, d in pairs], line, "copy destination"))
             self.stats["pages_copied"] += len(pairs)
+            if g in self._state:
+                self.state.copied(g, pairs)
         for g, pages in rec.zero.items():
             fresh.setdefault(g, set()).update(self._fresh_list(g, pages, line, "zero"))
             self.l2.granted(g, pages, line, "zeroed")
@@ -306,12 +335,17 @@ class Contract:
             for blk in blocks:
                 self.l2.fresh(g, blk)
             self.stores.regranted(g, blocks)
+        if self._state:
+            self.state.regranted(rec)
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
         private = {g: fresh.get(g, set()) | self.handed[g] for g in self._replayable}  # fresh for TS-PFX-3
         for g, rows in rec.tables.items():
             if g not in self.groups:
                 raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
             for rid, row in rows.items():
+                if g in self._state:
+                    self.state.row(g, rid, row, fresh.get(g, set()) | self.handed[g], newly.setdefault(g, {}), line)
+                    continue
                 self._row(g, rid, row, fresh.get(g, set()) | self.handed[g], newly.setdefault(g, {}), line)
         for g, blocks in fresh.items():
             hold = self.holders[g]
@@ -328,6 +362,7 @@ class Contract:
                                f"({', '.join(f'{r}[{i}]' for r, i in receivers[:4])})", group=g, block=blk)
         # prefix hits: the first extend of a request
         p = self.p
+        first = {rid for rid in b.requests[:b.extends] if not self.reqs[rid].seen} if self._state else set()
         for k in range(b.extends):
             rid = b.requests[k]
             r = self.reqs[rid]
@@ -356,6 +391,8 @@ class Contract:
                     self._find("PEER-4", line, f"{rid} hits page {i}, which no request computed in an earlier plan",
                                request=rid, page=i, hit=hit)
                     break
+        if self._state:  # state rows: hits, checkpoints and the states this forward writes (TS-ST-*)
+            self.state.forward(rec, first, line)
         # writes of this plan's forward
         for k, rid in enumerate(b.requests):
             r = self.reqs[rid]
@@ -376,6 +413,7 @@ class Contract:
         for a in rec.aborts:
             self.stats["aborts"] += 1
             self.stores.dropped(a.request)
+            self.state.dropped(a.request)
             self._end(a.request)
         live = sum(len(h) for h in self.holders.values())
         if live > self.stats["peak_live_blocks"]:
@@ -424,9 +462,12 @@ class Contract:
         for rid in rec.finish:
             self.stats["finished"] += 1
             self.stores.finished(rid)
+            self.state.stopped(rid)
             self._end(rid)
         failed = set(rec.failed)
         for sd in rec.storage:  # L3 ops number their own ids and are acknowledged by their outcome
+            self.stores.storage_done(sd)
+            self.l3.done(sd)
             self.l2.storage_done(sd, line)
         for oid in rec.done:
             if oid not in self.issued:
@@ -450,6 +491,8 @@ class Contract:
             self.exercised["TS-L2-8"] += 1
         if rec.accepted:
             self.stores.cleared()
+            self.state.cleared()
+            self.l3.cleared()
             self.published.clear()
             self.pending.clear()
             for g in self.content:
@@ -483,6 +526,7 @@ class Contract:
             return
         self.l2.finish(line)
         self.stores.finish(line)
+        self.state.finish(line)
         missing = sorted(self.issued - self.acked)
         if missing:
             self._find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",
@@ -684,11 +728,18 @@ class Contract:
             for blk in row:
                 if blk > 0:
                     _release_holder(hold, blk)
-        if r.rows:
-            r.image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
+        image = {g: {b for b in row if b > 0} for g, row in r.rows.items()}
+        for g in self.state.ids:  # its state rows are the state judge's; the snapshot copies them too
+            srow = self.state.rows[g].get(rid)
+            if srow:
+                image[g] = {b for b in srow if b > 0}
+        if image:
+            r.image = image
         r.rows = {}
         self.headroom.retract(rid)
         self.stores.dropped(rid)
+        self.state.stopped(rid)
+        self.state.release(rid)
 
     def _end(self, rid: str) -> None:
         r = self.reqs.get(rid)
@@ -703,6 +754,8 @@ class Contract:
                         hold[blk] = left
                     else:
                         del hold[blk]
+        self.state.release(rid)
+        self.state.dropped(rid)
         del self.reqs[rid]
         self.headroom.end(rid)
 
@@ -716,6 +769,10 @@ class Contract:
         s["host_tier"] = dict(self.l2.stats)
         s["retraction"] = dict(self.headroom.stats)
         s["store_policy"] = dict(self.stores.stats)
+        if self._state:
+            s["state_groups"] = dict(self.state.stats)
+        s["capacity"] = dict(self.capacity.stats)
+        s["l3_reads"] = dict(self.l3.stats)
         return s
 
 

@@ -30,7 +30,8 @@ class Fault:
         self.extra_done: list[int] = []
 
     def submit(self, rec: ct.Submit) -> None:
-        """A request handed to the scheduler (faults that need its prompt or budget keep it)."""
+        """A request handed to the scheduler (faults that need its prompt or budget keep it; one may perturb it in
+        place)."""
 
     def plan(self, rec: ct.Plan) -> ct.Plan:
         if not self.fired and self._plan(rec):
@@ -423,6 +424,78 @@ class FullRowHole(Fault):
         return False
 
 
+def _state_groups(config: ct.Config) -> list[int]:
+    return [i for i, g in enumerate(config.groups) if g.attn_kind == "mamba"]
+
+
+class DecodeStateHit(Fault):
+    name, rule = "decode-state-hit", "TS-ST-2"
+    why = ("a request admitted with a prefix hit reads, as its input state, the block another request's decode "
+           "is writing (the run needs --state-group and a decode running beside a state hit)")
+    donor_role = "decode"
+
+    def __init__(self, config: ct.Config) -> None:
+        super().__init__(config)
+        self.outputs: dict[str, tuple[int, int]] = {}  # request -> (block, boundary) its latest donor_role forward
+        self.computed: dict[str, int] = {}                # wrote
+        self.seen: set[str] = set()                       # requests past their first extend
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        state = [self.config.groups[i].id for i in _state_groups(self.config)]
+        if not state:
+            return False
+        rows = (rec.tables or {}).get(state[0], {})
+        b = rec.batch
+        for k in range(b.extends):
+            rid, row = b.requests[k], rows.get(b.requests[k])
+            donor = next((blk for d, (blk, at) in sorted(self.outputs.items())
+                          if d != rid and at != b.prefix_lengths[k]), None)
+            if rid not in self.seen and row and b.prefix_lengths[k] > 0 and row[0] > 0 and donor is not None:
+                rec.tables = {g: dict(rs) for g, rs in rec.tables.items()}
+                rec.tables[state[0]][rid] = [donor] + list(row[1:])
+                return True
+        self.seen.update(b.requests[:b.extends])
+        ks = range(b.extends, len(b.requests)) if self.donor_role == "decode" else range(b.extends)
+        for k, rid in enumerate(b.requests):
+            at = (b.prefix_lengths[k] if k < b.extends else self.computed.get(rid, 0)) + b.input_lengths[k]
+            self.computed[rid] = at
+            row = rows.get(rid)
+            if k in ks and row and len(row) > 1 and row[1] > 0:
+                self.outputs[rid] = (row[1], at)
+        return False
+
+    def result(self, res: ct.Result) -> ct.Result:
+        res = super().result(res)
+        for rid in res.finish:
+            self.outputs.pop(rid, None)
+            self.computed.pop(rid, None)
+            self.seen.discard(rid)
+        return res
+
+
+class ForeignStateHit(DecodeStateHit):
+    name, rule = "foreign-state-hit", "TS-ST-1"
+    why = ("a request admitted with a prefix hit reads, as its input state, the block another request's prefill "
+           "wrote at another boundary (the run needs --state-group and a state hit)")
+    donor_role = "extend"
+
+
+class MisplacedCheckpoint(Fault):
+    name, rule = "misplaced-checkpoint", "TS-ST-3"
+    why = ("an extend's internal state checkpoint is moved one prefix page earlier than floor(after/P)*P (the run "
+           "needs --state-group and chunked prefills that materialize one)")
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        b = rec.batch
+        p = self.config.prefix_granularity
+        for k, ck in enumerate(b.checkpoint_lengths):
+            if ck > p:
+                b.checkpoint_lengths = list(b.checkpoint_lengths)
+                b.checkpoint_lengths[k] = ck - p
+                return True
+        return False
+
+
 class EventHash(Fault):
     name, rule = "event-hash", "EV-7"
     why = "the first BlockStored event's first block hash is off by one bit (its FNV-1a chain no longer recomputes)"
@@ -438,13 +511,133 @@ class EventHash(Fault):
         return rec
 
 
+class SkipEndpoint(Fault):
+    name, rule = "skip-endpoint", "TS-ST-4"
+    why = ("the extend completing a prompt with a short final tail drops the internal checkpoint it materializes "
+           "at the prompt's last aligned checkpoint (the run needs --state-group and chunked prefills)")
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        b = rec.batch
+        state = [self.config.groups[i].id for i in _state_groups(self.config)]
+        for k, ck in enumerate(b.checkpoint_lengths):
+            after = b.prefix_lengths[k] + b.input_lengths[k]
+            if ck and k < len(b.prefill_lengths) and after == b.prefill_lengths[k]:
+                b.checkpoint_lengths = list(b.checkpoint_lengths)
+                b.checkpoint_lengths[k] = 0
+                rid = b.requests[k]
+                rec.tables = {g: dict(rs) for g, rs in rec.tables.items()}
+                for g in state:
+                    row = rec.tables.get(g, {}).get(rid)
+                    if row is not None and len(row) > 2:
+                        rec.tables[g][rid] = list(row[:2])
+                return True
+        return False
+
+
+class UnkeyedStateStore(Fault):
+    name, rule = "unkeyed-state-store", "TS-ST-5"
+    why = ("every write-back of a state block drops its key, so no state checkpoint is ever indexed on Host (the run "
+           "needs --state-group and --host-pages)")
+
+    def plan(self, rec: ct.Plan) -> ct.Plan:
+        state = _state_groups(self.config)
+        for op in _write_backs(rec, None):
+            if op.keys and op.groups and any(key and op.groups[k] in state for k, key in enumerate(op.keys)):
+                op.keys = ["" if op.groups[k] in state else key for k, key in enumerate(op.keys)]
+                self.fired = True
+        return rec
+
+
+class AdmitOverBound(Fault):
+    name, rule = "admit-over-bound", "TS-ADM-3"
+    why = ("a request the scheduler refused at submission (over the CapacityModel's single-request bound) is recorded "
+           "as accepted (the run needs a refusal: a pool too small for one request)")
+
+    def submit(self, rec: ct.Submit) -> None:
+        if not self.fired and rec.refused is not None:
+            rec.refused = None
+            self.fired = True
+
+
+class GaugeOff(Fault):
+    name, rule = "gauge-off", "TS-POOL-5"
+    why = "the first plan's page gauge reports one active parent more than the live tables name"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        if len(rec.gauge) == 2 and rec.batch.requests:
+            rec.gauge = [rec.gauge[0], rec.gauge[1] + 1]
+            return True
+        return False
+
+
+class UnqueriedGet(Fault):
+    name, rule = "unqueried-get", "TS-L2-13"
+    why = "an L3 get's first key is replaced by one no query found (the run needs L3 gets: --l3, a bounded pool)"
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in rec.cache:
+            if op.kind == "StorageGetOp" and op.keys:
+                op.keys = ["ef" * 32] + list(op.keys[1:])
+                return True
+        return False
+
+
+class RefetchFailedKey(Fault):
+    name, rule = "refetch-failed-key", "TS-L2-14"
+    why = ("a key an L3 get failed to read stays unread (the fault records its re-put as failed) and a later get names "
+           "it again as its first key (the run needs L3 gets with misses: --l3 --l3-miss-rate)")
+
+    def __init__(self, config: ct.Config) -> None:
+        super().__init__(config)
+        self.ops: dict[int, list[tuple[int, str, int]]] = {}
+        self.failed: set[tuple[int, str, int]] = set()
+        self.kept: tuple[int, str, int] | None = None
+
+    def _plan(self, rec: ct.Plan) -> bool:
+        for op in rec.cache:
+            if op.kind not in ("StorageGetOp", "StoragePutOp") or not op.keys or not op.op_ids:
+                continue
+            if op.kind == "StorageGetOp" and self.kept is not None:
+                g, key, off = self.kept
+                op.keys = [key] + list(op.keys[1:])
+                op.groups = [g] + list(op.groups[1:]) if op.groups else op.groups
+                op.offsets = [off] + list(op.offsets[1:]) if op.offsets else op.offsets
+                return True
+            n = len(op.keys)
+            self.ops[op.op_ids[0]] = list(zip(op.groups or [0] * n, op.keys, op.offsets or [0] * n, strict=True))
+        return False
+
+    def result(self, res: ct.Result) -> ct.Result:
+        res = super().result(res)
+        if self.fired:
+            return res
+        for k, sd in enumerate(res.storage):
+            keys = self.ops.pop(sd.op, None)
+            if not keys:
+                continue
+            flags = list(sd.success)
+            for i, key in enumerate(keys):
+                if i >= len(flags):
+                    break
+                if not flags[i]:
+                    self.failed.add(key)
+                elif key in self.failed and self.kept is None:  # a re-put of an unread key: recorded as failed
+                    flags[i] = False
+                    self.kept = key
+            if flags != list(sd.success):
+                res.storage = list(res.storage)
+                res.storage[k] = ct.StorageDone(sd.op, flags, list(sd.object_failures))
+        return res
+
 _FAULTS: dict[str, type[Fault]] = {f.name: f for f in (ZeroPinnedSource, UnpinnedStore, RepeatTransfer,
                                                        StoreKeyTwice, KeyedHostLoad, WrongKey,
                                                        ReplayableWriteBack, AcceptClear, DecodeStream,
                                                        FailedLoadPublished, SkipStore,
                                                        ReplayableHit, FlatReadmission, FailedGetLoaded,
                                                        UnclampedHostPrefix, HitServedAsCopy, FullRowHole,
-                                                       EventHash)}
+                                                       EventHash, ForeignStateHit, DecodeStateHit,
+                                                       MisplacedCheckpoint, SkipEndpoint, UnkeyedStateStore,
+                                                       AdmitOverBound, GaugeOff, UnqueriedGet, RefetchFailedKey)}
 NAMES: dict[str, str] = {name: f.rule for name, f in _FAULTS.items()}
 WHY: dict[str, str] = {name: f.why for name, f in _FAULTS.items()}
 

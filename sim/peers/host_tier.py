@@ -287,7 +287,8 @@ class HostTier:
                        "prefetch, under a key (publishing what was never copied)", op_id=oid, group=g, block=src)
         if key and self.failed_keys:
             self.failed_keys.discard((g, key, off))  # the page was computed again and is stored afresh
-        if key and not c.groups[g].replayable:  # a replayable page holds no key at all: TS-L2-7 says so
+        if key and not c.groups[g].replayable and g not in c._state:  # a replayable page holds no key at all
+            # (TS-L2-7 says so); a state block's key and provenance are TS-ST-1's
             self.exercised["TS-L2-6"] += 1
             want = (have[0].hex(), have[1]) if have is not None else None
             if want != (key, off) and not self._tail_key(g, src, key):
@@ -355,8 +356,9 @@ class HostTier:
         owners: set[tuple[str, int]] = set()
         for rid in snapshots:
             r = c.reqs.get(rid)
-            if r is not None:  # its rows, or (retracted again before it rejoined a batch) its image
+            if r is not None:  # its rows (state rows too), or (retracted again before it rejoined a batch) its image
                 owners.update((g, b) for g, row in r.rows.items() for b in row if b > 0)
+                owners.update((g, b) for g in c.state.ids for b in c.state.rows[g].get(rid, ()) if b > 0)
                 owners.update((g, b) for g, blocks in r.image.items() for b in blocks)
         for g, src, _dst, _key, _off in pairs:
             if g is None:

@@ -75,6 +75,10 @@ class StorePolicy:
         self.at_finish: list[tuple[str, list[_Owed]]] = []     # due in the next plan (requests just finished)
         self.due: dict[tuple[str, int], tuple[str, _Owed]] = {}  # (group, block) -> (request, page): unsettled
         self.images: set[int] = set()  # Host pages holding a retracted request's image until a restore reads it
+        # Host pages an L3 get filled that no load-back has read yet: the storage layer holds them for the load
+        # (cache concepts L189: a Host miss known to exist in L3 "allocates a Host page, batch_get_intos it, then
+        # runs the ordinary H2D load"), so they are no room for write-backs
+        self.prefetched: set[int] = set()
         self.drained = False           # the last plan scheduled nothing and issued no cache op
         self.full_now = False          # this plan's write-backs took all the Host room there was
         self.bound: set[tuple[str, int]] = set()  # unsettled pages that waited through a full Host tier
@@ -120,6 +124,7 @@ class StorePolicy:
 
     def cleared(self) -> None:
         self.images.clear()
+        self.prefetched.clear()
         for g in self.stored:
             self.stored[g].clear()
         self.owed.clear()
@@ -139,10 +144,19 @@ class StorePolicy:
                 self.bound.discard((group, blk))
                 self.stats["pages_evicted_unstored"] += 1
 
+    def storage_done(self, sd: ct.StorageDone) -> None:
+        """An L3 op's outcome (before the Host tier consumes it): a get's pages read successfully are held until a
+        load-back reads them."""
+        op = self.c.l2.storage.get(sd.op)
+        if op is not None and op.kind == "StorageGetOp":
+            self.prefetched.update(page for page, ok in zip(op.pages, sd.success, strict=False) if ok)
+
     def room(self) -> int:
         """Host pages a write-back may take now: all but those an unacknowledged op holds (a write-back's
-        destination, a load's source) and a retraction's image; acknowledged entries can be evicted."""
-        held: set[int] = set(self.images)
+        destination, a load's source), an L3 op in flight fills or reads, an L3 get filled for a load-back still
+        to come, and a retraction's image; acknowledged entries can be evicted."""
+        held: set[int] = set(self.images) | self.prefetched
+        held.update(self.c.l2.host_busy)
         for fl in self.c.l2.inflight.values():
             held.update(page for _g, page in fl.host_dst)
             held.update(fl.host_pins)
@@ -158,13 +172,16 @@ class StorePolicy:
         self.fresh_now = set()
         gids = [g.id for g in self.c.config.groups]
         for op in rec.cache:
-            if op.kind in ("RestoreOp", "LoadBackOp"):  # reading an image back releases its Host pages
-                self.images.difference_update(src for k, (src, _d) in enumerate(op.pages)
-                                              if (op.tiers[k] if k < len(op.tiers) else "L2") == "L2")
+            if op.kind in ("RestoreOp", "LoadBackOp"):  # reading an image (or an L3 get) back releases its pages
+                read = [src for k, (src, _d) in enumerate(op.pages)
+                        if (op.tiers[k] if k < len(op.tiers) else "L2") == "L2"]
+                self.images.difference_update(read)
+                self.prefetched.difference_update(read)
             if op.kind != "WriteBackOp":
                 continue
             for k, (src, dst) in enumerate(op.pages):
                 filled += 1
+                self.prefetched.discard(dst)
                 if op.pinned is False:
                     self.images.add(dst)
                 else:

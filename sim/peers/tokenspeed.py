@@ -42,6 +42,7 @@ __all__ = ["available", "version", "RunConfig", "RunOutcome", "unbounded_pages",
 
 GROUP = "full"
 SWA = "swa"
+STATE = "state"
 
 
 def _engine():
@@ -140,6 +141,8 @@ class RunConfig:
     l3_miss_rate: float = 0.0        # each L3 get key fails with this probability (seeded by `seed`)
     l3_host_blocks: int = 0          # Host pages L3 gets may hold at once (0: half the usable Host pages)
     l3_wait_plans: int = 0           # plans an L3 op may stay unanswered before the scheduler cancels it (0: never)
+    state_group: bool = False        # add the wheel's State group "state" (AttnKind.State, block_granularity 0)
+    state_checkpoints: bool = True   # state_checkpoint_in_forward: an extend may materialize an internal checkpoint
 
 
 @dataclass
@@ -201,6 +204,9 @@ def _config(cfg: RunConfig):
         c.cache_groups = c.cache_groups + [swa]
         if cfg.swa_replayable:  # "the window the scheduler re-feeds is the retention window itself"
             c.prefix_replay_tokens = cfg.swa_window
+    if cfg.state_group:  # the wheel's snapshot-state group: it declares block_granularity 0 (a compact row)
+        c.cache_groups = c.cache_groups + [ts.CacheGroupConfig(STATE, 0, cfg.pages, ts.AttnKind.State)]
+        c.state_checkpoint_in_forward = cfg.state_checkpoints
     c.num_device_pages = cfg.pages
     c.num_host_pages = cfg.host_pages
     c.disable_l2_cache = cfg.host_pages == 0
@@ -223,11 +229,13 @@ def header(cfg: RunConfig, meta: dict | None = None) -> ct.Header:
         groups=[ct.Group(GROUP, _bg(cfg), cfg.pages, "full")] + (
             [ct.Group(SWA, _bg(cfg), cfg.pages, "sliding", cfg.swa_window,
                       replayable=cfg.swa_replayable)]
-            if cfg.swa_window is not None else []), num_device_pages=cfg.pages,
+            if cfg.swa_window is not None else []) + (
+            [ct.Group(STATE, 0, cfg.pages, "mamba")] if cfg.state_group else []), num_device_pages=cfg.pages,
         num_host_pages=cfg.host_pages, num_snapshot_pages=cfg.snapshot_pages,
         max_retracted_requests=cfg.max_retracted,
         max_batch_size=cfg.max_batch_size, max_scheduled_tokens=cfg.max_scheduled_tokens,
-        enable_l3_storage=cfg.l3), meta=meta or {})
+        enable_l3_storage=cfg.l3), meta={**(meta or {}), **(
+            {"state_checkpoint_in_forward": cfg.state_checkpoints} if cfg.state_group else {})})
 
 
 def _token(rid: str, pos: int) -> int:
@@ -317,6 +325,9 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
 
     clock = time.perf_counter
     hdr = header(cfg, meta)
+    conf = _config(cfg)
+    # the CapacityModel the recipes size pools with (cache concepts L250): the bound the scheduler must refuse by
+    hdr.config.max_single_request_tokens = int(ts.CapacityModel(conf).max_single_request_tokens(cfg.pages - 1))
     contract = Contract(hdr.config)
     # the wheel's events carry its own FNV-1a 64 chain (seed 002 L309 "a second, independent block-hash
     # implementation for external KV events"): EV-7 recomputes every one
@@ -329,7 +340,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
     line = 1
 
     t0 = clock()
-    sched = _Guarded(ts.Scheduler(_config(cfg)))
+    sched = _Guarded(ts.Scheduler(conf))
     out.sched_s += clock() - t0
     budget = {r.id: r.max_new_tokens for r in requests}
     produced: dict[str, int] = {}
@@ -362,28 +373,28 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             spec.max_new_tokens = r.max_new_tokens
             specs.append(spec)
         t1 = clock()
+        refused: dict[str, str] = {}
         try:
             sched.submit_requests(specs)
         except ValueError:  # one request over the scheduler's capacity refuses the batch: submit one by one
-            kept = []
             for r, spec in zip(due, specs, strict=True):
                 try:
                     sched.submit_requests([spec])
-                    kept.append(r)
                 except ValueError as exc:
                     out.rejected.append((r.id, str(exc)))
-            due = kept
+                    refused[r.id] = " ".join(str(exc).split())
         t2 = clock()
         out.observe_s += t1 - t0
         out.sched_s += t2 - t1
         for r in due:
             # unrecorded, the judge reads the token array as it is (no list copy per request)
-            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens)  # type: ignore[arg-type]
+            rec = ct.Submit(r.id, r.tokens.tolist() if writer else r.tokens, r.max_new_tokens,  # type: ignore[arg-type]
+                            refused.get(r.id))
+            if fault is not None:  # it may perturb the record (before it is written and judged)
+                fault.submit(rec)
             line += 1
             if writer:
                 writer.write(rec)
-            if fault is not None:
-                fault.submit(rec)
             t3 = clock()
             contract.submit(rec, line)
             out.judge_s += clock() - t3
@@ -418,7 +429,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             cost = t1 - t0
             # -- observe ------------------------------------------------------------------------------------------
             ids: list[str] = []
-            ext, inl, pfx, pre, replay = 0, [], [], [], []
+            ext, inl, pfx, pre, replay, ckpt = 0, [], [], [], [], []
             tables: dict[str, dict[str, list[int]]] = {}
             for b in plan.forward:
                 bids = list(b.request_ids)
@@ -429,6 +440,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                 ids, ext = bids, b.num_extends()
                 inl, pfx, pre = list(b.input_lengths), list(b.extend_prefix_lens), list(b.prefill_lengths)
                 replay = list(getattr(b, "extend_replay_lens", []) or [])
+                ckpt = [int(x) for x in getattr(b, "extend_state_checkpoint_lens", []) or []][:ext]
                 arrays = b.block_tables_arrays()
                 for g, arr in arrays.items():
                     rows = {}
@@ -454,8 +466,10 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                     for key in [k for k in last_rows if k == c.request or k.endswith("\0" + c.request)]:
                         del last_rows[key]
             aborts = [ct.Abort(a.request_id, str(a.reason)) for a in plan.aborts]
-            batch = ct.Batch(ids, ext, inl, pfx, pre, [int(x) for x in replay[:ext]] if any(replay[:ext]) else [])
-            rec = ct.Plan(plan_no, batch, tables, zero, copy, cache, aborts)
+            gauge = [int(sched.empty_lcm_blocks()), int(sched.active_lcm_blocks())]  # L42's per-step page gauge
+            batch = ct.Batch(ids, ext, inl, pfx, pre, [int(x) for x in replay[:ext]] if any(replay[:ext]) else [],
+                             ckpt if any(ckpt) else [])
+            rec = ct.Plan(plan_no, batch, tables, zero, copy, cache, aborts, gauge)
             if fault is not None:
                 rec = fault.plan(rec)
             line += 1

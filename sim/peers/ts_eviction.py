@@ -1,4 +1,4 @@
-"""TS-ADM-3: TokenSpeed evicts only when the admission does not fit without eviction.
+"""TS-ADM-4: TokenSpeed evicts only when the admission does not fit without eviction.
 
 Seed 002 L40: "Admission first checks the indexed free-slot and empty-parent counts. If the request fits, it
 does not enumerate eviction candidates"; L199 (AdmissionPlanner): "first check whether existing local holes
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from kvsim.sim.peers.contract import Contract
     from kvsim.sim.trace import cachetrace as ct
 
-RULE = "TS-ADM-3"
+RULE = "TS-ADM-4"
 TITLE = ("An admission evicts only when it does not fit with zero eviction: no empty page left while a cached one "
          "is taken")
 

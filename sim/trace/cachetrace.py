@@ -61,9 +61,12 @@ _S = dict(forbid_unknown_fields=True, omit_defaults=True)
 
 
 class Group(msgspec.Struct, **_S):
-    """One cache group: what one block-table slot covers, how many pages (null block 0 included)."""
+    """One cache group: what one block-table slot covers, how many pages (null block 0 included).
+    ``block_granularity`` 0 is what TokenSpeed's State group declares (``attn_kind`` "mamba" only): a compact
+    row of slot 0 the input state, slot 1 the final state and, when the extend materializes one, slot 2 its
+    internal checkpoint -- not a row of absolute positions."""
     id: Rid
-    block_granularity: Annotated[int, msgspec.Meta(ge=1)]
+    block_granularity: Nat
     total_pages: Annotated[int, msgspec.Meta(ge=2)]
     attn_kind: Literal["full", "sliding", "mamba"] = "full"
     sliding_window_tokens: Nat | None = None
@@ -84,6 +87,9 @@ class Config(msgspec.Struct, **_S):
     max_scheduled_tokens: Nat = 0
     enable_mixed_prefill_decode: bool = True
     enable_l3_storage: bool | None = None  # whether an L3 tier sits below Host (None: not said)
+    # the most tokens (prompt + max_new_tokens) one request may ask for, by the scheduler's CapacityModel over
+    # this pool (None: not said)
+    max_single_request_tokens: Nat | None = None
 
 
 class Header(msgspec.Struct, **_S):
@@ -94,22 +100,27 @@ class Header(msgspec.Struct, **_S):
 
 
 class Submit(msgspec.Struct, tag_field="op", tag="submit", **_S):
-    """A request handed to the scheduler: its prompt and how many new tokens it may produce."""
+    """A request handed to the scheduler: its prompt and how many new tokens it may produce. ``refused`` (the
+    scheduler's message) says it was refused at submission and never runs."""
     request: Rid
     tokens: list[Nat]
     max_new_tokens: Nat = 0
+    refused: str | None = None
 
 
 class Batch(msgspec.Struct, **_S):
     """The plan's forward batch: extends first (``extends`` of them), then decodes. ``replay_lengths`` (per
     extend, absent: 0) are the tokens a replayable group re-feeds: the input starts at the prefix length and
-    the prefix hit (the shared groups' write floor) lies that many tokens later."""
+    the prefix hit (the shared groups' write floor) lies that many tokens later. ``checkpoint_lengths`` (per
+    extend, absent: 0; TokenSpeed's ``extend_state_checkpoint_lens``) place the internal state checkpoint the
+    forward materializes that many tokens after the prefix length."""
     requests: list[Rid]
     extends: Nat
     input_lengths: list[Nat]
     prefix_lengths: list[Nat]
     prefill_lengths: list[Nat] = []
     replay_lengths: list[Nat] = []
+    checkpoint_lengths: list[Nat] = []
 
 
 class CacheOp(msgspec.Struct, **_S):
@@ -148,7 +159,8 @@ class Abort(msgspec.Struct, **_S):
 
 
 class Plan(msgspec.Struct, tag_field="op", tag="plan", **_S):
-    """One execution plan. ``tables`` lists only rows that changed since last recorded."""
+    """One execution plan. ``tables`` lists only rows that changed since last recorded. ``gauge`` is the
+    scheduler's page gauge once the plan is built: ``[empty LCM blocks, active LCM blocks]``."""
     plan: Nat
     batch: Batch
     tables: dict[str, dict[str, list[Entry]]] = {}
@@ -156,6 +168,7 @@ class Plan(msgspec.Struct, tag_field="op", tag="plan", **_S):
     copy: dict[str, list[tuple[Nat, Nat]]] = {}
     cache: list[CacheOp] = []
     aborts: list[Abort] = []
+    gauge: list[Nat] = []
 
 
 class StorageDone(msgspec.Struct, **_S):
@@ -271,6 +284,11 @@ def read_cachetrace(path: str | Path, stream: BinaryIO | None = None) -> tuple[H
     except Exception as exc:  # noqa: BLE001 - every decode failure is an input error
         f.close()
         raise CacheTraceInputError(name, 1, f"not a {FORMAT} header: {_why(exc)}") from None
+    for g in header.config.groups:
+        if g.block_granularity == 0 and g.attn_kind != "mamba":
+            f.close()
+            raise CacheTraceInputError(name, 1, f"group {g.id!r}: block_granularity 0 is only a state (mamba) "
+                                       "group's compact row")
 
     def lines() -> Iterator[tuple[int, Line]]:
         with f:

@@ -4,11 +4,16 @@ from kvsim.kvmodel.store.units import COMMIT_RULES, LAUNCH_RULES  # noqa: E402
 from kvsim.spec.catalogue import require  # noqa: E402
 from kvsim.spec.rules import (  # noqa: F401 — imported to register each family's rules
     cache_admission,
+    cache_capacity,
     cache_clauses,
+    cache_config,
     cache_geometry,
     cache_l2,
+    cache_l3,
     cache_pool,
     cache_prefix,
+    cache_reference,
+    cache_state,
     cache_tables,
     cap,
     checkpoint,

@@ -102,7 +102,7 @@ transition_rule(
     scope="cache")
 
 transition_rule(
-    "TS-ADM-3", "An admission evicts only when it does not fit with zero eviction: no empty page left while a "
+    "TS-ADM-4", "An admission evicts only when it does not fit with zero eviction: no empty page left while a "
     "cached one is taken",
     'cache concepts L40: "Admission first checks the indexed free-slot and empty-parent counts. If the request fits, '
     'it does not enumerate eviction candidates"; L199: "first check whether existing local holes plus empty parents '

@@ -80,10 +80,12 @@ def found(c, rule=None):
 
 
 def test_every_l2_rule_is_catalogued_and_tested_both_ways():
+    from kvsim.sim.peers import l3_reads
+    from tests.peers import test_scheduler_clauses  # TS-L2-13/14 and the Host room of L3 prefetches
     ids = {r.id for r in all_rules() if r.id.startswith("TS-L2-")}
-    assert ids == set(RULES) | set(store_policy.RULES)
-    marks = {(m.args[0], m.args[1]) for f in globals().values() if callable(f)
-             for m in getattr(f, "pytestmark", []) if m.name == "rule"}
+    assert ids == set(RULES) | set(store_policy.RULES) | set(l3_reads.RULES)
+    marks = {(m.args[0], m.args[1]) for ns in (globals(), vars(test_scheduler_clauses)) for f in ns.values()
+             if callable(f) for m in getattr(f, "pytestmark", []) if m.name == "rule"}
     assert {(rid, k) for rid in ids for k in ("keeps", "fires")} <= marks
 
 
@@ -373,6 +375,11 @@ def l3(kind, oid, pages=(5, 6, 7, 8), **kw):
     return ct.CacheOp(kind, [oid], host_blocks=list(pages) if kind != QUERY else [], **{**KEYS, **kw})
 
 
+# the keys of KEYS found in L3 by a query answered in plan 2 (a get reads only keys known to exist: TS-L2-13)
+QUERIED = [(plan(2, cache=[ct.CacheOp(QUERY, [90], **KEYS)]), 8),
+           (ct.Result(2, storage=[ct.StorageDone(90, [True] * 4)]), 9)]
+
+
 def fetched(success=(True, True, True, True), load=None, hit=8, zero=None, get=None):
     """a's pages reach L3 (put 1: L3 ids are their own namespace, beside write-back 1); b's prefix is queried
     and read back into Host pages 5-8 (get 2, answered per key in plan 3's result), then loaded for b."""
@@ -461,16 +468,16 @@ def test_host_hit_off_the_prefix_granularity_is_ts_pfx_1s_alone():
 
 @pytest.mark.rule("TS-L2-1", "fires")
 def test_write_back_into_a_host_page_a_get_fills_fires():
-    steps = prefix() + [(plan(2, cache=[l3(GET, 1), wb(2, [(1, 6)], [0], [H[0]])]), 8),
-                        (ct.Result(2, [], [], [2], storage=[ct.StorageDone(1, [True] * 4)]), 9)]
-    assert found(run(steps)) == [("TS-L2-1", 8)]
+    steps = prefix() + QUERIED + [(plan(3, cache=[l3(GET, 1), wb(2, [(1, 6)], [0], [H[0]])]), 10),
+                                  (ct.Result(3, [], [], [2], storage=[ct.StorageDone(1, [True] * 4)]), 11)]
+    assert found(run(steps)) == [("TS-L2-1", 10)]
 
 
 @pytest.mark.rule("TS-L2-3", "keeps")
 def test_cancelled_get_answered_later_is_clean():
-    steps = prefix() + [(plan(2, cache=[l3(GET, 1)]), 8), (ct.Result(2), 9),
-                        (plan(3, cache=[ct.CacheOp(CANCEL, [], cancels=1)]), 10),
-                        (ct.Result(3, storage=[ct.StorageDone(1, [True] * 4)]), 11)]
+    steps = prefix() + QUERIED + [(plan(3, cache=[l3(GET, 1)]), 10), (ct.Result(3), 11),
+                                  (plan(4, cache=[ct.CacheOp(CANCEL, [], cancels=1)]), 12),
+                                  (ct.Result(4, storage=[ct.StorageDone(1, [True] * 4)]), 13)]
     c = run(steps)
     assert found(c) == [] and c.l2.stats["storage_cancels"] == 1
 

@@ -1,4 +1,4 @@
-"""TS-ADM-3 on crafted TokenSpeed plans: an admission that evicts a cached page while a free, empty page stays
+"""TS-ADM-4 on crafted TokenSpeed plans: an admission that evicts a cached page while a free, empty page stays
 unused fires; evicting only once the empty pages are used up keeps it; configurations outside its premise are
 not judged."""
 
@@ -35,28 +35,28 @@ def found(c):
     return [(f.rule, f.line) for f in c.findings]
 
 
-@pytest.mark.rule("TS-ADM-3", "keeps")
+@pytest.mark.rule("TS-ADM-4", "keeps")
 def test_evicting_once_the_empty_pages_are_used_keeps_ts_adm_3():
     c = run(6, [4, 5, 1])   # pages 1..5: 4 and 5 empty, then a's oldest cached page 1
-    assert found(c) == [] and c.exercised["TS-ADM-3"] == 1
+    assert found(c) == [] and c.exercised["TS-ADM-4"] == 1
 
 
-@pytest.mark.rule("TS-ADM-3", "fires")
+@pytest.mark.rule("TS-ADM-4", "fires")
 def test_evicting_while_an_empty_page_stays_fires_ts_adm_3():
     c = run(6, [1, 2, 4])   # page 5 was free and empty, yet two cached pages were taken
-    assert found(c) == [("TS-ADM-3", 6)]
+    assert found(c) == [("TS-ADM-4", 6)]
     assert "page 5 is free and empty" in c.findings[0].message
 
 
-@pytest.mark.rule("TS-ADM-3", "keeps")
+@pytest.mark.rule("TS-ADM-4", "keeps")
 def test_a_written_partial_tail_is_not_counted_empty():
     c = run(5, [4, 1, 2])   # pages 1..4: page 3 holds a's partial tail (published as a tail): not an empty page
-    assert found(c) == [] and c.exercised["TS-ADM-3"] == 1
+    assert found(c) == [] and c.exercised["TS-ADM-4"] == 1
 
 
 def test_no_eviction_is_nothing_to_judge():
     c = run(10, [4, 5, 6])
-    assert found(c) == [] and c.exercised["TS-ADM-3"] == 0
+    assert found(c) == [] and c.exercised["TS-ADM-4"] == 0
 
 
 def test_outside_the_premise_it_is_not_judged():
@@ -66,4 +66,4 @@ def test_outside_the_premise_it_is_not_judged():
                     "sliding", 8)], num_device_pages=6)
     assert ts_eviction.premise(two) is None
     c = run(6, [1, 2, 4], num_host_pages=4)
-    assert "TS-ADM-3" not in {r for r, _ in found(c)}
+    assert "TS-ADM-4" not in {r for r, _ in found(c)}

@@ -1,0 +1,95 @@
+"""Single-request refusals and the per-plan page gauge, judged from cachetrace/1 records (rules TS-ADM-3, TS-POOL-5).
+
+* TS-ADM-3 (cache concepts L250: the CapacityModel's per-request working set "is therefore defined once, in C++, and
+  the Scheduler bounds single requests against the pool with the same model"): with the header's
+  ``max_single_request_tokens`` (the scheduler's ``CapacityModel.max_single_request_tokens`` over the usable
+  pool), a request is refused at submission exactly when its token limit -- prompt plus max_new_tokens, at
+  least one new token -- exceeds that bound. A refusal within the bound and an admission beyond it both fire.
+* TS-POOL-5 (L42: "The per-step page gauge composes two O(1)-or-cheaper quantities the same way: empty parents
+  come from the pool, active parents from the live requests' block tables, and cache-only residency is the
+  remainder total - empty - active"): with a plan's ``gauge`` ([empty, active] LCM blocks), the remainder is
+  never negative (empty + active <= the usable parents, num_device_pages - 1), and, where every group packs one
+  block per parent, active equals the distinct blocks the live requests' rows name. That comparison is skipped
+  while a request is retracted (its image is no live table) or blocks handed out fresh to a request outside the
+  batch (a restore's growth) are not yet named by a row (the judge cannot tell whose they are), and with a state
+  group (its compact row is not the wheel's occupancy accounting).
+
+This module knows cachetrace/1 records, never a scheduler's API.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvsim.sim.trace import cachetrace as ct
+
+if TYPE_CHECKING:
+    from kvsim.sim.peers.contract import Contract
+
+__all__ = ["RULES", "Capacity", "token_limit"]
+
+RULES: dict[str, tuple[str, str]] = {
+    "TS-ADM-3": ("a request is refused at submission exactly when it exceeds the CapacityModel's single-request bound",
+                 "the Scheduler bounds single requests against the pool with the same model"),
+    "TS-POOL-5": ("the page gauge's cache-only remainder total - empty - active is non-negative; active is the live "
+                  "tables' blocks", "cache-only residency is the remainder total - empty - active"),
+}
+
+
+def token_limit(rec: ct.Submit) -> int:
+    """The tokens a request may occupy: its prompt and every token it may produce (at least one)."""
+    return len(rec.tokens) + max(rec.max_new_tokens, 1)
+
+
+class Capacity:
+    def __init__(self, contract: Contract) -> None:
+        self.c = contract
+        cfg = contract.config
+        self.bound = cfg.max_single_request_tokens
+        self.total = cfg.num_device_pages - 1
+        self.per_block = all(g.cache_blocks_per_lcm_block == 1 for g in cfg.groups) and \
+            not any(g.attn_kind == "mamba" for g in cfg.groups)
+        self.exercised = {r: 0 for r in RULES}
+        self.stats = {"refused": 0, "gauges": 0, "gauge_compared": 0}
+
+    def submit(self, rec: ct.Submit, line: int) -> None:
+        """TS-ADM-3 on one submission (accepted or refused)."""
+        if rec.refused is not None:
+            self.stats["refused"] += 1
+        if self.bound is None:
+            return
+        self.c.exercised["TS-ADM-3"] += 1
+        n = token_limit(rec)
+        if rec.refused is not None and n <= self.bound:
+            self.c._find("TS-ADM-3", line, f"{rec.request} ({n} tokens with its output) is refused at submission "
+                         f"though the CapacityModel bounds one request at {self.bound}: {rec.refused}",
+                         request=rec.request, tokens=n)
+        elif rec.refused is None and n > self.bound:
+            self.c._find("TS-ADM-3", line, f"{rec.request} ({n} tokens with its output) is accepted beyond the "
+                         f"CapacityModel's single-request bound {self.bound}", request=rec.request, tokens=n)
+
+    def gauge(self, rec: ct.Plan, line: int) -> None:
+        """TS-POOL-5 once the plan's rows are applied."""
+        if not rec.gauge:
+            return
+        if len(rec.gauge) != 2:
+            raise ValueError(f"plan {rec.plan}: gauge has {len(rec.gauge)} values, not [empty, active]")
+        empty, active = rec.gauge
+        self.stats["gauges"] += 1
+        self.exercised["TS-POOL-5"] += 1
+        if empty + active > self.total:
+            self.c._find("TS-POOL-5", line, f"the gauge reports {empty} empty and {active} active parents of "
+                         f"{self.total}: cache-only residency total - empty - active = {self.total - empty - active}",
+                         empty=empty, active=active)
+            return
+        c = self.c
+        if not self.per_block or any(c.handed.values()) or any(r.image and not r.rows for r in c.reqs.values()):
+            return
+        live: set[tuple[str, int]] = set()
+        for r in c.reqs.values():
+            for g, row in r.rows.items():
+                live.update((g, b) for b in row if b > 0)
+        self.stats["gauge_compared"] += 1
+        if active != len(live):
+            c._find("TS-POOL-5", line, f"the gauge reports {active} active parents; the live requests' block "
+                    f"tables name {len(live)} blocks (one parent each)", active=active, live=len(live))

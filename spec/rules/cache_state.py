@@ -1,0 +1,77 @@
+"""TS-ST-*: snapshot-state groups (seed 002 "Snapshot-state prefill checkpoints", L72-L90, and the coordinator's
+publication and Host-tier clauses, L185, L187), judged on a real scheduler's plans.
+
+The checkers are the peer judge's (sim.peers.state_group.StateGroups, named by dotted path: the catalogue never
+imports sim); they read cachetrace/1 records, so every finding is evidence about the scheduler that made the
+plans. ``kvsim peer tokenspeed --state-group`` drives the wheel with its State group.
+"""
+
+from __future__ import annotations
+
+from kvsim.spec.catalogue import transition_rule
+
+_SG = "kvsim.sim.peers.state_group.StateGroups"
+
+
+def _rule(rule_id: str, title: str, clause: str, checker: str, decisions: str) -> None:
+    transition_rule(rule_id, title, clause, f"{_SG}.{checker}", decisions, scope="cache")
+
+
+_rule("TS-ST-1", "A published state block holds the state a prefill wrote at exactly its key's prefix boundary",
+      'cache concepts L76: "Computed state publication requires an Endpoint or Promoted boundary and checkpoint '
+      'provenance at that exact prefix boundary ... Allocated slots and completed hashes alone are not proof"; L74: '
+      '"publishing an unwritten intermediate checkpoint would break position identity"; L185: "For Mamba-state '
+      'groups, CacheCompletedBlocks publishes only explicitly listed materialized boundaries inside the newly hashed '
+      'range"', "_published",
+      "Publication is what a plan shows of it: a write-back of a state-group block under a key (the Host tier "
+      "indexes only published checkpoints, L187) and a first extend whose prefix hit reuses a state block as its "
+      "input. Either way the block must hold the state a prefill forward of some request wrote -- the final state "
+      "of a chunk ending there, or the internal checkpoint it materialized -- after a number of tokens that is a "
+      "multiple of prefix_granularity, and whose chained prefix key is the write-back's key (for a hit: the hitting "
+      "request's own key at its hit, which is that boundary). A state written after a partial page is at no "
+      "prefix boundary: the wheel publishes its prompt-end state under the partial tail's hash (the same cause as "
+      "the TS-PFX-1 tail-hit finding), and this rule reports it. A block zeroed and never written holds no state. "
+      "Host provenance follows write-backs and load-backs. Whether the boundary is Endpoint or Promoted (rather "
+      "than an ordinary chunk end, L78) is not decided: the full group's match that makes a boundary Promoted is "
+      "not in the plan.")
+_rule("TS-ST-2", "No state a decode wrote is published or stored on Host under a key",
+      'cache concepts L78: "PrefillDone can publish pending prefill state before decode or PD handoff; decode itself '
+      'records and publishes no state checkpoints"; L187: "Ordinary decode publishes history-cache Device entries '
+      'but no state entries"; "the newest existing prefill checkpoint per state group"', "_published",
+      "A decode forward writes its request's running state into the output slot of its state row (slot 1 of the "
+      "compact row; slot (after - 1) // block_granularity with absolute positions). That block may never be the "
+      "source of a keyed state write-back nor the input state of a later request's hit, until it is handed out "
+      "again. The wheel's finish write-back of the running state (under the partial tail's key) is this rule's.")
+_rule("TS-ST-3", "An internal state checkpoint lies at floor(after/P)*P, strictly between before and after",
+      'cache concepts L82: "the last internal reusable checkpoint is at floor(after / prefix_granularity) * '
+      'prefix_granularity, strictly between before and after"; L74: "When the extent contains an internal '
+      'checkpoint, one forward materializes it and the final output"', "forward",
+      "An extend [before, after) whose checkpoint_lengths entry c is non-zero materializes a checkpoint at "
+      "before + c: it must equal floor(after / P) * P and lie strictly inside the extent, and the row must name a "
+      "block for it (slot 2 of the compact row, slot (checkpoint - 1) // block_granularity with absolute "
+      "positions). An extent ending on a multiple of P has no internal reusable checkpoint: its final state is the "
+      "aligned one. Whether an extent that contains a checkpoint must materialize it is TS-ST-4's question for the "
+      "prompt's last one; the seed's 'at most one internal checkpoint per eligible request' leaves other chunks "
+      "free.")
+_rule("TS-ST-4", "The prompt's last aligned checkpoint is written before a short final tail",
+      'cache concepts L78: "Newly completed prefill boundaries at the prompt\'s last aligned checkpoint are '
+      'classified as Endpoint, unless already Promoted, including before a short final tail"; L76: "Scheduled local '
+      'prefill records its last aligned checkpoint"', "_endpoint",
+      "A prompt of n tokens, n not a multiple of P, with A = floor(n / P) * P > 0 beyond its prefix hit: by the "
+      "extend that completes the prompt, some extend of the request wrote its state at A (a chunk ending at A, or "
+      "an internal checkpoint at A). Without that state there is nothing to classify as Endpoint or publish, and a "
+      "later request sharing the aligned prefix cannot hit it. Judged once per request, at the extend reaching n; a "
+      "readmitted request's recomputation is not judged again. Its publication with a Host tier is TS-ST-5's "
+      "(stored by a drained end) and TS-ST-1's (under the right key).")
+_rule("TS-ST-5", "The newest prefill checkpoint is stored on Host after finish or retraction, unless evicted",
+      'cache concepts L187: "At finish or retraction, eligible non-state Device pages and the newest existing '
+      'prefill checkpoint per state group are queued before request ownership is released"; "The queue is drained '
+      'by TierTransferManager::StartPendingStores(guard)"; L80: "All cached checkpoints remain subject to ordinary '
+      'capacity eviction; Endpoint does not pin storage"', "finish",
+      "With a Host tier: at a request's finish or retraction, the newest aligned state its prefill wrote (per state "
+      "group, if its block still holds it) falls due. It is settled once a keyed write-back of the state group has "
+      "stored that key on Host since the last accepted ClearCache (by any request: a key already on Host needs no "
+      "second copy), or once its block is handed out again (evicted while queued). When the trace ends drained "
+      "(its last plan schedules nothing and issues no cache op), a checkpoint still unsettled is a violation, "
+      "unless the Host tier was full while it waited or the unsettled ones would not fit the free Host pages (the "
+      "reading TS-L2-12 applies to history pages). Queue order and speed are not judged.")
