@@ -1,7 +1,7 @@
 """Running a real engine (vLLM, SGLang) in its own venv and process, and judging it as its steps arrive.
 
 kvsim never imports the engine: the engine venv's python runs a driver script shipped in
-``kvsim/sim/peers/drivers/`` (which imports only the engine and the standard library). The protocol is JSON
+``kvsim/sim/peers/ENGINE/driver.py`` (which imports only the engine and the standard library). The protocol is JSON
 Lines over the child's stdin and stdout: kvsim sends a config object, one ``{"request": ...}`` per workload
 row (token ids already expanded from hash ids by ``sim.peers.workload``, exactly as for the TokenSpeed peer),
 then ``{"end": true}``; the driver answers ``{"hello": ...}``, one ``{"step": ...}`` line per engine step
@@ -38,7 +38,7 @@ __all__ = ["ENGINES", "EngineSpec", "EngineConfig", "EngineOutcome", "EngineErro
 @dataclass(frozen=True)
 class EngineSpec:
     name: str
-    driver: str            # script in kvsim/sim/peers/drivers/
+    driver: str            # the driver script, relative to kvsim/sim/peers/
     default_block_size: int
     reserved_blocks: int   # blocks of the pool the engine never hands out (vLLM's null block 0)
     same_step_hits: bool   # a hit may name blocks this step's forward computes (vLLM caches at allocation)
@@ -46,8 +46,8 @@ class EngineSpec:
 
 
 ENGINES = {
-    "vllm": EngineSpec("vllm", "vllm_driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"),)),
-    "sglang": EngineSpec("sglang", "sglang_driver.py", 16, 1, False),
+    "vllm": EngineSpec("vllm", "vllm/driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"),)),
+    "sglang": EngineSpec("sglang", "sglang/driver.py", 16, 1, False),
 }
 
 
@@ -80,7 +80,7 @@ class EngineOutcome:
 
 
 def driver_path(engine: str) -> Path:
-    return Path(__file__).resolve().parent / "drivers" / ENGINES[engine].driver
+    return Path(__file__).resolve().parent / ENGINES[engine].driver
 
 
 def _feed(proc: subprocess.Popen, cfg: dict, requests: list[Request]) -> None:

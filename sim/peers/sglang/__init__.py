@@ -1,0 +1,1 @@
+"""SGLang: its driver (run in the engine's venv), and what kvsim judges of SGLang alone."""
