@@ -24,7 +24,8 @@ KINDS = ("state", "transition", "clause")
 # traces; `not_checkable` says why).
 EVIDENCE = ("engine", "model", "none")
 SCOPES = ("config", "pool", "page", "space", "row", "store", "cache", "none")  # cache: a kvmodel.cache CacheState
-_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL|L2|NC))-[1-9][0-9]*$")
+_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL|L2|NC)|PEER)"
+                 r"-[1-9][0-9]*$")
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decis
 
 
 FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE",
-                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL", "TS-L2", "TS-NC")
+                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL", "TS-L2", "TS-NC", "PEER")
 
 
 def _order(r: Rule) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from kvsim.spec.rules import (  # noqa: F401 — imported to register each famil
     consumer,
     entitlement,
     page,
+    peer_engine,
     replica,
     space,
     trace,
