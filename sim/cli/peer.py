@@ -191,6 +191,9 @@ def run(args: argparse.Namespace) -> int:
     # the same (deterministic) run would write -- never the workload, whose lines are requests
     trace = args.record or "(tokenspeed run)"
     report = build(inputs, trace, out.contract, out.events, stats)
+    from kvsim.sim.peers.path_coverage import coverage
+    from kvsim.sim.peers.tokenspeed.paths import PATHS
+    report["stats"]["coverage"] = coverage(PATHS, out.paths, report["rules"])
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
     if args.json:
         write(args.json, dumps_report(report))
@@ -227,6 +230,9 @@ def _print(report: dict, console: Console, style: Style) -> None:
     console.print(f"plans {s['peer']['plans']:,}  requests {sc['requests']:,}  pages {s['peer']['num_device_pages']:,}"
                   f"  hit ratio {100 * sc['hit_ratio']:.2f} % (trace bound {100 * sc['trace_bound_ratio']:.2f} %)  "
                   f"KV events: {kv['stored']:,} stored, {kv['removed']:,} removed", markup=False, soft_wrap=True)
+    if s.get("coverage"):
+        from kvsim.sim.peers.path_coverage import coverage_line
+        console.print(coverage_line(s["coverage"]), markup=False, soft_wrap=True)
     t = s.get("timing")
     if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:
         console.print(f"stalled requests {s['peer']['stalled_requests']}, refused at submission "

@@ -25,7 +25,14 @@ each block last received -- and checks the rules of ``RULES`` (seed citations th
   named.
 * PEER-9 reported statistics agree with the decisions and the stream: the scheduler's prefix-cache stats
   (queried tokens, hit tokens, requests) equal the hits it handed out, and the blocks its pool holds under a
-  hash equal the live blocks of its event stream (a router's view must match the engine's cache).
+  hash equal the live blocks of its event stream (a router's view must match the engine's cache); and the
+  deep counters the driver reads from the engine's own structures agree with each other and with the live
+  tables (``probe_check``: ``sim.peers.vllm.counters``, ``sim.peers.sglang.counters``).
+* PEER-11 the engine completes every call ("The scheduler asserts both when batching a plan's ops"): an
+  exception the engine raised while stepping (``crashed``) is a finding naming the exception, the innermost
+  engine frame, the step and the request; the run ends there with every earlier finding kept.
+
+The engine paths the driver saw taken are summed in ``paths`` (``sim.peers.path_coverage`` reports them).
 
 The trace's own bound (every request's longest whole-block prefix seen in an earlier prompt) is reported
 beside the hit ratio. This module knows driver step messages and events, never an engine's API.

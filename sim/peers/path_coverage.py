@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __all__ = ["STRESS_HINT", "coverage", "coverage_line"]
 
-STRESS_HINT = ("a stress workload reaches more paths: synthetic:prefix-stress[:SEED] at a --blocks small enough "
+STRESS_HINT = ("a stress workload reaches more paths: synthetic:prefix-stress[:SEED] with a pool small enough "
                "to evict")
 
 

@@ -127,3 +127,11 @@ def test_pass_headline_plain_when_every_path_ran():
     cov = coverage(sglang_paths.PATHS, dict.fromkeys(sglang_paths.PATHS, 1), {})
     v = verdict_of(_report(cov))
     assert v.headline == "PASS: no violation (5 plans)" and cov["hint"] is None
+
+
+def test_html_lists_the_engine_paths():
+    from kvsim.sim.report.html_page import render_html
+    cov = coverage(vllm_paths.PATHS, {"eviction": 2}, {})
+    page = render_html(_report(cov), {})
+    assert '<h2 id="engine-paths">Engine paths</h2>' in page and "1 of 7 engine paths exercised" in page
+    assert page.count('class="unchecked"') >= len(vllm_paths.PATHS) - 1

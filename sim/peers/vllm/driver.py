@@ -160,7 +160,8 @@ def probe(pool: Any) -> dict:
     blocks in it with ``ref_cnt > 0``, the first eight of them), its ``num_free_blocks`` counter, and the sum of
     ``ref_cnt`` over every block but the null block. O(pool) Python work: taken every ``probe_every`` steps."""
     q = pool.free_block_queue
-    walked, referenced, bad = 0, 0, []
+    walked, referenced = 0, 0
+    bad: list[int] = []
     b = q.fake_free_list_head.next_free_block
     tail = q.fake_free_list_tail
     limit = len(pool.blocks) + 1
