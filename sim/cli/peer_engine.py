@@ -121,7 +121,8 @@ def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
 
 
 def run_engine_peer(args: Any) -> int:
-    from kvsim.sim.peers.engines import ENGINES, EngineError, event_checker, probe, run_engine
+    from kvsim.sim.peers.engines import ENGINES, EngineError, engine_paths, event_checker, probe, run_engine
+    from kvsim.sim.peers.path_coverage import coverage
     from kvsim.sim.peers.report import add_engine_judge, build, percentiles
 
     engine = args.peer
@@ -174,9 +175,10 @@ def run_engine_peer(args: Any) -> int:
     if not args.no_timing:
         n_events = ev["stored"] + ev["removed"] + ev["cleared"]
         stats["timing"] = {
-            "engine_s": round(out.engine_s, 3), "judge_s": round(out.judge_s, 3), "observe_s": round(out.observe_s, 3),
-            "wall_s": round(out.wall_s, 3), "engine_import_s": out.hello.get("import_s"),
-            "judge_to_engine": round(out.judge_s / out.engine_s, 4) if out.engine_s else None,
+            "engine_s": round(out.engine_s, 3), "judge_s": round(out.judge_s, 3), "probe_s": round(out.probe_s, 3),
+            "observe_s": round(out.observe_s, 3), "wall_s": round(out.wall_s, 3),
+            "engine_import_s": out.hello.get("import_s"),
+            "judge_to_engine": round((out.judge_s + out.probe_s) / out.engine_s, 4) if out.engine_s else None,
             "step_cost_ms": percentiles(out.step_costs_ms),
             "step_cost_mean_ms": round(sum(out.step_costs_ms) / len(out.step_costs_ms), 3) if out.step_costs_ms
             else None,
@@ -188,6 +190,9 @@ def run_engine_peer(args: Any) -> int:
     if args.blocks is not None:
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), usable * bs,
                                                    report["stats"]["scheduler"]["hit_ratio"])
+    report["stats"]["coverage"] = coverage(engine_paths(engine), out.judge.paths, report["rules"])
+    if out.crash is not None:
+        report["stats"]["engine_crash"] = out.crash
     verdict = stamp(report)  # stalled requests make an incomplete run, never a pass
     if args.json:
         write(args.json, dumps_report(report))
@@ -237,6 +242,9 @@ def _print(report: dict, console: Console, style: Style) -> None:
                   f"of {p['block_size']} tokens  hit ratio {100 * sc['hit_ratio']:.2f} % (trace bound "
                   f"{100 * sc['trace_bound_ratio']:.2f} %)  KV events: {kv['stored']:,} stored, {kv['removed']:,} "
                   f"removed, peak live {kv['peak_live']:,}", markup=False, soft_wrap=True)
+    if s.get("coverage"):
+        from kvsim.sim.peers.path_coverage import coverage_line
+        console.print(coverage_line(s["coverage"]), markup=False, soft_wrap=True)
     if p["stalled_requests"]:
         console.print(f"stalled requests {p['stalled_requests']}", markup=False, soft_wrap=True)
     g = s.get("policy_gap")
@@ -248,7 +256,8 @@ def _print(report: dict, console: Console, style: Style) -> None:
     if t:
         ratio = "n/a" if t["judge_to_engine"] is None else f"{t['judge_to_engine']:.2f}"
         cost = ", ".join(f"{q} {v:,.3f} ms" for q, v in (t.get("step_cost_ms") or {}).items()) or "n/a"
-        console.print(f"engine {t['engine_s']:,.3f} s, judge {t['judge_s']:,.3f} s (judge / engine {ratio}); "
+        console.print(f"engine {t['engine_s']:,.3f} s, judge {t['judge_s']:,.3f} s + counters {t['probe_s']:,.3f} s "
+                      f"(judge / engine {ratio}); "
                       f"{t['events_per_s_engine'] or 0:,} block events/s (engine), {t['events_per_s_judge'] or 0:,} "
                       f"(judge); step cost {cost}", markup=False, soft_wrap=True)
     print_findings(report["violations"], console, style, 20)

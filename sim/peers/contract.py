@@ -75,6 +75,9 @@ RULES: dict[str, tuple[str, str]] = {
                "neither side dedups or invents an acknowledgement"),
     "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
                "the FIFO data plane orders any hitter's forward after the writer"),
+    "PEER-9": ("the scheduler's own pool counters agree with each other (active + available parents = the usable "
+               "pool; empty <= available; no snapshot block held with no request retracted)",
+               "its capacity belongs to the global empty-parent FIFO rather than any group"),
     "PEER-10": ("the scheduler completes every call on a legal sequence of answers, without an internal error",
                 "A pinned op's sources stay cached and unevictable until the ACK, so its copy overlaps whatever "
                 "the round does next"),
@@ -518,6 +521,13 @@ class Contract:
         self.engine_failed = True
         self._find("PEER-10", line, f"the scheduler failed {rec.call} after plan {rec.plan} with an internal error: "
                    f"{rec.message}", call=rec.call)
+
+    def counters(self, found: list[tuple[str, dict]], line: int = 0) -> None:
+        """PEER-9: the scheduler's own pool counters, read after a plan's answer, disagree with each other
+        (``sim.peers.tokenspeed.counters`` reads and checks them)."""
+        self.exercised["PEER-9"] += 1
+        for message, ctx in found:
+            self._find("PEER-9", line, message, **ctx)
 
     def finish(self, line: int = 0) -> None:
         """End of the trace: every issued op must have been acknowledged; what the write-back policy owed is

@@ -25,7 +25,14 @@ each block last received -- and checks the rules of ``RULES`` (seed citations th
   named.
 * PEER-9 reported statistics agree with the decisions and the stream: the scheduler's prefix-cache stats
   (queried tokens, hit tokens, requests) equal the hits it handed out, and the blocks its pool holds under a
-  hash equal the live blocks of its event stream (a router's view must match the engine's cache).
+  hash equal the live blocks of its event stream (a router's view must match the engine's cache); and the
+  deep counters the driver reads from the engine's own structures agree with each other and with the live
+  tables (``probe_check``: ``sim.peers.vllm.counters``, ``sim.peers.sglang.counters``).
+* PEER-11 the engine completes every call ("The scheduler asserts both when batching a plan's ops"): an
+  exception the engine raised while stepping (``crashed``) is a finding naming the exception, the innermost
+  engine frame, the step and the request; the run ends there with every earlier finding kept.
+
+The engine paths the driver saw taken are summed in ``paths`` (``sim.peers.path_coverage`` reports them).
 
 The trace's own bound (every request's longest whole-block prefix seen in an earlier prompt) is reported
 beside the hit ratio. This module knows driver step messages and events, never an engine's API.
@@ -63,6 +70,9 @@ RULES: dict[str, tuple[str, str]] = {
     "PEER-9": ("the scheduler's prefix-cache stats and block counts agree with its decisions and its event "
                "stream", f'{_SEED} l.193: the scheduler "keeps no residency counters of its own" beyond what the '
                'event carries; l.38: leak checks ask the index'),
+    "PEER-11": ("the engine under test completes every call without raising",
+                f'{_SEED} l.112: "The scheduler asserts both when batching a plan\'s ops"; l.319: "the pools and the '
+                'coordinator assert on the same fields"'),
 }
 # How each rule reads the seed for engines whose unit is a block of block_size tokens (vLLM, SGLang).
 DECISIONS: dict[str, str] = {
@@ -84,7 +94,18 @@ DECISIONS: dict[str, str] = {
               "free blocks (its free queue, evictable cached blocks included) plus the blocks live requests name "
               "equal the usable pool; hashes in its cached-block map equal the stream's live blocks. SGLang: free "
               "plus evictable pages plus the pages live rows name equal the pool; the tree's evictable plus "
-              "protected tokens equal its total; its total in pages equals the stream's live blocks.",
+              "protected tokens equal its total; its total in pages equals the stream's live blocks. Deeper "
+              "counters, read by the driver from the engine's own structures every probe_every steps: vLLM's free "
+              "queue walked from its head has num_free_blocks blocks, none with ref_cnt > 0, and ref_cnt summed over "
+              "the pool equals the (request, block) names of the live tables; SGLang's lock_ref of every tree node "
+              "equals the locks the driver holds at or below it, and the tree walked gives the evictable and "
+              "protected sizes its counters report (sim/peers/ENGINE/counters.py).",
+    "PEER-11": "An exception raised while the engine steps (its own assert included) is a finding of the engine "
+               "under test when the traceback has a frame inside the engine's package: the finding names the "
+               "exception, its message, the innermost engine frame (path relative to site-packages), the step and "
+               "the request being processed; the run stops there and every earlier finding is kept. An exception "
+               "with no engine frame is kvsim's own driver failing (exit 3); one before the first step is a setup "
+               "the engine refused (exit 2).",
 }
 
 
@@ -170,7 +191,8 @@ class EngineJudge:
 
     def __init__(self, block_size: int, num_blocks: int, events: EventChecker, reserved: int = 1,
                  max_findings: int = 1000, same_step_hits: bool = True,
-                 parse: Callable[[Any], list] | None = None, policy: Any = None):
+                 parse: Callable[[Any], list] | None = None, policy: Any = None,
+                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None):
         self.bs = block_size
         self.num_blocks = num_blocks
         self.usable = num_blocks - reserved
@@ -197,6 +219,9 @@ class EngineJudge:
         self.stats = {"requests": 0, "steps": 0, "prompt_tokens": 0, "hit_tokens": 0, "hits": 0, "bound_tokens": 0,
                       "preempted_hit_tokens": 0, "preemptions": 0, "scheduled_tokens": 0, "finished": 0,
                       "peak_live_blocks": 0, "reported_hit_tokens": 0, "reported_query_tokens": 0}
+        self.probe_check = probe_check  # the engine's PEER-9 checks of its deep counters (sim.peers.ENGINE.counters)
+        self.paths: dict[str, int] = {}   # engine paths the driver saw taken, summed over the run
+        self.crash: dict | None = None    # the engine's exception (PEER-11), when it raised
         self._step = -1
         self._written: set[int] = set()    # blocks this step's forward completed
         self._added: dict[int, int] = {}   # blocks named anew in this step, and by how many slots
@@ -238,6 +263,7 @@ class EngineJudge:
         self._step = msg["step"]
         line = before + len(msg.get("batches", ()))
         self.stats["steps"] += 1
+        self.premise["PEER-11"] += 1  # the engine completed this step's calls
         bs = self.bs
         self._added = {}
         self._start = {}
@@ -313,6 +339,13 @@ class EngineJudge:
             self._drop_table(r)
             del self.reqs[rid]
         self._free(msg, line)
+        for k, v in (msg.get("paths") or {}).items():
+            self.paths[k] = self.paths.get(k, 0) + v
+        probe = msg.get("probe")
+        if probe is not None and self.probe_check is not None:
+            self.premise["PEER-9"] += 1
+            for message, ctx in self.probe_check(probe, self.holders):
+                self._find("PEER-9", line, message, **ctx)
         live = len(self.holders)
         if live > self.stats["peak_live_blocks"]:
             self.stats["peak_live_blocks"] = live
@@ -506,6 +539,20 @@ class EngineJudge:
             if r is not None:
                 out.append((rid, r, computed, False))
         return out
+
+    def crashed(self, facts: dict, line: int) -> None:
+        """PEER-11: the engine raised while stepping; the run ends here, every earlier finding stays."""
+        self.crash = facts
+        self.premise["PEER-11"] += 1
+        if facts.get("step") is not None:
+            self._step = facts["step"]
+        rid = facts.get("request")
+        frame = facts.get("frame") or "no engine frame"
+        self._find("PEER-11", line, f"the engine raised {facts.get('type')}: {facts.get('message') or '(no message)'} "
+                   f"at {frame}" + (f" while processing {rid}" if rid else "") +
+                   (f" ({facts['phase']})" if facts.get("phase") else ""),
+                   exception=facts.get("type"), frame=facts.get("frame"), request=rid,
+                   traceback=list(facts.get("traceback") or ()))
 
     def finish(self) -> None:
         """End of the run (nothing to close: unfinished requests are the runner's to report)."""

@@ -1,12 +1,16 @@
 """Running a real engine (vLLM, SGLang) in its own venv and process, and judging it as its steps arrive.
 
 kvsim never imports the engine: the engine venv's python runs a driver script shipped in
-``kvsim/sim/peers/drivers/`` (which imports only the engine and the standard library). The protocol is JSON
+``kvsim/sim/peers/ENGINE/driver.py`` (which imports only the engine and the standard library). The protocol is JSON
 Lines over the child's stdin and stdout: kvsim sends a config object, one ``{"request": ...}`` per workload
 row (token ids already expanded from hash ids by ``sim.peers.workload``, exactly as for the TokenSpeed peer),
 then ``{"end": true}``; the driver answers ``{"hello": ...}``, one ``{"step": ...}`` line per engine step
 (decisions, statistics, the KV-event batches published during the step, seconds inside engine calls), and
-``{"done": ...}``, ``{"stalled": [...]}`` or ``{"error": "..."}``. Every step goes straight to
+``{"done": ...}``, ``{"stalled": [...]}``, ``{"crash": {...}}`` (the engine raised while stepping: a PEER-11
+finding, every earlier one kept), ``{"bug": {...}}`` (the driver's own code raised: kvsim's bug, exit 3) or
+``{"error": "..."}`` (the engine refused its setup). Each step also carries the engine paths it took (``paths``,
+named in ``sim.peers.ENGINE.paths``) and, every ``probe_every`` steps, the engine's deep counters (``probe``,
+checked by ``sim.peers.ENGINE.counters`` as PEER-9). Every step goes straight to
 ``sim.peers.engine_judge.EngineJudge`` and its batches to ``sim.peers.events.EventChecker``; with ``record``
 the batches are also written as the subscriber log vLLM/SGLang would produce (wire form, ``ts`` = step).
 
@@ -16,6 +20,7 @@ judge's seconds, and everything else (pipes, JSON, the engine's import) as obser
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import threading
@@ -31,14 +36,14 @@ from kvsim.sim.peers.engine_judge import EngineJudge
 from kvsim.sim.peers.events import EventChecker
 from kvsim.sim.peers.workload import VOCAB, Request
 
-__all__ = ["ENGINES", "EngineSpec", "EngineConfig", "EngineOutcome", "EngineError", "driver_path", "event_checker",
-           "probe", "run_engine"]
+__all__ = ["ENGINES", "EngineSpec", "EngineConfig", "EngineOutcome", "EngineError", "DriverBug", "driver_path",
+           "engine_paths", "counter_check", "event_checker", "probe", "run_engine"]
 
 
 @dataclass(frozen=True)
 class EngineSpec:
     name: str
-    driver: str            # script in kvsim/sim/peers/drivers/
+    driver: str            # the driver script, relative to kvsim/sim/peers/
     default_block_size: int
     reserved_blocks: int   # blocks of the pool the engine never hands out (vLLM's null block 0)
     same_step_hits: bool   # a hit may name blocks this step's forward computes (vLLM caches at allocation)
@@ -46,8 +51,8 @@ class EngineSpec:
 
 
 ENGINES = {
-    "vllm": EngineSpec("vllm", "vllm_driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"),)),
-    "sglang": EngineSpec("sglang", "sglang_driver.py", 16, 1, False),
+    "vllm": EngineSpec("vllm", "vllm/driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"),)),
+    "sglang": EngineSpec("sglang", "sglang/driver.py", 16, 1, False),
 }
 
 
@@ -62,9 +67,22 @@ POLICIES = {"vllm": "kvsim.sim.peers.vllm.policy", "sglang": "kvsim.sim.peers.sg
 
 def policy_checker(engine: str, usable: int) -> Any:
     """The engine's eviction-policy checker, or None for an engine without one."""
-    import importlib
     name = POLICIES.get(engine)
     return None if name is None else importlib.import_module(name).checker(usable)
+
+
+class DriverBug(RuntimeError):
+    """kvsim's own driver code raised (no frame of the traceback lies in the engine): kvsim's bug, exit 3."""
+
+
+def engine_paths(engine: str) -> dict[str, str]:
+    """The engine paths its driver counts, with what each one is (``sim.peers.ENGINE.paths``)."""
+    return importlib.import_module(f"kvsim.sim.peers.{engine}.paths").PATHS
+
+
+def counter_check(engine: str) -> Callable[[dict, dict[int, int]], list[tuple[str, dict]]]:
+    """The engine's PEER-9 check of the deep counters its driver reads (``sim.peers.ENGINE.counters``)."""
+    return importlib.import_module(f"kvsim.sim.peers.{engine}.counters").check
 
 
 @dataclass
@@ -74,6 +92,8 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int = 1 << 20
+    probe_every: int = 0            # deep counters every N steps (0: one probe per 1,024 blocks of pool)
+    clear_at_end: bool = True       # end with the engine's ClearCache once every request finished
 
 
 @dataclass
@@ -89,10 +109,12 @@ class EngineOutcome:
     wall_s: float = 0.0
     step_costs_ms: list[float] = field(default_factory=list)
     stderr_tail: str = ""
+    probe_s: float = 0.0            # seconds the driver spent reading the deep counters (judge cost)
+    crash: dict | None = None       # the engine's exception (PEER-11), when it raised
 
 
 def driver_path(engine: str) -> Path:
-    return Path(__file__).resolve().parent / "drivers" / ENGINES[engine].driver
+    return Path(__file__).resolve().parent / ENGINES[engine].driver
 
 
 def _feed(proc: subprocess.Popen, cfg: dict, requests: list[Request]) -> None:
@@ -137,7 +159,7 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     """Start the driver under ``python``, judge every step; ``progress(finished, total)`` after each step."""
     spec = ENGINES[engine]
     judge = EngineJudge(cfg.block_size, cfg.num_blocks, events, reserved=spec.reserved_blocks,
-                        same_step_hits=spec.same_step_hits, parse=_checker_parse(),
+                        same_step_hits=spec.same_step_hits, parse=_checker_parse(), probe_check=counter_check(engine),
                         policy=policy_checker(engine, cfg.num_blocks - spec.reserved_blocks))
     out = EngineOutcome(judge, events)
     clock = time.perf_counter
@@ -151,7 +173,8 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     env["PYTHONUNBUFFERED"] = "1"
     wire = {"block_size": cfg.block_size, "num_blocks": cfg.num_blocks, "max_num_seqs": cfg.max_num_seqs,
             "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_model_len": cfg.max_model_len,
-            "vocab": VOCAB}
+            "vocab": VOCAB, "probe_every": cfg.probe_every or max(1, cfg.num_blocks // 1024),
+            "clear_at_end": cfg.clear_at_end}
     try:
         proc = subprocess.Popen([python, str(driver_path(engine))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=env)
@@ -173,6 +196,7 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     log = open(record, "wb") if record else None
     finished = 0
     error: str | None = None
+    bug: dict | None = None
     done = False
     line = 0
     try:
@@ -182,6 +206,7 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
             if "step" in msg:
                 out.steps += 1
                 out.engine_s += msg["engine_s"]
+                out.probe_s += msg.get("probe_s", 0.0)
                 out.step_costs_ms.append(msg["engine_s"] * 1e3)
                 if log:
                     for b in msg["batches"]:
@@ -199,6 +224,14 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
                 out.hello = msg["hello"]
             elif "stalled" in msg:
                 out.stalled = list(msg["stalled"])
+            elif "crash" in msg:
+                t0 = clock()
+                judge.crashed(msg["crash"], line)
+                out.judge_s += clock() - t0
+                out.crash = msg["crash"]
+                done = True
+            elif "bug" in msg:
+                bug = msg["bug"]
             elif "error" in msg:
                 error = msg["error"]
             elif "done" in msg:
@@ -211,6 +244,10 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
         feeder.join(timeout=5)
     out.wall_s = clock() - t_start
     out.stderr_tail = b"".join(err_lines[-20:]).decode("utf-8", "replace")
+    if bug is not None:
+        where = (bug.get("traceback") or ["?"])[-1]
+        raise DriverBug(f"{engine} driver: {bug.get('type')}: {bug.get('message')} at {where} (step "
+                        f"{bug.get('step')}, {bug.get('phase')}): kvsim's own driver failed")
     if error is not None or (not done and not out.stalled):
         why = error or f"the driver exited {proc.returncode} without finishing"
         last = [ln for ln in out.stderr_tail.splitlines() if ln.strip()][-1:] or [""]

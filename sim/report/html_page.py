@@ -232,6 +232,8 @@ def _why(report: dict) -> str:
 def _toc(report: dict) -> str:
     links = [("inputs", "Inputs" + (" (scenarios)" if is_check(report) else "")), ("traces", "Traces"),
              ("violations-section", "Violations"), ("refusals", "Refusals"), ("coverage", "Rule coverage")]
+    if (report.get("stats") or {}).get("coverage"):
+        links.append(("engine-paths", "Engine paths"))
     if _mismatches(report):
         links.insert(0, ("why", "Why it failed"))
     items = "".join(f'<li><a href="#{anchor}">{_h(name)}</a></li>' for anchor, name in links)
@@ -344,6 +346,21 @@ def _coverage(report: dict) -> str:
     return "".join(parts)
 
 
+def _engine_paths(report: dict) -> str:
+    """A peer run's engine paths (stats.coverage): how often the run took each; a path never taken is a part of
+    the engine the PASS says nothing about."""
+    cov = (report.get("stats") or {}).get("coverage")
+    if not cov:
+        return ""
+    rows = [_tr([_td(name, "nw"), _td(n, "n")], attrs=f' class="{"ok" if n else "unchecked"}"')
+            for name, n in cov["engine_paths"].items()]
+    note = (f'<p class="note">{cov["exercised"]} of {cov["paths"]} engine paths exercised; judge rules with '
+            f'something to judge: {cov["rules_exercised"]} of {cov["rules"]}'
+            + (f' (idle: {_h(", ".join(cov["rules_not_exercised"]))})' if cov["rules_not_exercised"] else "")
+            + (f"; {_h(cov['hint'])}" if cov.get("hint") else "") + "</p>")
+    return '<h2 id="engine-paths">Engine paths</h2>' + note + _table(["path", "taken"], rows, frozenset({1}))
+
+
 def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
     """The whole page as text (UTF-8 when written); at most max_rows violation rows."""
     passed = verdict_of(report).passed
@@ -359,6 +376,7 @@ def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROW
         f"<h1>{report_title(report)} report: {'PASS' if passed else 'FAIL'}</h1>", verdict, _toc(report),
         _why(report), _inputs(report), '<h2 id="traces">Traces</h2>', note, *traces,
         f'<div id="violations-section">{_violations(report, max_rows)}</div>', _refusals(report), _coverage(report),
+        _engine_paths(report),
     ])
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -175,6 +175,12 @@ def _replay(report: Mapping[str, Any], stats: Mapping[str, Any]) -> Verdict:
     if stalled:
         return _make(False, f"incomplete: the scheduler stopped serving {plural(stalled, 'request')} ({scope})",
                      counts)
+    cov = stats.get("coverage")
+    if isinstance(cov, Mapping) and cov.get("not_exercised"):  # a peer run's PASS says which paths never ran
+        counts.update(engine_paths=int(cov["paths"]), engine_paths_exercised=int(cov["exercised"]))
+        return Verdict("pass", f"PASS ({cov['exercised']} of {cov['paths']} engine paths exercised; not exercised: "
+                               f"{', '.join(cov['not_exercised'])}): no violation ({scope}){tail}; {cov['hint']}",
+                       counts)
     return _make(True, f"no violation ({scope}){tail}", counts)
 
 

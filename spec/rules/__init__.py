@@ -20,6 +20,7 @@ from kvsim.spec.rules import (  # noqa: F401 — imported to register each famil
     consumer,
     entitlement,
     page,
+    peer_engine,
     peer_policy,
     replica,
     space,

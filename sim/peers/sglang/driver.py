@@ -25,6 +25,25 @@ tree as it stood before (parent, lock count, access order, pages of every node) 
 PEER-13), the pages swapped to the tree's canonical copies, tokens scheduled and produced, finished requests,
 the tree's sizes, the free pages, and the cache's KV events taken after the step (SGLang's wire form
 ``[ts, [event, ...]]``, ``ts`` = step). Anything SGLang prints goes to stderr.
+
+Two more things ride on each step line, read from SGLang's own structures in this process:
+
+* ``paths``: how often this step took each engine path a cache bug hides in (``PATHS``), counted at the
+  driver's own calls and by thin wrappers around ``RadixCache._split_node`` / ``_delete_leaf`` / ``reset``
+  (class-level, in this process only). This driver never retracts a request, so retraction is not a path here;
+* ``probe`` (every ``probe_every`` steps and at the last): the tree walked from its root -- the tokens of
+  unlocked and locked nodes against ``evictable_size_`` / ``protected_size_``, every node's ``lock_ref`` against
+  the locks this driver holds at or below it, and the evictable leaves found against the tree's own
+  ``evictable_leaves`` set; kvsim turns a disagreement into PEER-9.
+
+With ``clear_at_end`` the run ends, once every request has finished, with SGLang's flush: ``reset()`` of the
+tree and ``clear()`` of the allocator, reported as one more step with ``cleared``.
+
+When SGLang raises while stepping, the driver writes ``{"crash": ...}`` (type, message, the innermost frame
+inside the sglang package relative to site-packages, the step and the request being processed); an
+exception raised in this script's own code is ``{"bug": ...}``, except ``EngineFault``: an engine answer the
+driver cannot go on from (the allocator short after eviction, a checkpoint the tree does not hold), reported
+as a crash of the engine.
 """
 
 import json
@@ -48,6 +67,115 @@ def use_standins() -> None:
     from transformers.utils import import_utils
     import_utils.is_torchvision_available()
     sys.path.append(folder)
+
+
+# the engine paths counted per step (names shared with kvsim's sim.peers.sglang.paths)
+PATHS = ("hit_evictable", "whole_prompt_hit", "second_copy", "eviction", "eviction_next_to_locked", "node_split",
+         "clear_cache")
+
+
+class EngineFault(RuntimeError):
+    """SGLang answered a call in a way the scheduler cannot go on from (its own code would fail next)."""
+
+
+def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
+    """The exception as kvsim reports it: type, message, the innermost frame inside ``package`` (a path relative
+    to the folder holding it, e.g. site-packages) or None when the driver's own code raised, the step and the
+    request being processed, and the last frames."""
+    root = os.path.dirname(package)
+    tb = exc.__traceback__
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    engine = None
+    for t in reversed(frames):
+        fn = t.tb_frame.f_code.co_filename
+        if fn.startswith(package + os.sep):
+            engine = f"{os.path.relpath(fn, root)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}"
+            break
+    here = frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__)
+    if isinstance(exc, EngineFault):
+        t = frames[-1]
+        engine = f"{os.path.basename(__file__)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name} (the driver found it)"
+    elif here:
+        engine = None  # raised in this script's own code: the driver's bug, whatever called it
+    tail = []
+    for t in frames[-6:]:
+        fn = t.tb_frame.f_code.co_filename
+        shown = os.path.relpath(fn, root) if fn.startswith(package + os.sep) else os.path.basename(fn)
+        tail.append(f"{shown}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}")
+    return {"type": type(exc).__name__, "message": " ".join(str(exc).split())[:300], "frame": engine,
+            "step": where.get("step"), "request": where.get("request"), "phase": where.get("phase"),
+            "traceback": tail}
+
+
+def count_paths(n: dict) -> None:
+    """Wrap RadixCache's node split, leaf deletion and reset (class-level) to count them in ``n``."""
+    from sglang.srt.mem_cache.radix_cache import RadixCache
+    split, delete, reset = RadixCache._split_node, RadixCache._delete_leaf, RadixCache.reset
+
+    def split_counted(self: Any, key: Any, child: Any, split_len: int) -> Any:
+        n["node_split"] += 1
+        return split(self, key, child, split_len)
+
+    def delete_counted(self: Any, node: Any) -> None:
+        n["eviction"] += 1
+        parent = node.parent
+        if parent is not None and parent is not self.root_node and parent.lock_ref > 0:
+            n["eviction_next_to_locked"] += 1
+        delete(self, node)
+
+    def reset_counted(self: Any) -> None:
+        if getattr(self, "root_node", None) is not None:  # the reset at construction is no ClearCache
+            n["clear_cache"] += 1
+        reset(self)
+
+    RadixCache._split_node = split_counted
+    RadixCache._delete_leaf = delete_counted
+    RadixCache.reset = reset_counted
+
+
+def probe(tree: Any, locks: list) -> dict:
+    """The tree's deep counters, read from its own structures: walked from the root, the tokens of nodes with
+    ``lock_ref == 0`` and ``> 0`` beside ``evictable_size_`` / ``protected_size_``; each node's ``lock_ref``
+    against the locks this driver holds at or below it (the first eight disagreements named by node id); the
+    evictable leaves (unlocked, no live child) beside ``evictable_leaves``. O(nodes): every ``probe_every``
+    steps."""
+    root = tree.root_node
+    want: dict[int, int] = {}
+    for node in locks:
+        while node is not None and node is not root:
+            want[id(node)] = want.get(id(node), 0) + 1
+            node = node.parent
+    evictable = protected = nodes = 0
+    bad: list = []
+    wrong = 0
+    leaves = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        live = [c for c in node.children.values() if not c.evicted]
+        stack.extend(live)
+        if node is root:
+            continue
+        nodes += 1
+        if node.lock_ref == 0:
+            evictable += len(node.key)
+            if not live:
+                leaves.add(id(node))
+        else:
+            protected += len(node.key)
+        expect = want.pop(id(node), 0)
+        if node.lock_ref != expect:
+            wrong += 1
+            if len(bad) < 8:
+                bad.append([node.id, node.lock_ref, expect])
+    listed = {id(x) for x in tree.evictable_leaves}
+    return {"nodes": nodes, "evictable_walk": evictable, "protected_walk": protected,
+            "evictable": tree.evictable_size_, "protected": tree.protected_size_, "lock_mismatch": wrong,
+            "lock_mismatch_nodes": bad, "locks_off_tree": len(want), "leaves_walk": len(leaves),
+            "leaves_listed": len(listed), "leaves_differ": len(leaves ^ listed)}
 
 
 def token(rid: str, pos: int, vocab: int) -> int:
@@ -96,6 +224,8 @@ class Driver:
             self.alloc = PagedTokenToKVPoolAllocator(self.pages * ps, ps, torch.float16, "cpu", None, False)
         self.evictions: list = []   # this step's evict calls: the tree before, the nodes removed (PEER-13)
         self.observe_s = 0.0        # seconds spent reading the tree for them (not the engine's)
+        self.paths = dict.fromkeys(PATHS, 0)
+        count_paths(self.paths)
         self.tree = RadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
                                                token_to_kv_pool_allocator=self.alloc, page_size=ps,
                                                enable_kv_cache_events=True))
@@ -144,7 +274,7 @@ class Driver:
             self.observe_s += time.perf_counter() - t0
         got = self.alloc.alloc(n_tokens)
         if got is None:
-            raise RuntimeError(f"allocator cannot serve {n_tokens} tokens after eviction "
+            raise EngineFault(f"allocator cannot serve {n_tokens} tokens after eviction "
                                f"({self.alloc.available_size()} available)")
         return got.to(self.torch.int64)
 
@@ -171,11 +301,12 @@ class Driver:
         r.inserted = max(r.inserted, klen)
         dup = r.row[r.protected:res.prefix_len]
         if dup.numel():
+            self.paths["second_copy"] += dup.numel() // self.ps  # the tree already held this content
             self.alloc.free(dup)
         node = self.tree.match_prefix(MatchPrefixParams(key=key)).last_device_node
         idx = self.tree.path_device_indices(node)
         if len(idx) != klen:
-            raise RuntimeError(f"checkpoint of {r.id}: the tree holds {len(idx)} of {klen} inserted tokens")
+            raise EngineFault(f"checkpoint of {r.id}: the tree holds {len(idx)} of {klen} inserted tokens")
         before = r.row[r.protected:klen]
         swapped = not torch.equal(before, idx[r.protected:])
         r.row[r.protected:klen] = idx[r.protected:]
@@ -196,6 +327,13 @@ class Driver:
         r.lock = None
         return table
 
+    def take_paths(self) -> dict:
+        """This step's path counts (only the paths taken), then zero."""
+        out = {k: v for k, v in self.paths.items() if v}
+        for k in out:
+            self.paths[k] = 0
+        return out
+
     def take_events(self, step: int) -> list:
         import msgspec
         evs = self.tree.take_events()
@@ -212,6 +350,8 @@ def main() -> int:
         out.write(json.dumps(obj, separators=(",", ":")))
         out.write("\n")
 
+    where: dict = {"step": None, "request": None, "phase": "setup"}  # what the driver is doing, for a crash
+    package = ""
     try:
         cfg = json.loads(sys.stdin.readline())
         given: list = []          # (arrive, request) in workload order
@@ -226,10 +366,13 @@ def main() -> int:
         t0 = time.perf_counter()
         use_standins()
         import sglang
+        package = os.path.dirname(os.path.abspath(sglang.__file__))
         d = Driver(cfg)
         import_s = time.perf_counter() - t0
+        every = max(1, int(cfg.get("probe_every", 1)))
         send({"hello": {"engine": f"sglang {sglang.__version__}", "block_size": d.ps, "num_blocks": cfg["num_blocks"],
-                        "usable_blocks": d.pages, "hash_algo": "sha256", "import_s": round(import_s, 3)}})
+                        "usable_blocks": d.pages, "hash_algo": "sha256", "import_s": round(import_s, 3),
+                        "paths": list(PATHS), "probe_every": every}})
         clock = time.perf_counter
         ps = d.ps
         running: list[Req] = []
@@ -242,11 +385,13 @@ def main() -> int:
             while arrivals or waiting or running:
                 while arrivals and (arrivals[-1][0] <= step or not (waiting or running)):
                     waiting.insert(0, arrivals.pop()[1])
+                where.update(step=step, phase="schedule", request=None)
                 t0 = clock()
                 new, cached, tables, scheduled = [], [], [], {}
                 budget = d.budget
                 # 1. running requests: decode one token each, or the next prefill chunk
                 for r in running:
+                    where["request"] = r.id
                     if r.computed >= len(r.prompt):      # decoding: compute the last produced token
                         n = 1
                     else:
@@ -260,10 +405,13 @@ def main() -> int:
                     scheduled[r.id] = n
                 # 2. admission while budget and room remain (the match locked before the room is counted)
                 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+                where["phase"] = "admission"
                 while waiting and budget > 0 and len(running) < d.max_seqs:
                     r = waiting[-1]
+                    where["request"] = r.id
                     m = d.tree.match_prefix(MatchPrefixParams(key=d.key(r.prompt[: len(r.prompt) - 1])))
                     hit = m.device_prefix_len
+                    free_hit = hit > 0 and m.last_device_node.lock_ref == 0  # matched pages nobody locked
                     lock = d.tree.lock(m.last_device_node)
                     total = -(-(len(r.prompt) + r.max_new) // ps) * ps
                     room = d.alloc.available_size() + d.tree.evictable_size() - sum(x.need for x in running)
@@ -271,6 +419,8 @@ def main() -> int:
                         d.tree.unlock(lock)
                         break
                     waiting.pop()
+                    d.paths["hit_evictable"] += hit // ps if free_hit else 0
+                    d.paths["whole_prompt_hit"] += 0 < hit == (len(r.prompt) - 1) // ps * ps
                     r.lock, r.node = lock, m.last_device_node
                     r.row = d.tree.path_device_indices(m.last_device_node)[:hit].clone()
                     r.protected = r.inserted = hit
@@ -284,11 +434,13 @@ def main() -> int:
                     running.append(r)
                 t1 = clock()
                 # 3. the forward's results: tokens, checkpoints, finishes
+                where["phase"] = "checkpoint"
                 tokens, finished = {}, []
                 t2 = clock()
                 for r in list(running):
                     if r.id not in scheduled:
                         continue
+                    where["request"] = r.id
                     r.computed += scheduled[r.id]
                     if r.computed < len(r.prompt):       # an intermediate chunk: cache_unfinished_req
                         table = d.checkpoint(r, r.computed)
@@ -299,36 +451,64 @@ def main() -> int:
                     r.out.append(tok)
                     tokens[r.id] = tok
                     if len(r.out) == r.max_new:
+                        where["phase"] = "release"
                         table = d.release(r)
                         if table is not None:
                             tables.append([r.id, table])
                         running.remove(r)
                         finished.append(r.id)
                 t3 = clock()
+                where.update(phase="report", request=None)
                 batches = pre_events + d.take_events(step)
                 pre_events = []
-                send({"step": step, "engine_s": (t1 - t0) + (t3 - t2) - d.observe_s, "new": new, "cached": cached,
-                      "evictions": d.evictions,
-                      "tables": tables, "scheduled": scheduled, "tokens": tokens, "finished": sorted(finished),
-                      "preempted": [], "stats": None,
-                      "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
-                      "cached_blocks": d.tree.total_size() // ps,
-                      "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
-                               "total": d.tree.total_size()},
-                      "batches": batches})
+                msg = {"step": step, "engine_s": (t1 - t0) + (t3 - t2) - d.observe_s, "new": new, "cached": cached,
+                       "evictions": d.evictions,
+                       "tables": tables, "scheduled": scheduled, "tokens": tokens, "finished": sorted(finished),
+                       "preempted": [], "stats": None,
+                       "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
+                       "cached_blocks": d.tree.total_size() // ps,
+                       "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
+                                "total": d.tree.total_size()},
+                       "batches": batches, "paths": d.take_paths()}
                 d.evictions, d.observe_s = [], 0.0
+                if step % every == 0 or not (arrivals or waiting or running):
+                    t4 = clock()
+                    msg["probe"] = probe(d.tree, [r.lock.node for r in running if r.lock is not None])
+                    msg["probe_s"] = clock() - t4
+                send(msg)
                 step += 1
                 idle = 0 if scheduled else idle + 1
                 if idle >= 64:
                     send({"stalled": sorted([r.id for r in running] + [r.id for r in waiting]
                                             + [r.id for _a, r in arrivals])})
                     break
+            if cfg.get("clear_at_end") and not (arrivals or waiting or running):
+                where.update(step=step, phase="flush_cache", request=None)
+                t0 = clock()
+                d.tree.reset()      # SGLang's flush_cache: the tree, then the allocator
+                d.alloc.clear()
+                t1 = clock()
+                t4 = clock()
+                pr = probe(d.tree, [])
+                send({"step": step, "engine_s": t1 - t0, "new": [], "cached": [], "tables": [], "scheduled": {},
+                      "tokens": {}, "finished": [], "preempted": [], "stats": None, "cleared": True,
+                      "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
+                      "cached_blocks": d.tree.total_size() // ps,
+                      "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
+                               "total": d.tree.total_size()},
+                      "batches": d.take_events(step), "paths": d.take_paths(), "probe": pr,
+                      "probe_s": clock() - t4})
+                step += 1
             send({"done": {"steps": step}})
         out.flush()
         return 0
-    except Exception as exc:  # the engine refused or broke: say so on the protocol, details on stderr
+    except Exception as exc:  # the engine raised (a finding), refused its setup, or the driver broke
         traceback.print_exc()
-        send({"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"})
+        if where["phase"] != "setup":
+            facts = crash_facts(exc, package, where)
+            send({"crash": facts} if facts["frame"] else {"bug": facts})
+        else:
+            send({"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"})
         out.flush()
         return 1
 

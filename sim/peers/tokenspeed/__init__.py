@@ -70,9 +70,16 @@ class EngineFailure(Exception):
         self.call, self.message = call, " ".join(message.split())
 
 
+# what the wheel raises from its own code (C++ exceptions as pybind11 translates them, an assert of its Python
+# layer); TypeError (a call kvsim made wrong) and ValueError (a request refused at submission) are not among them
+ENGINE_EXCEPTIONS = (RuntimeError, IndexError, KeyError, OverflowError, ArithmeticError, AssertionError, SystemError,
+                     MemoryError)
+
+
 class _Guarded:
-    """The scheduler object, each method call turning the wheel's ``RuntimeError`` into ``EngineFailure``
-    (``ValueError`` -- a request the scheduler refuses at submission -- passes through)."""
+    """The scheduler object, each method call turning what the wheel raises from its own code
+    (``ENGINE_EXCEPTIONS``) into ``EngineFailure`` (``ValueError`` -- a request the scheduler refuses at
+    submission -- and ``TypeError`` -- kvsim's own wrong call -- pass through)."""
 
     def __init__(self, sched) -> None:
         self._sched = sched
@@ -83,8 +90,9 @@ class _Guarded:
         def call(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
-            except RuntimeError as exc:
-                raise EngineFailure(name, str(exc)) from None
+            except ENGINE_EXCEPTIONS as exc:
+                kind = "" if type(exc) is RuntimeError else f"{type(exc).__name__}: "
+                raise EngineFailure(name, kind + str(exc)) from None
         return call
 
 
@@ -161,6 +169,7 @@ class RunOutcome:
     l3: dict = field(default_factory=dict)  # the object store's counts (puts, queries, gets, misses)
     fault_applied: bool | None = None  # whether the injected fault found its premise (None: no fault asked)
     engine_error: str | None = None    # the call the scheduler failed, and how (PEER-10); the run stopped there
+    paths: dict[str, int] = field(default_factory=dict)  # engine paths taken (sim.peers.tokenspeed.paths)
 
 
 def unbounded_pages(requests: list[Request], p: int, groups: int = 1) -> int:
@@ -348,6 +357,11 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
     queue.reverse()
 
     fault = faults.get(cfg.fault, hdr.config) if cfg.fault else None
+    from kvsim.sim.peers.tokenspeed import counters, paths
+    out.paths = dict.fromkeys(paths.PATHS, 0)
+    prompt = {r.id: len(r.tokens) for r in requests}
+    first: set[str] = set()
+    usable, snapshot_usable = cfg.pages - 1, (cfg.snapshot_pages - 1 if cfg.snapshot_pages > 1 else 0)
 
     def submit_due(plan_no: int) -> None:
         nonlocal line
@@ -477,6 +491,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                 writer.write(rec)
             t2 = clock()
             contract.plan(rec, line)
+            paths.count(out.paths, rec, prompt, first, cfg.prefix_granularity)
             t3 = clock()
             out.judge_s += t3 - t2
             # -- answer -------------------------------------------------------------------------------------------
@@ -547,6 +562,10 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             out.sched_s += t6 - t5
             cost += t6 - t5
             out.plan_costs_ms.append(cost * 1e3)
+            contract.counters(counters.check(counters.read(sched), usable, snapshot_usable, cfg.host_pages > 0), line)
+            t6b = clock()
+            out.judge_s += t6b - t6
+            t6 = t6b
             if drained:
                 kv = ct.KvEvents(plan_no, [_kv_event(e) for e in drained])
                 if fault is not None:
@@ -558,6 +577,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                     elog.write(enc.encode({"ts": plan_no, "events": kv.events}) + b"\n")
                 t7 = clock()
                 events.batch(kv.events, line)
+                paths.count_events(out.paths, kv.events)
                 t8 = clock()
                 out.judge_s += t8 - t7
                 out.observe_s += t7 - t6
@@ -578,6 +598,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                 out.judge_s += clock() - t7
                 out.clears += 1
                 out.clears_accepted += accepted
+                out.paths["clear_cache"] += accepted
             plan_no += 1
             last_ops = bool(ops)
             idle = 0 if ids or ops else idle + 1

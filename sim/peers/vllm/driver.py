@@ -15,6 +15,22 @@ tokens and block ids, running requests' new block ids, tokens scheduled, finishe
 its prefix-cache stats for the step, the pool's cached-block count, the event batches published during the
 step (vLLM's wire form ``[ts, [event, ...], dp_rank]``, ``ts`` replaced by the step number) and the seconds
 spent inside scheduler calls. Anything vLLM prints goes to stderr.
+
+Two more things ride on each step line, read from vLLM's own structures in this process:
+
+* ``paths``: how often this step took each engine path a cache bug hides in (``PATHS``), counted by thin
+  wrappers around ``BlockPool`` methods (class-level, in this process only) and from the step's decisions;
+* ``probe`` (every ``probe_every`` steps and at the last): the free queue walked from its head (its length
+  and how many blocks in it have ``ref_cnt > 0``, the first few named), the engine's own free count, and the
+  sum of ``ref_cnt`` over the pool's blocks -- kvsim compares them with its own view of the live tables (PEER-9).
+
+With ``clear_at_end`` the run ends with ``reset_prefix_cache()`` once every request has finished (vLLM's
+ClearCache), reported as one more step with ``cleared``.
+
+When vLLM raises while stepping, the driver writes ``{"crash": ...}``: the exception type and message, the
+innermost frame inside the vllm package (path relative to site-packages), the step and the request being
+processed, and the last frames of the traceback; kvsim keeps the findings so far and reports the crash as
+PEER-11. An exception with no frame inside vllm is the driver's own bug: ``{"bug": ...}``.
 """
 
 import json
@@ -35,6 +51,131 @@ TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
 def token(rid: str, pos: int, vocab: int) -> int:
     """A synthetic output token, deterministic in (request, position) -- the same formula as kvsim's peers."""
     return zlib.crc32(f"{rid}:{pos}".encode()) % vocab
+
+
+# the engine paths counted per step (names shared with kvsim's sim.peers.vllm.paths)
+PATHS = ("hit_evictable", "whole_prompt_hit", "second_copy", "eviction", "eviction_next_to_referenced",
+         "preemption", "clear_cache")
+
+
+def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
+    """The exception as kvsim reports it: type, message, the innermost frame inside ``package`` (a path relative
+    to the folder holding it, e.g. site-packages) or None, and the request being processed: the innermost engine
+    frame's ``request`` local (a vLLM Request), else the one the driver was handling."""
+    root = os.path.dirname(package)
+    tb = exc.__traceback__
+    frames = []
+    rid = None
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    engine = None
+    for t in reversed(frames):
+        fn = t.tb_frame.f_code.co_filename
+        if fn.startswith(package + os.sep):
+            if engine is None:
+                engine = f"{os.path.relpath(fn, root)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}"
+            req = t.tb_frame.f_locals.get("request")
+            if rid is None and req is not None and isinstance(getattr(req, "request_id", None), str):
+                rid = req.request_id
+    if frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__):
+        engine = None  # raised in this script's own code: the driver's bug, whatever called it
+    tail = []
+    for t in frames[-6:]:
+        fn = t.tb_frame.f_code.co_filename
+        shown = os.path.relpath(fn, root) if fn.startswith(package + os.sep) else os.path.basename(fn)
+        tail.append(f"{shown}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}")
+    return {"type": type(exc).__name__, "message": " ".join(str(exc).split())[:300], "frame": engine,
+            "step": where.get("step"), "request": rid or where.get("request"), "phase": where.get("phase"),
+            "traceback": tail}
+
+
+class Paths:
+    """Counts of the engine paths a step took (``PATHS``), from wrappers around BlockPool's own methods:
+    ``touch`` of a block with ``ref_cnt == 0`` (a hit on a free-queue block), an ``insert`` into the cached-block
+    map under a hash it already holds (a second physical copy), an eviction (``_maybe_evict_cached_block``
+    returning True), and whether the evicted block's parent in its chain (known from ``cache_full_blocks``) is
+    still referenced by a request; ``reset_prefix_cache`` that succeeded."""
+
+    def __init__(self, pool: Any) -> None:
+        from vllm.v1.core import block_pool as bp
+        from vllm.v1.core.kv_cache_utils import get_block_hash, make_block_hash_with_group_id
+
+        self.n = dict.fromkeys(PATHS, 0)
+        self.parent: dict = {}   # block hash -> its parent's block hash (None: the first block)
+        n, parent = self.n, self.parent
+        cls, mapcls = bp.BlockPool, bp.BlockHashToBlockMap
+        touch, insert, evict = cls.touch, mapcls.insert, cls._maybe_evict_cached_block
+        cache_full, reset = cls.cache_full_blocks, cls.reset_prefix_cache
+
+        def touch_counted(self_: Any, blocks: Any) -> None:
+            n["hit_evictable"] += sum(1 for b in blocks if not b.is_null and b.ref_cnt == 0)
+            touch(self_, blocks)
+
+        def insert_counted(self_: Any, key: Any, block: Any) -> None:
+            if self_._cache.get(key) is not None:
+                n["second_copy"] += 1
+            insert(self_, key, block)
+
+        def cache_full_counted(self_: Any, request: Any, blocks: Any, *args: Any, **kw: Any) -> None:
+            num_cached = kw["num_cached_blocks"] if "num_cached_blocks" in kw else args[0]
+            num_full = kw["num_full_blocks"] if "num_full_blocks" in kw else args[1]
+            hashes = request.block_hashes
+            for i in range(num_cached, min(num_full, len(hashes))):
+                parent[hashes[i]] = hashes[i - 1] if i else None
+            cache_full(self_, request, blocks, *args, **kw)
+
+        def evict_counted(self_: Any, block: Any) -> bool:
+            key = block.block_hash
+            done = evict(self_, block)
+            if done:
+                n["eviction"] += 1
+                up = parent.get(get_block_hash(key)) if key is not None else None
+                if up is not None:
+                    pb = self_.cached_block_hash_to_block.get_one_block(make_block_hash_with_group_id(up, 0))
+                    if pb is not None and pb.ref_cnt > 0:
+                        n["eviction_next_to_referenced"] += 1
+            return done
+
+        def reset_counted(self_: Any) -> bool:
+            done = reset(self_)
+            n["clear_cache"] += bool(done)
+            return done
+
+        cls.touch = touch_counted
+        mapcls.insert = insert_counted
+        cls.cache_full_blocks = cache_full_counted
+        cls._maybe_evict_cached_block = evict_counted
+        cls.reset_prefix_cache = reset_counted
+
+    def take(self) -> dict:
+        """This step's counts (only the paths taken), then zero."""
+        out = {k: v for k, v in self.n.items() if v}
+        for k in out:
+            self.n[k] = 0
+        return out
+
+
+def probe(pool: Any) -> dict:
+    """The pool's deep counters, read from its own structures: the free queue walked head to tail (length,
+    blocks in it with ``ref_cnt > 0``, the first eight of them), its ``num_free_blocks`` counter, and the sum of
+    ``ref_cnt`` over every block but the null block. O(pool) Python work: taken every ``probe_every`` steps."""
+    q = pool.free_block_queue
+    walked, referenced = 0, 0
+    bad: list[int] = []
+    b = q.fake_free_list_head.next_free_block
+    tail = q.fake_free_list_tail
+    limit = len(pool.blocks) + 1
+    while b is not None and b is not tail and walked <= limit:
+        walked += 1
+        if b.ref_cnt > 0:
+            referenced += 1
+            if len(bad) < 8:
+                bad.append(b.block_id)
+        b = b.next_free_block
+    return {"free_walk": walked, "free_count": q.num_free_blocks, "free_referenced": referenced,
+            "free_referenced_ids": bad, "ref_sum": sum(x.ref_cnt for x in pool.blocks if not x.is_null),
+            "free_list_broken": b is None}
 
 
 def build(cfg: dict, folder: str) -> Any:
@@ -122,6 +263,8 @@ def main() -> int:
         out.write(json.dumps(obj, separators=(",", ":")))
         out.write("\n")
 
+    where: dict = {"step": None, "request": None, "phase": "setup"}  # what the driver is doing, for a crash
+    package = ""
     try:
         cfg = json.loads(sys.stdin.readline())
         reqs = []
@@ -138,6 +281,7 @@ def main() -> int:
         from vllm.v1.outputs import ModelRunnerOutput
         from vllm.v1.request import Request
         import_s = time.perf_counter() - t0
+        package = os.path.dirname(os.path.abspath(vllm.__file__))
         with tempfile.TemporaryDirectory(prefix="kvsim-vllm-") as folder:
             sched = build(cfg, folder)
             algo = sched.cache_config.prefix_caching_hash_algo
@@ -145,21 +289,29 @@ def main() -> int:
             init_none_hash(hash_fn)
             hasher = get_request_block_hasher(cfg["block_size"], hash_fn)
             sub = Subscriber(sched, f"ipc://{folder}/kv-events")
+            pool = sched.kv_cache_manager.block_pool
+            paths = Paths(pool)
+            every = max(1, int(cfg.get("probe_every", 1)))
             send({"hello": {"engine": f"vllm {vllm.__version__}", "block_size": cfg["block_size"],
                             "num_blocks": cfg["num_blocks"], "usable_blocks": cfg["num_blocks"] - 1,
-                            "hash_algo": algo, "import_s": round(import_s, 3)}})
+                            "hash_algo": algo, "import_s": round(import_s, 3), "paths": list(PATHS),
+                            "probe_every": every}})
             vocab = cfg["vocab"]
+            bs = cfg["block_size"]
             clock = time.perf_counter
+            cap = {r["id"]: (len(r["tokens"]) - 1) // bs * bs for r in reqs}
             step, idle = 0, 0
-            pool = sched.kv_cache_manager.block_pool
             reqs.reverse()  # submitted before the step each names ("arrive"), at once when the scheduler is idle
             while reqs or sched.has_requests():
+                where.update(step=step, phase="add_request", request=None)
                 t0 = clock()
                 while reqs and (reqs[-1].get("arrive", 0) <= step or not sched.has_requests()):
                     r = reqs.pop()
+                    where["request"] = r["id"]
                     sp = SamplingParams(max_tokens=r["max_new_tokens"], ignore_eos=True, temperature=0.0)
                     sched.add_request(Request(r["id"], r["tokens"], sp, None, arrival_time=0.0, block_hasher=hasher))
                 add_s = clock() - t0
+                where.update(phase="schedule", request=None)
                 t0 = clock()
                 so = sched.schedule()
                 t1 = clock()
@@ -176,13 +328,22 @@ def main() -> int:
                 mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
                                         sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
                                         pooler_output=[])
+                where["phase"] = "update_from_output"
                 t2 = clock()
                 outs = sched.update_from_output(so, mro)
                 t3 = clock()
+                where["phase"] = "report"
                 finished = sorted(o.request_id for eco in outs.values() for o in eco.outputs
                                   if o.finish_reason is not None)
                 cr = so.scheduled_cached_reqs
                 batches, seqs = sub.take(step)
+                counts = paths.take()
+                # a whole-prompt hit: the hit reached vLLM's cap (every whole block short of the last token)
+                whole = sum(1 for nr in so.scheduled_new_reqs if 0 < nr.num_computed_tokens == cap[nr.req_id])
+                if whole:
+                    counts["whole_prompt_hit"] = whole
+                if so.preempted_req_ids:
+                    counts["preemption"] = len(so.preempted_req_ids)
                 msg = {
                     "step": step, "engine_s": (t1 - t0) + (t3 - t2) + add_s,
                     "new": [[n.req_id, n.num_computed_tokens, list(n.block_ids[0])] for n in so.scheduled_new_reqs],
@@ -198,21 +359,47 @@ def main() -> int:
                         "preempted_hits": pcs.preempted_hits},
                     "free_blocks": pool.get_num_free_blocks(),
                     "cached_blocks": len(pool.cached_block_hash_to_block),
-                    "batches": batches, "seqs": seqs,
+                    "batches": batches, "seqs": seqs, "paths": counts,
                 }
+                if step % every == 0 or not sched.has_requests():
+                    t4 = clock()
+                    msg["probe"] = probe(pool)
+                    msg["probe_s"] = clock() - t4
                 send(msg)
                 step += 1
                 idle = 0 if ids else idle + 1
                 if idle >= 64:
                     send({"stalled": sorted(sched.requests)})
                     break
+            if cfg.get("clear_at_end") and not sched.has_requests():
+                where.update(step=step, phase="reset_prefix_cache", request=None)
+                t0 = clock()
+                ok = sched.reset_prefix_cache()
+                # vLLM publishes the reset's AllBlocksCleared from the next update_from_output: an empty step
+                so = sched.schedule()
+                sched.update_from_output(so, ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[],
+                                                               logprobs=None, prompt_logprobs_dict={},
+                                                               pooler_output=[]))
+                t1 = clock()
+                batches, seqs = sub.take(step)
+                t4 = clock()
+                send({"step": step, "engine_s": t1 - t0, "new": [], "cached": [], "scheduled": {}, "tokens": {},
+                      "finished": [], "preempted": [], "stats": None, "cleared": bool(ok),
+                      "free_blocks": pool.get_num_free_blocks(), "cached_blocks": len(pool.cached_block_hash_to_block),
+                      "batches": batches, "seqs": seqs, "paths": paths.take(), "probe": probe(pool),
+                      "probe_s": clock() - t4})
+                step += 1
             sched.kv_event_publisher.shutdown()
             send({"done": {"steps": step}})
         out.flush()
         return 0
-    except Exception as exc:  # the engine refused or broke: say so on the protocol, details on stderr
+    except Exception as exc:  # the engine raised (a finding), refused its setup, or the driver broke
         traceback.print_exc()
-        send({"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"})
+        if where["step"] is not None or where["phase"] != "setup":
+            facts = crash_facts(exc, package, where)
+            send({"crash": facts} if facts["frame"] else {"bug": facts})
+        else:
+            send({"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"})
         out.flush()
         return 1
 
