@@ -26,12 +26,17 @@ ROUND_EXAMPLES = {"ci": 20, "deep": 40}
 
 
 def machines() -> dict:
+    from kvsim.sim.fuzz.judges import EngineJudgeMachine, EventsJudgeMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
-    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine}
+    from kvsim.sim.fuzz.recovery_machine import RecoveryMachine
+    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine,
+            "judge-events": EventsJudgeMachine,
+            "judge-engine": EngineJudgeMachine,
+            "recovery": RecoveryMachine}
 
 
-MACHINES = ("store", "host", "lockstep")
+MACHINES = ("store", "host", "lockstep", "judge-events", "judge-engine", "recovery")
 
 
 @dataclass
