@@ -4,6 +4,8 @@ Modules: `oracle` (the abstract specification: content lists, distinct-page acco
 model), `view` (the narrow read interface through which the oracle sees the model), `refine` (the
 refinement check, as `observe` events), `driver` (the model driven through kvtrace/1, counterexamples
 written and replayed), `machines` / `physical` (the RuleBasedStateMachines `store`, `host`, `lockstep`),
+`judges` (`judge-events`, `judge-engine`: the KV-event and engine judges against `refengine`, a reference
+engine, with single faults from `event_faults` or its own bug list), `recovery_machine` (`recovery`),
 `campaign` (runs within a budget), `profiles` (Hypothesis settings `ci` and `deep`), `database`
 (directory or Redis example database), `stats` (what a campaign saw).
 
@@ -15,7 +17,8 @@ time, so the copy is what they drive):
     result = run_campaign("store", budget_s=10.0, seed=0, profile="ci", database=None,
                           found_dir="reports/found")
 
-- `machine`: "store", "host" or "lockstep" (`campaign.MACHINES`).
+- `machine`: a name of `campaign.MACHINES` ("store", "host", "lockstep", "judge-events", "judge-engine",
+  "recovery", ...).
 - `budget_s`: seconds; rounds of examples run until it is spent or a failure is found (shrinking a failure
   is limited to a quarter of the budget, at least 10 s).
 - `seed`: one integer; every draw of the campaign derives from it. `profile`: "ci" or "deep".

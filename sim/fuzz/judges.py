@@ -45,6 +45,7 @@ class _RefMachine(RuleBasedStateMachine):
     """Random request streams through the reference engine; the judging is the subclass's."""
 
     name = "judge"
+    store_rules = False  # its coverage is its own rule counts (CampaignResult.rules)
     faults: tuple = ()
 
     def __init__(self) -> None:
@@ -172,7 +173,7 @@ class EventsJudgeMachine(_RefMachine):
         ev.flush()
         got += [(f.rule, f.line) for f in ev.drain()]
         for rid in sorted({r for r, _ in want}):
-            self.count(f"expected:{rid}")
+            self.count(f"rule:{rid}")  # the judge rules a planted fault made the checker report
         lines = [{"seq": s, "events": e} for s, e in stream]
         start = min((ln for _r, ln in want), default=0)
         missed = Counter(want) - Counter(got)
@@ -220,6 +221,8 @@ class EngineJudgeMachine(_RefMachine):
         got.sort()
         fired = self.eng.fired
         self.count(f"fired:{self.fault}" if fired else "fired:none")
+        if fired:
+            self.count(f"rule:{fired[0][0]}")  # the judge rules a planted bug made the judge report
         lines = [{"config": self.cfg}] + [{"submit": e[1], "tokens": e[2]} if e[0] == "submit" else e[1]
                                           for e in self.log]
         if not fired:

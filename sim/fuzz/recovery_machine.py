@@ -171,6 +171,7 @@ def merge(streams: list[list[Ev]], order: list[str], seed: int) -> list[Ev]:
 
 class RecoveryMachine(RuleBasedStateMachine):
     name = "recovery"
+    store_rules = False  # its coverage is its own rule counts (CampaignResult.rules)
 
     def __init__(self) -> None:
         super().__init__()
@@ -267,6 +268,7 @@ class RecoveryMachine(RuleBasedStateMachine):
                 self.fail("root-cause", v["rule"], header, evs, f"event {v['event']} ({c.kind}): {v['rule']} "
                           f"reported as violation {v['id']}; expected {c.rule}, once")
             first_id[ev.stream] = v["id"]
+            self.count(f"rule:{v['rule']}")
         for name in order:
             if name not in first_id:
                 c = by_cause[name]

@@ -87,10 +87,10 @@ MUTANTS = [
          bug="recovery blames a consequence on the latest finding that desynchronized one of its entities instead "
              "of the earliest",
          file="sim/recovery.py",
-         old="        for k in lookup:\n            n = marks.get(k)\n            if n is not None and (best[0] is None or "
-             "n < best[0]):",
-         new="        for k in lookup:\n            n = marks.get(k)\n            if n is not None and (best[0] is None or "
-             "n > best[0]):"),
+         old="        for k in lookup:\n            n = marks.get(k)\n"
+             "            if n is not None and (best[0] is None or n < best[0]):",
+         new="        for k in lookup:\n            n = marks.get(k)\n"
+             "            if n is not None and (best[0] is None or n > best[0]):"),
     dict(name="recovery-marks-overwrite", machine="recovery",
          bug="a later finding re-marks an entity another finding already desynchronized: its consequences move "
              "to the later finding",
