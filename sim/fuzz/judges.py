@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from typing import NoReturn
 
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
@@ -130,7 +131,7 @@ class _RefMachine(RuleBasedStateMachine):
         raise NotImplementedError
 
     # -- failing ----------------------------------------------------------------------------------
-    def fail(self, kind: str, rule: str, message: str, lines: list) -> None:
+    def fail(self, kind: str, rule: str, message: str, lines: list) -> NoReturn:
         self.failed = True
         text = f"{rule} ({kind}) {message} [{json.dumps(self.cfg, sort_keys=True)}]"
         try:
@@ -156,10 +157,11 @@ class EventsJudgeMachine(_RefMachine):
         clean = [(s, evs) for _tag, *rest in self.log if _tag == "step"
                  for s, evs in zip(rest[0]["seqs"], (b[1] for b in rest[0]["batches"]), strict=True)]
         scheme, usable = self.cfg["scheme"], self.cfg["num_blocks"] - 1
+        want: list[tuple[str, int]]
         planted = None if self.fault is None else plant(clean, self.fault, self.pick, scheme)
         if planted is None:
             self.count(f"planted:{self.fault}-no-occasion" if self.fault else "planted:none")
-            stream, want, also = clean, [], frozenset()
+            stream, want, also = clean, [], frozenset[str]()
         else:
             self.count(f"planted:{self.fault}")
             stream, want, also = planted

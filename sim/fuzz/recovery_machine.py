@@ -27,6 +27,7 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
@@ -291,7 +292,7 @@ class RecoveryMachine(RuleBasedStateMachine):
         return (json.dumps(header, sort_keys=True) + "\n" + "".join(
             json.dumps(e.obj, sort_keys=True) + "\n" for e in evs)).encode()
 
-    def fail(self, kind: str, rule: str, header: dict, evs: list[Ev], message: str) -> None:
+    def fail(self, kind: str, rule: str, header: dict, evs: list[Ev], message: str) -> NoReturn:
         self.failed = True
         text = f"{rule} ({kind}) {message}"
         try:

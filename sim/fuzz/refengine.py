@@ -210,7 +210,7 @@ class RefEngine:
 
     # -- one step -------------------------------------------------------------------------------------
     def step(self) -> dict:
-        bs, events = self.bs, []
+        bs, events = self.bs, list[dict]()
         msg: dict = {"new": [], "cached": [], "scheduled": {}, "tokens": {}, "finished": []}
         hits = queries = admitted = 0
         # decode first: every running request computes the token it produced last
