@@ -94,14 +94,18 @@ class _RefMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.reqs)
     @rule(i=st.integers(0, 1 << 16), cut=st.integers(0, 16), extra=st.lists(st.integers(0, VOCAB - 1), max_size=4),
-          max_new=st.integers(1, 5))
-    def resubmit(self, i, cut, extra, max_new) -> None:
-        """An earlier request's tokens so far (prompt and produced), cut and extended: prefix hits."""
+          max_new=st.integers(1, 5), aligned=st.booleans())
+    def resubmit(self, i, cut, extra, max_new, aligned) -> None:
+        """An earlier request's tokens so far (prompt and produced), cut and extended, or cut to a block
+        boundary (a fully cached, block-aligned prompt): prefix hits."""
         self.count("resubmit")
         rid = f"r{i % len(self.reqs)}"
         r = self.eng.running.get(rid)
         tokens = list(r.tokens) if r is not None else list(self.reqs[i % len(self.reqs)])
-        self._submit(tokens[:max(1, len(tokens) - cut % 4)] + extra, max_new)
+        if aligned and len(tokens) >= self.eng.bs:
+            self._submit(tokens[:len(tokens) - len(tokens) % self.eng.bs], max_new)
+        else:
+            self._submit(tokens[:max(1, len(tokens) - cut % 4)] + extra, max_new)
 
     @rule()
     def step(self) -> None:
@@ -196,7 +200,10 @@ class EngineJudgeMachine(_RefMachine):
     faults = tuple(ENGINE_FAULTS)
 
     def engine(self, bs: int, blocks: int, scheme: str, lazy: bool) -> RefEngine:
-        return RefEngine(bs, blocks, scheme, lazy, fault=self.fault, fault_step=self.pick % 24)
+        # the bug fires from a drawn early step; an alias of a slot not computed in its step (reserve mode only:
+        # lazy tables have no such slot) is seen by the fresh-block check alone
+        return RefEngine(bs, blocks, scheme, lazy, fault=self.fault, fault_step=self.pick % 8,
+                         alias_later=not lazy and bool((self.pick >> 5) % 2))
 
     def judge(self) -> None:
         import numpy as np

@@ -80,9 +80,10 @@ class Req:
 
 class RefEngine:
     def __init__(self, block_size: int, num_blocks: int, scheme: str = "fnv1a64", lazy: bool = False,
-                 fault: str | None = None, fault_step: int = 0) -> None:
+                 fault: str | None = None, fault_step: int = 0, alias_later: bool = False) -> None:
         self.bs, self.num_blocks, self.scheme, self.lazy = block_size, num_blocks, scheme, lazy
         self.fault, self.fault_step = fault, fault_step
+        self.alias_later = alias_later  # alias-block: only a slot the step does not compute into
         self.fired: list[tuple[str, int]] = []
         self.refs = {b: 0 for b in range(1, num_blocks)}
         self.prefix_of: dict[int, tuple] = {}   # cached block -> the whole token prefix it ends
@@ -134,9 +135,10 @@ class RefEngine:
     def _available(self, hit: list[int]) -> int:
         return sum(1 for b, n in self.refs.items() if n == 0 and b not in hit) - self.promised
 
-    def _take(self, events: list, holder: Req) -> int:
-        """A fresh block: the lowest free uncached one, else the least recently released cached one."""
-        if self.fault == "alias-block":
+    def _take(self, events: list, holder: Req, later: bool = False) -> int:
+        """A fresh block: the lowest free uncached one, else the least recently released cached one. ``later``:
+        the slot is not computed in this step."""
+        if self.fault == "alias-block" and (later or not self.alias_later):
             named = sorted(b for b, n in self.refs.items() if n > 0 and b not in holder.table)
             if named and self._fire("alias-block"):
                 self.refs[named[0]] += 1
@@ -241,8 +243,8 @@ class RefEngine:
                     self.released.remove(blk)
                 self.refs[blk] += 1
             r.table = list(hit)
-            for _ in range(fresh_now):
-                r.table.append(self._take(events, r))
+            for i in range(len(hit), now):
+                r.table.append(self._take(events, r, later=i * bs >= r.prompt))
             r.planned = max(planned, now)
             self.promised += fresh_later
             r.computed = len(hit) * bs
