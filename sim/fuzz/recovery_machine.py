@@ -6,8 +6,8 @@ A legal background (`sim.trace.generate`, its observations dropped, the concurre
 is merged with 1-4 root-cause episodes (`CAUSES`), each on ids of its own, and with joint events that name
 the desynchronized sequences of two causes (a batch over both rows, then its completion). Each episode has
 exactly one bad event, which replay cannot apply (the contract forbids it and the engine's claim fixes no
-state), then events that only fail because it was not applied. Per sim/recovery.py (and seed 000's
-TRACE-2: every event names live entities), replay with error recovery must then report:
+state), then events that only fail because it was not applied (TRACE-2 / CKPT-2 of spec/rules: a stale
+sequence, unit or checkpoint). Per sim/recovery.py, replay with error recovery must then report:
 
 * exactly one violation group per bad event, with the cause's rule, and none anywhere else;
 * every listed consequence (the first per finding and entity) ``of`` the earliest cause among those whose
