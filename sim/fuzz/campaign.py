@@ -113,5 +113,5 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
     result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid)))
                        for rid in _catalogue_ids()} if getattr(cls, "store_rules", True) else {}
     result.blind_spots = [rid for rid, c in result.coverage.items() if not c["exercised"]]
-    result.reachability = table(RUN.reach)
+    result.reachability = table(RUN.reach) if getattr(cls, "store_rules", True) else {}
     return result

@@ -6,10 +6,10 @@ prefix hit is its longest run of whole cached blocks from the root, stopping sho
 token (l.13: "two requests share cache only at multiples of this many tokens"; the last token's logits are
 needed); a block is cached (and published as one ``BlockStored``) when the forward fills it and its parent is
 cached, evicted least recently released first when a fresh block is needed (``BlockRemoved``), and
-``clear()`` drops everything (l.191 ClearCache; ``AllBlocksCleared``) (l.193: "folds them into one externally visible prefix
-event"; l.309: an independent block hash for external events). Requests get every block of their lifetime at
-admission (``lazy`` False) or one at a time as decode needs it (``lazy`` True); admission waits until the
-whole lifetime fits, so nothing is ever preempted.
+``clear()`` drops everything (l.191 ClearCache; ``AllBlocksCleared``) (l.193: "folds them into one externally
+visible prefix event"; l.309: an independent block hash for external events). Requests get every block of
+their lifetime at admission (``lazy`` False) or one at a time as decode needs it (``lazy`` True); admission
+waits until the whole lifetime fits, so nothing is ever preempted.
 
 Every step yields a driver step message (the form ``sim.peers.engine_judge`` reads: new / cached tables,
 scheduled tokens, produced tokens, finished requests, prefix-cache stats, free and cached block counts, the

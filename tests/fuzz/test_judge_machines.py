@@ -142,3 +142,14 @@ def test_recovery_machine_finds_consequences_blamed_on_the_latest_finding(monkey
     r = run_campaign("recovery", budget_s=60.0, seed=0, rounds=20, found_dir=tmp_path)
     assert r.failed and r.failures[0]["kind"] == "misattributed", r.failures
     assert Path(r.failures[0]["trace"]).read_text().startswith('{"config"')  # a kvtrace/1 header line
+
+
+def test_fuzz_coverage_of_a_judge_machine_prints_its_rule_counts(tmp_path, capsys):
+    from kvsim.sim.cli import main
+    out = tmp_path / "fuzz.json"
+    assert main(["fuzz", "--machine", "judge-engine", "--budget", "1", "--seed", "3", "--coverage", "--json",
+                 str(out), "--found", str(tmp_path / "found")]) == 0
+    text = capsys.readouterr().out
+    assert "judge-engine: " in text and "fault:none=" in text and "reachability" not in text
+    doc = json.loads(out.read_text())["machines"][0]
+    assert doc["coverage"] == {} and doc["reachability"] == {} and doc["blind_spots"] == []
