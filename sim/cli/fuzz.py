@@ -79,12 +79,9 @@ def run(args) -> int:
         state = "FAIL" if r.failed else "ok"
         out.print(f"{r.machine}: {state}  {r.examples:,} examples, {r.steps:,} steps, {r.seconds:.1f} s; "
                   f"blind spots: {', '.join(r.blind_spots) or 'none'}", markup=False, soft_wrap=True)
-        if args.coverage and r.reachability:
+        if args.coverage:
             for line in render(r.machine, r.reachability):
                 out.print(line, markup=False, highlight=False, soft_wrap=True)
-        elif args.coverage:  # a machine judging a judge: the rules it made the judge report, its faults
-            out.print(f"{r.machine}: " + ", ".join(f"{k}={v:,}" for k, v in r.rules.items()), markup=False,
-                      highlight=False, soft_wrap=True)
         for f in r.failures:
             where = f"{f['trace']}:1: " if f.get("trace") else ""
             out.print(f"{where}{f['rule'] or '?'} ({f['kind']}) {f['message']}", markup=False, soft_wrap=True)

@@ -36,7 +36,10 @@ def machines() -> dict:
             "recovery": RecoveryMachine}
 
 
-MACHINES = ("store", "host", "lockstep", "judge-events", "judge-engine", "recovery")
+MACHINES = ("store", "host", "lockstep",
+            "judge-events",
+            "judge-engine",
+            "recovery")
 
 
 @dataclass
@@ -109,9 +112,8 @@ def run_campaign(machine: str, budget_s: float, seed: int = 0, profile: str = "c
     result.examples, result.steps = RUN.examples, RUN.steps
     result.rules = dict(sorted(RUN.rules.items()))
     cov = RUN.coverage
-    # machines that judge judges (not the store model) count their own rules in `rules`: no store coverage
-    result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid)))
-                       for rid in _catalogue_ids()} if getattr(cls, "store_rules", True) else {}
+    ids = getattr(cls, "catalogue_ids", _catalogue_ids)()
+    result.coverage = {rid: dict(zip(("checked", "exercised", "violated"), cov.counts(rid))) for rid in ids}
     result.blind_spots = [rid for rid, c in result.coverage.items() if not c["exercised"]]
-    result.reachability = table(RUN.reach) if getattr(cls, "store_rules", True) else {}
+    result.reachability = table(RUN.reach)
     return result

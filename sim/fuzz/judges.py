@@ -46,7 +46,12 @@ class _RefMachine(RuleBasedStateMachine):
     """Random request streams through the reference engine; the judging is the subclass's."""
 
     name = "judge"
-    store_rules = False  # its coverage is its own rule counts (CampaignResult.rules)
+    oracles: tuple = ()  # its coverage is its own rule counts (CampaignResult.rules), no oracle branches
+
+    @staticmethod
+    def catalogue_ids() -> list[str]:
+        """No store catalogue rules: the campaign reports no store coverage or blind spots for it."""
+        return []
     faults: tuple = ()
 
     def __init__(self) -> None:

@@ -172,7 +172,12 @@ def merge(streams: list[list[Ev]], order: list[str], seed: int) -> list[Ev]:
 
 class RecoveryMachine(RuleBasedStateMachine):
     name = "recovery"
-    store_rules = False  # its coverage is its own rule counts (CampaignResult.rules)
+    oracles: tuple = ()  # its coverage is its own rule counts (CampaignResult.rules), no oracle branches
+
+    @staticmethod
+    def catalogue_ids() -> list[str]:
+        """No store catalogue rules: the campaign reports no store coverage or blind spots for it."""
+        return []
 
     def __init__(self) -> None:
         super().__init__()

@@ -144,12 +144,7 @@ def test_recovery_machine_finds_consequences_blamed_on_the_latest_finding(monkey
     assert Path(r.failures[0]["trace"]).read_text().startswith('{"config"')  # a kvtrace/1 header line
 
 
-def test_fuzz_coverage_of_a_judge_machine_prints_its_rule_counts(tmp_path, capsys):
-    from kvsim.sim.cli import main
-    out = tmp_path / "fuzz.json"
-    assert main(["fuzz", "--machine", "judge-engine", "--budget", "1", "--seed", "3", "--coverage", "--json",
-                 str(out), "--found", str(tmp_path / "found")]) == 0
-    text = capsys.readouterr().out
-    assert "judge-engine: " in text and "fault:none=" in text and "reachability" not in text
-    doc = json.loads(out.read_text())["machines"][0]
-    assert doc["coverage"] == {} and doc["reachability"] == {} and doc["blind_spots"] == []
+def test_a_judge_machine_reports_its_own_rule_counts_not_the_store_catalogue(tmp_path):
+    r = run_campaign("judge-engine", budget_s=1.0, seed=3, rounds=1, found_dir=tmp_path)
+    assert r.coverage == {} and r.blind_spots == []
+    assert any(k.startswith("fault:") for k in r.rules) and r.rules["step"] > 0
