@@ -175,8 +175,10 @@ class RefEngine:
         blk = r.table[i]
         if prefix in self.block_of or (parent and parent not in self.block_of):
             return
-        if blk in self.prefix_of:  # (only under alias-block: the block held another prefix)
+        if blk in self.prefix_of:  # (only under alias-block: the block held another prefix, maybe this parent)
             self._uncache(blk, events)
+            if parent and parent not in self.block_of:
+                return
         toks = list(prefix[-bs:])
         pd = self.digest.get(parent) if parent else None
         if self.scheme == "fnv1a64":

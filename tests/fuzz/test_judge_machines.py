@@ -148,3 +148,11 @@ def test_a_judge_machine_reports_its_own_rule_counts_not_the_store_catalogue(tmp
     r = run_campaign("judge-engine", budget_s=1.0, seed=3, rounds=1, found_dir=tmp_path)
     assert r.coverage == {} and r.blind_spots == []
     assert any(k.startswith("fault:") for k in r.rules) and r.rules["step"] > 0
+
+
+def test_an_aliased_block_holding_the_parent_is_not_cached_under_it():
+    """alias-block: the aliased block held the prefix that is the parent of what is now computed into it; the
+    engine un-caches it and then cannot cache the child under a parent it no longer holds (found on a run)."""
+    eng = RefEngine(3, 5, "fnv1a64", fault="alias-block", fault_step=0, alias_later=True)
+    msgs = run(eng, [("r0", [0, 0, 0], 1), ("r1", [0, 0, 0], 1), ("r2", [0, 0, 0], 4)])
+    assert eng.fired and eng.fired[0][0] == "PEER-8" and msgs
