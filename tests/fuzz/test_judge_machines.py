@@ -156,3 +156,19 @@ def test_an_aliased_block_holding_the_parent_is_not_cached_under_it():
     eng = RefEngine(3, 5, "fnv1a64", fault="alias-block", fault_step=0, alias_later=True)
     msgs = run(eng, [("r0", [0, 0, 0], 1), ("r1", [0, 0, 0], 1), ("r2", [0, 0, 0], 4)])
     assert eng.fired and eng.fired[0][0] == "PEER-8" and msgs
+
+
+def test_a_dropped_store_may_leave_its_child_under_a_cleared_parent(tmp_path):
+    """dropped-store after a ClearCache: the child's parent hash is one the clear dropped, so the checker says
+    EV-5 rather than EV-3 in the step the bug fires (found on a run): an allowed same-step consequence."""
+    from kvsim.sim.fuzz.judges import SAME_STEP
+    assert {"EV-3", "EV-5"} <= SAME_STEP["dropped-store"]
+    eng = RefEngine(1, 3, "fnv1a64", fault="dropped-store", fault_step=2)
+    msgs = run(eng, [("r0", [1], 1)])
+    msgs.append(eng.clear())
+    msgs += run(eng, [("r1", [1, 0], 1)])
+    ev = EventChecker(block_size=1, hash_scheme="fnv1a64", capacity=2)
+    for k, m in enumerate(msgs):
+        for b in m["batches"]:
+            ev.batch(parse_batch(b)[0], k + 1)
+    assert eng.fired == [("PEER-9", 2)] and [(f.rule, f.line) for f in ev.drain()] == [("EV-5", 3)]
