@@ -201,14 +201,14 @@ def wrong_token(b: list[Batch], pick: int, scheme: str) -> Result | None:
 
 
 def wrong_hash(b: list[Batch], pick: int, scheme: str) -> Result | None:
-    """A store carries a hash that is not its block's (EV-7; its children then name a parent the stream never
-    stored: consequences)."""
+    """A store carries a hash that is not its block's (EV-7; its children then name a parent the stream does not
+    hold, its removal a block not live: consequences, EV-5 where a ClearCache had dropped the true hash)."""
     cands = _of(b, "BlockStored")
     if not cands:
         return None
     k, e, ev = cands[pick % len(cands)]
     ev["block_hashes"][0] ^= 1
-    return b, [("EV-7", k + 1)], frozenset({"EV-1", "EV-3", "EV-6"})
+    return b, [("EV-7", k + 1)], frozenset({"EV-1", "EV-3", "EV-5", "EV-6"})
 
 
 def duplicate_store(b: list[Batch], pick: int, scheme: str) -> Result | None:
