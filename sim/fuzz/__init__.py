@@ -6,8 +6,10 @@ refinement check, as `observe` events), `driver` (the model driven through kvtra
 written and replayed), `machines` / `physical` (the RuleBasedStateMachines `store`, `host`, `lockstep`),
 `cache_oracle` / `cache_machine` (the cache-concepts model against a naive oracle of seed 002: the machines
 `cache`, `cache-host`), `simulation` / `sim_reference` (the machine `simulate`: `kvsim simulate`'s engine
-against an independent reference of its policy), `campaign` (runs within a budget), `profiles` (Hypothesis
-settings `ci` and `deep`), `database` (directory or Redis example database), `stats` (what a campaign saw).
+against an independent reference of its policy), `judges` (`judge-events`, `judge-engine`: the KV-event and
+engine judges against `refengine`, a reference engine, with single faults from `event_faults` or its own bug
+list), `recovery_machine` (`recovery`), `campaign` (runs within a budget), `profiles` (Hypothesis settings
+`ci` and `deep`), `database` (directory or Redis example database), `stats` (what a campaign saw).
 
 Entry point for `kvsim fuzz`, and for a self-check that runs it in a subprocess with a mutated copy of
 the `kvsim` package first on `sys.path` (the machines import the model through `kvsim.kvmodel...` at call
@@ -17,7 +19,8 @@ time, so the copy is what they drive):
     result = run_campaign("store", budget_s=10.0, seed=0, profile="ci", database=None,
                           found_dir="reports/found")
 
-- `machine`: one of `campaign.MACHINES` ("store", "host", "lockstep", "cache", "cache-host", "simulate", ...).
+- `machine`: a name of `campaign.MACHINES` ("store", "host", "lockstep", "cache", "cache-host", "simulate",
+  "judge-events", "judge-engine", "recovery").
 - `budget_s`: seconds; rounds of examples run until it is spent or a failure is found (shrinking a failure
   is limited to a quarter of the budget, at least 10 s).
 - `seed`: one integer; every draw of the campaign derives from it. `profile`: "ci" or "deep".

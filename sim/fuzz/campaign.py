@@ -27,19 +27,27 @@ ROUND_EXAMPLES = {"ci": 20, "deep": 40}
 
 def machines() -> dict:
     from kvsim.sim.fuzz.cache_machine import CacheHostMachine, CacheMachine
+    from kvsim.sim.fuzz.judges import EngineJudgeMachine, EventsJudgeMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
+    from kvsim.sim.fuzz.recovery_machine import RecoveryMachine
     from kvsim.sim.fuzz.simulation import SimulateMachine
     return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine,
             "cache": CacheMachine,
             "cache-host": CacheHostMachine,
-            "simulate": SimulateMachine}
+            "simulate": SimulateMachine,
+            "judge-events": EventsJudgeMachine,
+            "judge-engine": EngineJudgeMachine,
+            "recovery": RecoveryMachine}
 
 
 MACHINES = ("store", "host", "lockstep",
             "cache",
             "cache-host",
-            "simulate")
+            "simulate",
+            "judge-events",
+            "judge-engine",
+            "recovery")
 
 
 @dataclass

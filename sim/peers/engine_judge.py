@@ -276,7 +276,8 @@ class EngineJudge:
             r = self._req(rid)
             self._drop_table(r)
             r.computed = 0
-        hits: list[tuple[str, _Req, int, bool]] = []
+        # (request, hit, resumed, tokens it had before this step produced one: a hit must leave the last to compute)
+        hits: list[tuple[str, _Req, int, bool, int]] = []
         # in the scheduler's order: running requests' blocks, then the waiting queue, whose head holds the
         # requests preempted earlier (resumed first), then new ones -- a later one may hit what an earlier
         # one's allocation cached in this very step
@@ -285,14 +286,14 @@ class EngineJudge:
             if resumed:
                 self._table(rid, r, list(blocks or ()), computed, line)
                 r.computed = computed
-                hits.append((rid, r, computed, True))
+                hits.append((rid, r, computed, True, r.prompt + len(r.generated)))
             elif blocks:
                 self._append(rid, r, list(blocks), line)
         for rid, computed, blocks in msg.get("new", ()):
             r = self._req(rid)
             self._table(rid, r, list(blocks), computed, line)
             r.computed = computed
-            hits.append((rid, r, computed, r.seen))
+            hits.append((rid, r, computed, r.seen, r.prompt + len(r.generated)))
             r.seen = True
         # this step's forward: every scheduled token written into its request's blocks
         for rid, n in msg.get("scheduled", {}).items():
@@ -328,8 +329,8 @@ class EngineJudge:
             self.events.batch(self.parse(batch) if self.parse else evs, before + k + 1)
             self._stream(evs)
         # prefix hits of the requests first scheduled (or resumed) in this step
-        for rid, r, hit, again in hits:
-            self._hit(rid, r, hit, again, line)
+        for rid, r, hit, again, known in hits:
+            self._hit(rid, r, hit, again, known, line)
         self._stats(msg, line)
         if self.policy is not None:
             self.policy.after(self, msg)
@@ -417,7 +418,8 @@ class EngineJudge:
                 del hold[blk]
         r.table = []
 
-    def _hit(self, rid: str, r: _Req, hit: int, again: bool, line: int) -> None:
+    def _hit(self, rid: str, r: _Req, hit: int, again: bool, known: int, line: int) -> None:
+        """``known``: the request's tokens when it was scheduled (before this step's sampled token)."""
         bs = self.bs
         if again:
             self.stats["preempted_hit_tokens"] += hit
@@ -432,9 +434,9 @@ class EngineJudge:
         if hit % bs:
             self._find("PEER-6", line, f"{rid} hits {hit} tokens, not a multiple of the block size {bs}", request=rid,
                        hit=hit)
-        if hit >= r.prompt + len(r.generated):
-            self._find("PEER-6", line, f"{rid} hits {hit} of its {r.prompt + len(r.generated)} tokens: the last "
-                       "token must be computed", request=rid, hit=hit)
+        if hit >= known:
+            self._find("PEER-6", line, f"{rid} hits {hit} of its {known} tokens: the last token must be computed",
+                       request=rid, hit=hit)
         for i in range(min(hit // bs, len(r.table))):
             want = r.key(i, bs, self.contents)
             blk = r.table[i]

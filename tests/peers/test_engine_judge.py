@@ -156,3 +156,21 @@ def test_a_new_request_may_hit_a_block_a_running_request_was_handed_in_the_same_
          "batches": [[1, [stored([12], 11, [4, 5, 6, 7])], 0]]},
     ]
     assert fired(steps) == []
+
+
+def test_a_new_request_hitting_its_whole_prompt_fires_peer6():
+    """The token sampled in the admission step is not part of what the hit may cover: b (8 prompt tokens, both
+    blocks cached by a) hit 8 with nothing left to compute (found by the judge-engine fuzz machine)."""
+    steps = legal()
+    j0 = EngineJudge(BS, BLOCKS, EventChecker(block_size=BS, capacity=BLOCKS - 1))
+    j0.submit("a", A)
+    j0.submit("b", B[:8])
+    steps[1]["new"] = [["b", 8, [1, 2, 4]]]
+    steps[1]["scheduled"] = {"a": 1, "b": 0}
+    steps[1]["stats"] = {"requests": 1, "queries": 8, "hits": 8}
+    before = 0
+    for m in steps:
+        j0.step(m, before)
+        before += len(m.get("batches", ()))
+    assert [(f.rule, f.step) for f in j0.findings] == [("PEER-6", 1)]
+    assert "hits 8 of its 8 tokens" in j0.findings[0].message
