@@ -301,7 +301,8 @@ class CacheOracle:
                 protected.update((g, b) for b in table if b)
                 fill = 0
             else:
-                assert r is not None
+                if r is None:
+                    raise RuntimeError(f"oracle: no request holds group {g}'s row")
                 table, fill = r.tables[g], r.fill[g]
             picked, _, _ = self.demand(g, table, fill, new, hit, extent, reserve, promo)
             need.append(len(picked))

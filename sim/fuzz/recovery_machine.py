@@ -166,7 +166,8 @@ def merge(streams: list[list[Ev]], order: list[str], seed: int) -> list[Ev]:
         if ev.gate:
             gated.add(ev.stream)
         out.append(ev)
-    assert all(h == len(s) for h, s in zip(heads, streams, strict=True)), "a merge left events behind"
+    if not all(h == len(s) for h, s in zip(heads, streams, strict=True)):
+        raise RuntimeError("a merge left events behind")
     return out
 
 

@@ -204,7 +204,8 @@ class RefEngine:
 
     def clear(self) -> dict:
         """ClearCache with no request running: every cached block dropped, one AllBlocksCleared."""
-        assert not self.running
+        if self.running:
+            raise RuntimeError("ClearCache while requests run")
         for blk in list(self.prefix_of):
             prefix = self.prefix_of.pop(blk)
             del self.block_of[prefix], self.digest[prefix]

@@ -192,7 +192,8 @@ class SimulateMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def arrive(self, data) -> None:
         setup = self.setup
-        assert setup is not None
+        if setup is None:
+            raise RuntimeError("the machine's setup rule has not run")
         if len(self.rows) >= MAX_REQUESTS:  # small workloads: each step serves the whole workload again
             return
         kind = data.draw(st.integers(0, 15), label="kind")
@@ -222,7 +223,8 @@ class SimulateMachine(RuleBasedStateMachine):
 
     def fail(self, why: str):
         setup = self.setup
-        assert setup is not None
+        if setup is None:
+            raise RuntimeError("the machine's setup rule has not run")
         text = f"{why} ({len(self.rows)} requests; {setup.flags()})"
         final = True
         try:
