@@ -17,6 +17,13 @@ SLOW = {
     "tests/peers/test_engines.py::test_compare_one_table": "drives every engine for real",
     "tests/peers/test_events_live.py::test_vllm_real_publisher_judged_live_with_replay":
         "a real vLLM publisher over ZMQ",
+    "tests/peers/test_engines.py::test_install_engine_is_idempotent": "runs scripts/install-engine twice",
+    # bugs planted into the real engines at run time (crashes, counters, eviction policy): 15-45 s each
+    "tests/peers/test_engine_faults.py": "drives each engine for real with a planted bug",
+    "tests/peers/test_policy_engines.py": "drives each engine for real with a planted policy bug",
+    # a whole ci campaign of the store machine (two minutes on a loaded 2-core runner)
+    "tests/fuzz/test_reachability.py::test_a_ci_campaign_reaches_every_target_the_contract_allows":
+        "a whole fuzz campaign",
     # a whole shared synthetic trace through the simulation (100 s measured on a loaded 2-core machine)
     "tests/test_simulate.py::test_unbounded_reuse_equals_the_trace_bound_on_the_whole_files[synthetic_trace.jsonl-512]":
         "a whole trace file simulated",
