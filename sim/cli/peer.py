@@ -227,8 +227,8 @@ def run(args: argparse.Namespace) -> int:
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), (pages - 1) * p,
                                                    report["stats"]["scheduler"]["hit_ratio"])
     from kvsim.sim.peers.path_coverage import coverage
-    from kvsim.sim.peers.tokenspeed.paths import PATHS
-    report["stats"]["coverage"] = coverage(PATHS, out.paths, report["rules"])
+    from kvsim.sim.peers.tokenspeed.paths import PATHS, REACH
+    report["stats"]["coverage"] = coverage(PATHS, out.paths, report["rules"], REACH, stress=stress is not None)
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
     if args.json:
         write(args.json, dumps_report(report))

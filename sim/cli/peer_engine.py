@@ -190,7 +190,8 @@ def run_engine_peer(args: Any) -> int:
     if args.blocks is not None:
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), usable * bs,
                                                    report["stats"]["scheduler"]["hit_ratio"])
-    report["stats"]["coverage"] = coverage(engine_paths(engine), out.judge.paths, report["rules"])
+    report["stats"]["coverage"] = coverage(engine_paths(engine), out.judge.paths, report["rules"],
+                                           stress=str(args.workload).startswith("synthetic:prefix-stress"))
     if out.crash is not None:
         report["stats"]["engine_crash"] = out.crash
     verdict = stamp(report)  # stalled requests make an incomplete run, never a pass

@@ -179,7 +179,8 @@ def _replay(report: Mapping[str, Any], stats: Mapping[str, Any]) -> Verdict:
     if isinstance(cov, Mapping) and cov.get("not_exercised"):  # a peer run's PASS says which paths never ran
         counts.update(engine_paths=int(cov["paths"]), engine_paths_exercised=int(cov["exercised"]))
         return Verdict("pass", f"PASS ({cov['exercised']} of {cov['paths']} engine paths exercised; not exercised: "
-                               f"{', '.join(cov['not_exercised'])}): no violation ({scope}){tail}; {cov['hint']}",
+                               f"{', '.join(cov['not_exercised'])}): no violation ({scope}){tail}"
+                               + (f"; {cov['hint']}" if cov.get("hint") else ""),
                        counts)
     return _make(True, f"no violation ({scope}){tail}", counts)
 

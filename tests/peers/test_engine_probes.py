@@ -135,3 +135,14 @@ def test_html_lists_the_engine_paths():
     page = render_html(_report(cov), {})
     assert '<h2 id="engine-paths">Engine paths</h2>' in page and "1 of 7 engine paths exercised" in page
     assert page.count('class="unchecked"') >= len(vllm_paths.PATHS) - 1
+
+
+def test_the_hint_names_each_missing_paths_option_and_skips_the_stress_workload_already_run():
+    from kvsim.sim.peers.tokenspeed import paths as ts_paths
+    cov = coverage(ts_paths.PATHS, {"prefix_hit": 3, "eviction": 2}, {}, ts_paths.REACH, stress=True)
+    assert "prefix-stress" not in cov["hint"]
+    assert "write_back: --host-pages N" in cov["hint"] and "clear_cache: --clear-every N" in cov["hint"]
+    v = verdict_of(_report(cov))
+    assert v.passed and v.headline.endswith(cov["hint"])
+    bare = coverage(vllm_paths.PATHS, {"eviction": 3}, {}, stress=True)  # nothing left to suggest
+    assert bare["hint"] is None and not verdict_of(_report(bare)).headline.endswith("None")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvsim.sim.trace import cachetrace as ct
 
-__all__ = ["PATHS", "count"]
+__all__ = ["PATHS", "REACH", "count"]
 
 PATHS: dict[str, str] = {
     "prefix_hit": "first extends that start on a prefix hit",
@@ -15,6 +15,14 @@ PATHS: dict[str, str] = {
     "write_back": "write-backs to the Host tier (WriteBackOp)",
     "load_back": "loads from the Host tier (LoadBackOp, RestoreOp)",
     "clear_cache": "ClearCache accepted",
+}
+
+# what reaches each path the plain run does not take (the options of `kvsim peer tokenspeed`)
+REACH: dict[str, str] = {
+    "preemption": "--snapshot-pages N --max-retracted K --force-retraction N",
+    "write_back": "--host-pages N",
+    "load_back": "--host-pages N with a bounded --pages (or --l3)",
+    "clear_cache": "--clear-every N",
 }
 
 
