@@ -29,15 +29,17 @@ from kvsim.sim.cli.common import (
     EXIT_VIOLATION,
     WRITTEN,
     InputError,
+    Stopped,
     open_input,
     output_style,
+    partial_mark,
     plain_progress,
     write,
 )
 from kvsim.sim.files import atomic_path
 from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
-from kvsim.sim.report.verdict import stamp
+from kvsim.sim.report.verdict import PARTIAL_KEY, stamp
 
 if TYPE_CHECKING:
     from kvsim.sim.peers.engines import EngineConfig
@@ -158,13 +160,19 @@ def run_engine_peer(args: Any) -> int:
                     out = run_engine(engine, args.engine_python, reqs, cfg, events, record=record,
                                      progress=(lambda done, total: plain.update(key, completed=done))
                                      if plain is not None else None)
+            if out.interrupted:  # leave the block: the event log is not renamed into place, half written
+                raise _Cut(out)
+    except _Cut as cut:
+        out = cut.out
+        if args.record:
+            err.print(f"{args.record}: not written (interrupted)", markup=False, highlight=False, soft_wrap=True)
     except EngineError as exc:
         raise InputError(f"--engine-python: {exc}") from None
     except OSError as exc:
         temporary = exc.filename is None or str(exc.filename).endswith(".part")
         raise InputError(f"{args.record if args.record and temporary else exc.filename}:0: cannot write: "
                          f"{exc.strerror or exc}") from None
-    if args.record:
+    if args.record and not out.interrupted:
         WRITTEN.append(args.record)
     ev = events.summary()
     stats: dict = {"peer": {"engine": out.hello.get("engine", engine), "requests": len(reqs), "block_size": bs,
@@ -194,6 +202,8 @@ def run_engine_peer(args: Any) -> int:
                                            stress=str(args.workload).startswith("synthetic:prefix-stress"))
     if out.crash is not None:
         report["stats"]["engine_crash"] = out.crash
+    if out.interrupted:
+        report[PARTIAL_KEY] = partial_mark(out.interrupted)
     verdict = stamp(report)  # stalled requests make an incomplete run, never a pass
     if args.json:
         write(args.json, dumps_report(report))
@@ -205,6 +215,8 @@ def run_engine_peer(args: Any) -> int:
     if not style.quiet:
         _print(report, console, style)
     print_verdict(verdict, console, style, f"kvsim peer {engine}")
+    if out.interrupted:
+        raise Stopped(out.interrupted)
     if args.record and not style.quiet:
         sys.stderr.write(f"kvsim peer: judge the recorded event log with: "
                          f"{events_command(engine, args.record, bs, usable)}\n")
@@ -366,3 +378,11 @@ def _print_compare(result: dict, console: Console, style: Style) -> None:
     print_table(t, console, style.plain)
     for note in result["notes"]:
         console.print(note, markup=False, soft_wrap=True)
+
+
+class _Cut(Exception):
+    """A signal stopped the engine run: leaves the event log's block (which removes its temporary file)."""
+
+    def __init__(self, out: Any) -> None:
+        super().__init__(out.interrupted)
+        self.out = out

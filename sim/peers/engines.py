@@ -111,6 +111,7 @@ class EngineOutcome:
     stderr_tail: str = ""
     probe_s: float = 0.0            # seconds the driver spent reading the deep counters (judge cost)
     crash: dict | None = None       # the engine's exception (PEER-11), when it raised
+    interrupted: str | None = None  # a signal stopped the run: what was judged ("N steps, M of K requests finished")
 
 
 def driver_path(engine: str) -> Path:
@@ -236,6 +237,9 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
                 error = msg["error"]
             elif "done" in msg:
                 done = True
+    except KeyboardInterrupt:  # SIGINT/SIGTERM: the steps judged so far are the report, marked partial
+        out.interrupted = f"{out.steps:,} steps, {finished} of {len(requests)} requests finished"
+        proc.kill()
     finally:
         if log:
             log.close()
@@ -244,6 +248,8 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
         feeder.join(timeout=5)
     out.wall_s = clock() - t_start
     out.stderr_tail = b"".join(err_lines[-20:]).decode("utf-8", "replace")
+    if out.interrupted:  # no end-of-run checks (leaks, unfinished requests): the run did not end
+        return out
     if bug is not None:
         where = (bug.get("traceback") or ["?"])[-1]
         raise DriverBug(f"{engine} driver: {bug.get('type')}: {bug.get('message')} at {where} (step "

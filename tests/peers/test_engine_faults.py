@@ -222,3 +222,30 @@ def test_clean_engine_at_an_evicting_pool_passes_and_reports_its_paths(engine, t
         assert report["headline"].startswith(f"PASS ({cov['exercised']} of {cov['paths']} engine paths exercised")
         assert "synthetic:prefix-stress" in report["headline"]
     assert report["rules"]["PEER-9"]["exercised"] > 0 and report["rules"]["PEER-11"]["violated"] == 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_signal_mid_run_writes_the_steps_judged_so_far_marked_partial(engine, tmp_path, monkeypatch):
+    """SIGINT/SIGTERM while the engine steps (a KeyboardInterrupt from the signal handler, here raised by the
+    progress callback after the first finished request): the engine process is stopped, the report holds the
+    steps judged so far and says partial, the event log is not renamed into place half written."""
+    from kvsim.sim.peers import engines
+
+    py = need(engine)
+    real = engines.run_engine
+
+    def interrupted_after_first(*a, **kw):
+        def progress(done: int, total: int) -> None:
+            if done:
+                raise KeyboardInterrupt
+        kw["progress"] = progress
+        return real(*a, **kw)
+    monkeypatch.setattr(engines, "run_engine", interrupted_after_first)
+    rep, log = tmp_path / "r.json", tmp_path / "events.jsonl"
+    rc = main(["peer", engine, str(TINY), "--engine-python", py, "--blocks", BLOCKS, "--quiet", "--no-timing",
+               "--json", str(rep), "--record", str(log)])
+    assert rc == 130
+    report = json.loads(rep.read_text())
+    assert report["partial"]["done"].endswith(" requests finished") and report["stats"]["peer"]["steps"] > 0
+    assert "PARTIAL" in report["headline"] and not log.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name not in ("r.json",)]
