@@ -92,8 +92,11 @@ def run(args) -> int:
         plain: dict[str, Any] = dict(markup=False, emoji=False, highlight=False, soft_wrap=True)  # no :cow: emoji
         hit = [n for n, v in r.branches.items() if v]
         never = [n for n, v in r.branches.items() if not v]
-        out.print(f"  oracle branches: {len(hit)} of {len(r.branches)} reached"
-                  + (f"; never: {', '.join(never)}" if never else ""), **plain)
+        if r.branches:
+            out.print(f"  oracle branches: {len(hit)} of {len(r.branches)} reached"
+                      + (f"; never: {', '.join(never)}" if never else ""), **plain)
+        elif not args.coverage:  # a machine without branch counters: its own rule counts are its coverage
+            out.print("  machine rules: " + ", ".join(f"{k} {v:,}" for k, v in r.rules.items()), **plain)
         if args.coverage:
             out.print("  machine rules: " + ", ".join(f"{k} {v:,}" for k, v in r.rules.items()), **plain)
             out.print("  catalogue rules (checked / exercised): " + ", ".join(

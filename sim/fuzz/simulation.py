@@ -151,6 +151,7 @@ class SimulateMachine(RuleBasedStateMachine):
     one, an oversized or empty prompt); at the end the workload is served by both sides and compared."""
 
     name = "simulate"
+    oracles: tuple = ()  # its oracle is the reference scheduler, compared whole per run: no branch counters
 
     def __init__(self) -> None:
         super().__init__()
