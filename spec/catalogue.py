@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
+import importlib.machinery
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -84,53 +85,86 @@ def _register(r: Rule) -> Rule:
     elif not (callable(r.checker) or (isinstance(r.checker, str) and r.kind == "transition" and "." in r.checker)):
         raise InvalidRule(f"rule {r.id}: checker must be callable (or, for a transition rule checked by the "
                           "simulator, a dotted name)")
-    if isinstance(r.checker, str) and not resolves(r.checker):
-        raise InvalidRule(f"rule {r.id}: checker {r.checker!r} names no function (fix the dotted name)")
     if r.kind == "state" and r.scope == "none":
         raise InvalidRule(f"rule {r.id}: a state rule needs a scope")
     _REGISTRY[r.id] = r
     return r
 
 
-def resolves(dotted: str) -> bool:
-    """Whether a dotted name (module path, then classes/functions inside) names a definition in the source.
+def unresolved() -> list[str]:
+    """One line per rule whose dotted checker name names no definition in the installed source.
 
-    Read from the module's source (its syntax tree), never imported: the catalogue must not import `sim`. The
-    module's file is found by walking the top package's folders (`importlib.util.find_spec` of a submodule
-    would import its parent packages, and with them the lockstep's physical planes: seconds of start-up for
-    every command); each source file is parsed once.
+    Not checked at import: a catalogue entry that cannot be resolved fails the test suite
+    (tests/test_catalogue_links.py), never a user's command.
+    """
+    return [f"rule {r.id}: checker {r.checker!r} names no function (fix the dotted name)"
+            for r in sorted(_REGISTRY.values(), key=_order) if isinstance(r.checker, str) and not resolves(r.checker)]
+
+
+def resolves(dotted: str) -> bool:
+    """Whether a dotted name (module path, then classes/functions inside) names a definition in the source."""
+    return locate(dotted) is not None
+
+
+def locate(dotted: str) -> tuple[str, int] | None:
+    """(source file, line) of the definition a dotted name (module path, then classes/functions inside) names,
+    or None.
+
+    Read from the module's source (its syntax tree), never imported: the catalogue must not import `sim`, and
+    importing a checker's module would import its parent packages (and with them the lockstep's physical
+    planes: seconds of start-up for every command). The module's file is found the way the import system would
+    find it, without running any module (`_module_file`), so it works under every install: a plain or strict
+    editable install, pip's default editable install (an import hook with no folders), a wheel. Each source
+    file is parsed once.
     """
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         origin = _module_file(parts[:cut])
         if origin is None:
             continue
-        body = _definitions(origin)
+        body, line = _definitions(origin), 1
         for name in parts[cut:]:
             node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name), None)
             if node is None:
-                return False
-            body = node.body if isinstance(node, ast.ClassDef) else []
-        return True
-    return False
+                return None
+            body, line = (node.body if isinstance(node, ast.ClassDef) else []), node.lineno
+        return origin, line
+    return None
 
 
 def _module_file(names: list[str]) -> str | None:
-    """The .py file of module ``a.b.c`` found through the folders of the top package ``a`` (imported only when
-    it is not yet), or None."""
-    try:
-        top = importlib.util.find_spec(names[0])
-    except (ImportError, ValueError):
-        return None
-    if top is None:
-        return None
-    if len(names) == 1:
-        return top.origin if top.origin and top.origin.endswith(".py") else None
-    for folder in top.submodule_search_locations or ():
-        base = os.path.join(folder, *names[1:])
-        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
-            if os.path.isfile(candidate):
-                return candidate
+    """The .py file of module ``a.b.c``, or None: each level's spec is asked of the import system's finders
+    (``sys.meta_path``, given the parent's search locations) without importing any of the packages, so the
+    answer does not depend on how the distribution was installed (folders on the path, setuptools' editable
+    finder, a wheel)."""
+    locations = None
+    spec = None
+    for i in range(len(names)):
+        full = ".".join(names[: i + 1])
+        module = sys.modules.get(full)
+        spec = getattr(module, "__spec__", None) if module is not None else None
+        if spec is None:
+            spec = _find_spec(full, locations)
+        if spec is None:
+            return None
+        locations = spec.submodule_search_locations
+        if locations is None and i < len(names) - 1:
+            return None
+    origin = spec.origin if spec is not None else None
+    return origin if origin and origin.endswith(".py") and os.path.isfile(origin) else None
+
+
+def _find_spec(fullname: str, locations: object) -> importlib.machinery.ModuleSpec | None:
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(fullname, locations)
+        except (ImportError, ValueError, TypeError, AttributeError):
+            continue
+        if spec is not None:
+            return spec
     return None
 
 
