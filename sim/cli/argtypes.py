@@ -56,6 +56,22 @@ class KvsimParser(argparse.ArgumentParser):
         # types then say what range they accept (no kvsim option is spelled like a number)
         self._negative_number_matcher = re.compile(r"^-\.?\d")
 
+    _intermixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """Options and positionals in any order (``kvsim peer vllm --engine-python PY WORKLOAD``, ``kvsim replay
+        a.jsonl --json r.json b.jsonl``): a command's parser reads its options wherever they stand, then its
+        positionals from what is left (argparse's intermixed parsing). Plain argparse binds every positional it
+        can at the first run of positionals -- ``WORKLOAD`` after an option is then "unrecognized". The
+        top-level parser, whose positional is the command itself, parses as usual."""
+        if self._intermixing or any(a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._actions):
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: {_one_line(message)}\n")
         sys.exit(2)
