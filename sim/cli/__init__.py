@@ -13,7 +13,8 @@ traceback, at any moment:
 - while a command runs, the signal raises KeyboardInterrupt: outputs being written under temporary names are
   removed (`sim.files.atomic_path`), and the long commands (check, simulate, fuzz, selfcheck, peer) write what
   they have, marked partial in the report and the headline; the line says what was written;
-- a second signal while the first is handled stops at once (temporary files removed, nothing renamed).
+- signals within a second of the first are that one (`timeout -s INT` signals the command and its process
+  group); a later signal while the first is handled stops at once (temporary files removed, nothing renamed).
 A closed standard output (`kvsim rules | head -1`) ends quietly with 141 (128 + SIGPIPE, the status a shell
 shows for a tool killed by a broken pipe), never 1 and never a traceback.
 """
@@ -62,6 +63,7 @@ def _rich_broken_pipe(console: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     previous = signals.handle(signals.stop_now)
     signals.RECEIVED.clear()
+    signals.FIRST_AT.clear()
     hook = sys.unraisablehook
     sys.unraisablehook = signals.unraisable(hook)  # type: ignore[assignment]
     try:
