@@ -166,7 +166,8 @@ def output_style(args, console: Console | None = None) -> Style:
     plain = bool(getattr(args, "plain", False)) or bool(os.environ.get("NO_COLOR")) or not console.is_terminal
     return Style(plain=plain, quiet=bool(getattr(args, "quiet", False)),
                  github=getattr(args, "output_format", "text") == "github",
-                 coverage=bool(getattr(args, "coverage", False)), max_findings=getattr(args, "max_findings", None))
+                 coverage=bool(getattr(args, "coverage", False)), max_findings=getattr(args, "max_findings", None),
+                 listed_in=json_out if isinstance(json_out := getattr(args, "json", None), str) else None)
 
 
 def run_traces(paths: list[str], stop_at_first: bool = False, lockstep: bool = False, console: Console | None = None,

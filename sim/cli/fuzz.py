@@ -80,7 +80,7 @@ def run(args) -> int:
     if stopped:
         verdict = partial(verdict, partial_mark(stopped))
     doc = {"format": "kvfuzz/1", "seed": args.seed, "profile": args.profile, "budget_s": args.budget,
-           "machines": [r.to_json() for r in results], "failed": not verdict.passed, "verdict": verdict.status,
+           "machines": [r.to_json() for r in results], "failed": verdict.status == "fail", "verdict": verdict.status,
            "headline": verdict.headline, **({PARTIAL_KEY: partial_mark(stopped)} if stopped else {})}
     write(args.json or reports_dir() / "fuzz.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
     out = Console()

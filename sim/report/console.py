@@ -18,6 +18,7 @@ catalogue are produced, nor the other report formats.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from kvsim.sim.report.kvreport import (
     rule_order,
     safe_text,
 )
-from kvsim.sim.report.verdict import Verdict, plural, verdict_of
+from kvsim.sim.report.verdict import Verdict, plural, unlisted, verdict_of
 
 __all__ = ["print_report", "print_rules", "print_findings", "print_hazards", "print_verdict", "print_table",
            "finding_line", "github_annotation", "Style", "MAX_VIOLATION_ROWS"]
@@ -87,6 +88,8 @@ class Style:
     coverage: bool = False
     max_findings: int | None = None
     """--max-findings N: print at most N findings (None: every one, except on a terminal's table)."""
+    listed_in: str | None = None
+    """The report file that lists every finding (the command's --json), named when some are not printed."""
 
     @classmethod
     def of(cls, console: Console) -> Style:
@@ -114,12 +117,25 @@ def _gh_escape(text: str, prop: bool = False) -> str:
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 
+def _annotated_file(name: object) -> str | None:
+    """The file an annotation may name: one that exists (a trace, a workload, a recorded log). A finding of a
+    run that kept no file (``(tokenspeed run)``, a live stream, ``-``) is annotated without ``file=``: GitHub
+    would show a path that is not in the repository."""
+    text = safe_text(name or "")
+    return text if text and text != "-" and os.path.isfile(text) else None
+
+
 def github_annotation(v: dict, level: str = "error") -> str:
-    """A GitHub Actions workflow command: `::error file=PATH,line=N,title=RULE::RULE message`."""
+    """A GitHub Actions workflow command: `::error file=PATH,line=N,title=RULE::RULE message` (no file= and
+    line= when the finding's trace is no file: its place stays in the message)."""
     rule = safe_text(v.get("rule", ""))
-    where = _gh_escape(safe_text(v.get("trace", "")), True)
-    props = f"file={where},line={v.get('line', 0)},title={_gh_escape(rule, True)}"
-    return f"::{level} {props}::{_gh_escape(rule + ' ' + safe_text(message_text(v)))}"
+    title = f"title={_gh_escape(rule, True)}"
+    where = _annotated_file(v.get("trace"))
+    props = f"file={_gh_escape(where, True)},line={v.get('line', 0)},{title}" if where else title
+    text = rule + " " + safe_text(message_text(v))
+    if where is None and v.get("trace"):
+        text = f"{safe_text(v.get('trace'))}:{v.get('line', 0)}: {text}"
+    return f"::{level} {props}::{_gh_escape(text)}"
 
 
 GITHUB_ANNOTATIONS_PER_STEP = 10
@@ -156,11 +172,13 @@ def _github_groups(violations: list[dict], level: str) -> list[str]:
         group = files[name]
         rules = sorted({safe_text(v.get("rule", "")) for v in group})
         first = group[0]
-        text = f"{plural(len(group), 'finding')} in this file ({', '.join(rules)}); first at line " \
+        text = f"{plural(len(group), 'finding')} in {'this file' if _annotated_file(name) else name} " \
+               f"({', '.join(rules)}); first at line " \
                f"{first.get('line', 0)}: {safe_text(first.get('rule', ''))} {safe_text(message_text(first))} " \
                "(every finding is listed in the log)"
         title = "kvsim: " + plural(len(group), "finding")
-        props = f"file={_gh_escape(name, True)},line={first.get('line', 0)},title={_gh_escape(title, True)}"
+        props = f"file={_gh_escape(name, True)},line={first.get('line', 0)},title={_gh_escape(title, True)}" \
+            if _annotated_file(name) else f"title={_gh_escape(title, True)}"
         out.append(f"::{level} {props}::{_gh_escape(text)}")
     rest = names[room:]
     if rest:
@@ -172,9 +190,11 @@ def _github_groups(violations: list[dict], level: str) -> list[str]:
 
 
 def print_findings(violations: list[dict], console: Console, style: Style, max_rows: int | None = None,
-                   level: str = "error") -> None:
+                   level: str = "error", total: int | None = None) -> None:
     """Every finding on its own line, never wrapped; on a terminal at most ``max_rows`` (then how many more),
-    in a log or pipe every one unless --max-findings caps them (then the cap and how many were left out).
+    in a log or pipe every one unless --max-findings caps them (then the cap, exactly how many were left out and
+    where they are: the --json report, or the option that writes it). ``total`` counts findings a judge counted
+    without listing them (``stats.violations_not_listed``), said apart.
 
     ``--format github``: up to `GITHUB_ANNOTATIONS_PER_STEP` findings, one annotation each; more, and every
     finding is printed as a plain line (the log keeps them all) followed by one annotation per file
@@ -191,9 +211,21 @@ def print_findings(violations: list[dict], console: Console, style: Style, max_r
         if style.github:
             for line in _github_groups(shown, level):
                 console.print(Text(line), soft_wrap=True, highlight=False)
-    if len(shown) < len(violations):
-        console.print(Text(f"… and {len(violations) - len(shown):,} more findings not printed ({why}; the JSON "
-                           "report lists them all)"), soft_wrap=True, highlight=False)
+    total = len(violations) if total is None else max(total, len(violations))
+    if len(shown) < total:
+        console.print(Text(f"… and {plural(total - len(shown), 'more finding')} not printed "
+                           f"({why or 'not listed by the judge'}); {_where_listed(style, len(violations), total)}"),
+                      soft_wrap=True, highlight=False)
+
+
+def _where_listed(style: Style, listed: int, total: int) -> str:
+    """Where the findings not printed are: the JSON report (all of them, or how many it lists of the total)."""
+    if style.listed_in:
+        name = "the JSON report on standard output" if style.listed_in == "-" else style.listed_in
+        return f"{name} lists all {total:,}" if listed == total else \
+            f"{name} lists {listed:,} of the {total:,} ({total - listed:,} counted, not listed)"
+    return f"--json F writes a report listing all {total:,}" if listed == total else \
+        f"--json F writes a report listing {listed:,} of the {total:,} ({total - listed:,} counted, not listed)"
 
 
 def print_hazards(hazards: list[dict], console: Console, style: Style) -> None:
@@ -218,7 +250,8 @@ def print_verdict(verdict: Verdict, console: Console, style: Style, title: str =
         console.print(Text(verdict.headline), soft_wrap=True, highlight=False)
     else:
         console.print(Panel(_t(verdict.headline, "bold"), title=title, title_align="left",
-                            border_style="green" if verdict.passed else "red", expand=False))
+                            border_style={"pass": "green", "fail": "red"}.get(verdict.status, "yellow"),
+                            expand=False))
 
 
 def print_table(table: Table, console: Console, plain: bool) -> None:
@@ -317,7 +350,8 @@ def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_R
     style = style or Style.of(console)
     verdict = verdict_of(report)
     if not style.quiet:
-        print_findings(report.get("violations", []), console, style, max_rows)
+        print_findings(report.get("violations", []), console, style, max_rows,
+                       total=len(report.get("violations", [])) + unlisted(report.get("stats", {}) or {}))
         print_hazards(report.get("hazards", []), console, style)
         if report.get("consequences"):
             if style.plain:

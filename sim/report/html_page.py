@@ -24,7 +24,6 @@ import numpy as np
 
 from kvsim.sim.report.kvreport import (
     format_context,
-    headline,
     is_check,
     message_text,
     missing_declared,
@@ -59,6 +58,7 @@ h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid 
 .verdict{padding:.8rem 1rem;border-radius:6px;font-weight:600;font-size:1.1rem}
 .pass{background:#e6f4ea;color:#1e6b34;border:1px solid #9bd3a8}
 .fail{background:#fdecea;color:#8a1c12;border:1px solid #f1a39b}
+.incomplete{background:#fff4e5;color:#7a4a00;border:1px solid #f0c27b}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -363,8 +363,8 @@ def _engine_paths(report: dict) -> str:
 
 def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
     """The whole page as text (UTF-8 when written); at most max_rows violation rows."""
-    passed = verdict_of(report).passed
-    verdict = f'<div class="verdict {"pass" if passed else "fail"}">{_h(headline(report))}</div>'
+    judged = verdict_of(report)
+    verdict = f'<div class="verdict {judged.status}">{_h(judged.headline)}</div>'
     order = trace_order(report)
     bad = set(_mismatches(report)) if is_check(report) else {
         v.get("trace") for v in report.get("violations", []) if not v.get("expected")}
@@ -373,7 +373,7 @@ def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROW
     note = "" if len(order) <= 3 else (f'<p class="note">{plural(len(order), "trace")}; each section opens on a '
                                        f'click{", those that failed are open" if bad else ""}.</p>')
     body = "\n".join([
-        f"<h1>{report_title(report)} report: {'PASS' if passed else 'FAIL'}</h1>", verdict, _toc(report),
+        f"<h1>{report_title(report)} report: {judged.word}</h1>", verdict, _toc(report),
         _why(report), _inputs(report), '<h2 id="traces">Traces</h2>', note, *traces,
         f'<div id="violations-section">{_violations(report, max_rows)}</div>', _refusals(report), _coverage(report),
         _engine_paths(report),
@@ -381,7 +381,7 @@ def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROW
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{report_title(report)} report: {'PASS' if passed else 'FAIL'}</title>\n"
+        f"<title>{report_title(report)} report: {judged.word}</title>\n"
         f"<style>{_CSS}</style>\n</head>\n"
         f"<body>\n{body}\n</body>\n</html>\n"
     )

@@ -30,7 +30,7 @@ from kvsim.sim.report.kvreport import (
     trace_rule_counters,
     violations_by_trace_rule,
 )
-from kvsim.sim.report.verdict import CONSEQUENCE_KEY, plural
+from kvsim.sim.report.verdict import CONSEQUENCE_KEY, PARTIAL_KEY, plural
 
 __all__ = ["render_junit", "junit_classname"]
 
@@ -177,6 +177,23 @@ def _check_suite(report: dict) -> ET.Element:
     return suite
 
 
+def _interrupted_suite(report: dict) -> ET.Element | None:
+    """A run stopped by a signal (``partial``): one suite "kvsim run" whose one case errs with what was left
+    undone, so that a CI reporter never shows an interrupted run as a clean one (its verdict is incomplete or,
+    with a violation found so far, failed)."""
+    mark = report.get(PARTIAL_KEY)
+    if not mark:
+        return None
+    done = f" after {mark['done']}" if mark.get("done") else ""
+    case = _element("testcase", {"classname": "kvsim", "name": "the run judged every input"})
+    case.append(_element("error", {"message": f"interrupted by {mark.get('signal', 'a signal')}{done}: the figures "
+                                              "are those of the part judged", "type": "interrupted"}))
+    suite = _element("testsuite", {"name": "kvsim run", "tests": 1, "failures": 0, "errors": 1, "skipped": 0,
+                                   "time": 0})
+    suite.append(case)
+    return suite
+
+
 def render_junit(report: dict) -> bytes:
     """The report as JUnit XML bytes (UTF-8, with an XML declaration and a final newline)."""
     if is_check(report):
@@ -188,6 +205,9 @@ def render_junit(report: dict) -> bytes:
         for m in missing_declared(report):
             missing.setdefault((m["trace"], m["rule"]), []).append(m)
         suites = [_suite(report, trace, rule_ids, groups, missing) for trace in trace_order(report)]
+    stopped = _interrupted_suite(report)
+    if stopped is not None:
+        suites.append(stopped)
     totals = {key: sum(int(suite.get(key) or 0) for suite in suites)
               for key in ("tests", "failures", "errors", "skipped")}
     root = _element("testsuites", {"name": report_title(report), **totals, "time": 0})

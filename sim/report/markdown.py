@@ -168,7 +168,7 @@ def _why(report: dict) -> list[str]:
 
 def render_markdown(report: dict, max_rows: int = MAX_VIOLATION_ROWS) -> str:
     """The report as Markdown text ending in a newline; at most max_rows violation rows."""
-    verdict = "✅ PASS" if verdict_of(report).passed else "❌ FAIL"
+    verdict = {"pass": "✅ PASS", "fail": "❌ FAIL", "incomplete": "⚠️ INCOMPLETE"}[verdict_of(report).status]
     parts = [
         [f"## {report_title(report)}: {verdict}", "", f"**{md_cell(headline(report))}**"],
         _why(report),

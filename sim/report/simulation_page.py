@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from kvsim.sim.report.html_page import FONT_STACK, PLOT_FONTS
-from kvsim.sim.report.kvreport import headline, refusal_summary, safe_text
+from kvsim.sim.report.kvreport import refusal_summary, safe_text
 from kvsim.sim.report.verdict import sweep_verdict, verdict_of
 
 __all__ = ["render_simulation_html", "render_sweep_html"]
@@ -28,6 +28,7 @@ h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid 
 .verdict{padding:.8rem 1rem;border-radius:6px;font-weight:600;font-size:1.1rem}
 .pass{background:#e6f4ea;color:#1e6b34;border:1px solid #9bd3a8}
 .fail{background:#fdecea;color:#8a1c12;border:1px solid #f1a39b}
+.incomplete{background:#fff4e5;color:#7a4a00;border:1px solid #f0c27b}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.85rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -289,13 +290,13 @@ def _rejected(stats: dict) -> str:
 
 def render_simulation_html(report: dict, series: dict, title: str) -> str:
     """One simulation run: verdict, notes, latency, statistics, the plots, rejections, violations and refusals."""
-    passed = verdict_of(report).passed
+    judged = verdict_of(report)
     stats = {k: v for k, v in report.get("stats", {}).items() if k != "traces"}
     table = {k: v for k, v in stats.items() if k not in ("notes", "rejected_requests", "rejections")}
     curves = series.get("latency") or {}
     body = "\n".join([
         f"<h1>kvsim simulation: {_h(title)}</h1>",
-        f'<div class="verdict {"pass" if passed else "fail"}">{_h(headline(report))}</div>',
+        f'<div class="verdict {judged.status}">{_h(judged.headline)}</div>',
         _notes(stats.get("notes")),
         "<h2>Latency and throughput</h2>", _latency_table(stats),
         f'<div class="plot">{plot_latency_svg(curves)}</div>' if curves.get("ttft") else

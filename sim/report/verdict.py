@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["Verdict", "PARTIAL_KEY", "partial", "CONSEQUENCE_KEY", "EXIT_PASS", "EXIT_FAIL", "FAULTS_CLAIM",
+__all__ = ["Verdict", "STATUSES", "PARTIAL_KEY", "partial", "CONSEQUENCE_KEY", "EXIT_PASS", "EXIT_FAIL", "FAULTS_CLAIM",
            "verdict_of", "stamp", "root_causes", "consequences", "sweep_verdict", "fuzz_verdict",
-           "selfcheck_verdict", "plural"]
+           "selfcheck_verdict", "plural", "unlisted"]
 
 EXIT_PASS, EXIT_FAIL = 0, 1
 CONSEQUENCE_KEY = "consequence_of"
@@ -39,18 +39,23 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"
 
 
+STATUSES = ("pass", "fail", "incomplete")
+"""A run that found a violation fails; one that judged everything it was given and found none passes; one
+stopped before the end (a signal) without a violation is incomplete: never a pass, whatever it judged."""
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """status "pass" or "fail"; `headline` starts with PASS or FAIL and is one line; `counts` are the figures
-    it states (violations, root causes, consequences, scenarios, faults, ...), named."""
+    """status "pass", "fail" or "incomplete"; `headline` starts with PASS, FAIL or INCOMPLETE and is one line;
+    `counts` are the figures it states (violations, root causes, consequences, scenarios, faults, ...), named."""
 
     status: str
     headline: str
     counts: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.status not in ("pass", "fail"):
-            raise ValueError(f"verdict status must be pass or fail, not {self.status!r}")
+        if self.status not in STATUSES:
+            raise ValueError(f"verdict status must be one of {STATUSES}, not {self.status!r}")
         object.__setattr__(self, "counts", MappingProxyType(dict(self.counts)))
 
     @property
@@ -63,7 +68,7 @@ class Verdict:
 
     @property
     def word(self) -> str:
-        return "PASS" if self.passed else "FAIL"
+        return self.status.upper()
 
     def as_dict(self) -> dict:
         return {"status": self.status, "headline": self.headline, "exit_code": self.exit_code,
@@ -91,15 +96,18 @@ headline says so (`partial`), whatever renders it."""
 
 
 def partial(v: Verdict, mark: Mapping[str, Any] | None) -> Verdict:
-    """The verdict of a run cut short: the same status and counts, its headline saying that the run was
-    interrupted, by which signal, after what, and that the figures are partial."""
+    """The verdict of a run cut short: a violation found so far still fails it ("FAIL: PARTIAL, interrupted by
+    SIGINT after 4 of 110 scenarios: ..."); otherwise it is incomplete, never a pass ("INCOMPLETE: interrupted
+    by SIGINT after 4 of 110 scenarios: no violation so far ..."), whatever it judged before the signal (nothing,
+    possibly). The counts stay those of the part judged."""
     if not mark:
         return v
     rest = v.headline[len(v.word):].lstrip(":—- ") if v.headline.startswith(v.word) else v.headline
-    word = v.word
     done = f" after {mark['done']}" if mark.get("done") else ""
-    return Verdict(v.status, f"{word}: PARTIAL, interrupted by {mark.get('signal', 'a signal')}{done}: {rest}",
-                   v.counts)
+    stopped = f"interrupted by {mark.get('signal', 'a signal')}{done}"
+    if v.status == "fail":
+        return Verdict("fail", f"FAIL: PARTIAL, {stopped}: {rest}", v.counts)
+    return Verdict("incomplete", f"INCOMPLETE: {stopped}: {rest} (so far)", v.counts)
 
 
 def verdict_of(report: Mapping[str, Any]) -> Verdict:
@@ -138,7 +146,7 @@ def _scope(report: Mapping[str, Any], stats: Mapping[str, Any]) -> tuple[str, di
     return text, {"inputs": len(inputs), "events": events, "refusals": refusals}
 
 
-def _unlisted(stats: Mapping[str, Any]) -> int:
+def unlisted(stats: Mapping[str, Any]) -> int:
     """Violations counted but not listed (a judge keeps at most so many findings), nested inputs included."""
     n = int(stats.get("violations_not_listed", 0) or 0)
     for key in ("cachetraces", "logs"):
@@ -153,7 +161,7 @@ def _replay(report: Mapping[str, Any], stats: Mapping[str, Any]) -> Verdict:
     roots, after = root_causes(violations), consequences(violations)
     scope, counts = _scope(report, stats)
     stalled = int((stats.get("peer") or {}).get("stalled_requests", 0) or 0)
-    n = len(roots) + _unlisted(stats)
+    n = len(roots) + unlisted(stats)
     suppressed = int(stats.get("consequences", 0) or 0)  # replay's error recovery counts them apart (sim.recovery)
     counts.update(violations=n, root_causes=n, consequences=len(after) + suppressed, stalled_requests=stalled)
     tail = f"; {plural(len(after), 'consequence')} of earlier findings, not counted" if after else ""
