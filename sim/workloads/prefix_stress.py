@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -108,8 +109,13 @@ def _cut(segments: tuple[Segment, ...], n: int) -> list[Segment]:
     return out
 
 
+RECENT = 24
+"""Repeats, splits and moves draw their source among the 24 latest candidates."""
+
+
 def rows(requests: int = DEFAULT_REQUESTS, seed: int = 0) -> list[StressRow]:
-    """``requests`` rows of the workload, in arrival order."""
+    """``requests`` rows of the workload, in arrival order: linear in ``requests`` (each draw looks at the
+    `RECENT` latest candidates only, kept as they come)."""
     rng = random.Random(f"{NAME}:{seed}")
     next_id = STRESS_ID_BASE
 
@@ -125,7 +131,8 @@ def rows(requests: int = DEFAULT_REQUESTS, seed: int = 0) -> list[StressRow]:
 
     systems = [tuple(fresh(rng.choice((4, 6, 8, 10)) * PAGE)) for _ in range(4)]
     made: list[StressRow] = []
-    users: list[tuple[int, tuple[Segment, ...]]] = []   # (system index, user message) of shared prompts
+    users: deque[tuple[int, tuple[Segment, ...]]] = deque(maxlen=RECENT)  # (system, user message) of shared prompts
+    aligned: deque[StressRow] = deque(maxlen=RECENT)  # the latest rows whose prompt is whole 64-token pages
     arrival, step = 0.0, 0
     while len(made) < requests:
         kind = KINDS[0] if len(made) < 4 else rng.choices(KINDS, weights=(4, 2, 2, 2, 2, 1))[0]
@@ -133,13 +140,12 @@ def rows(requests: int = DEFAULT_REQUESTS, seed: int = 0) -> list[StressRow]:
         sys_i = rng.randrange(len(systems))
         segs: list[Segment]
         if kind == "repeat":
-            aligned = [r for r in made if r.prompt % PAGE == 0]
             if not aligned:
                 kind = "shared"
             else:
-                segs = list(rng.choice(aligned[-24:]).segments)
+                segs = list(rng.choice(aligned).segments)
         elif kind in ("split-block", "split-node"):
-            src = rng.choice(made[-24:]) if made else None
+            src = rng.choice(made[-RECENT:]) if made else None
             if src is None or src.prompt < 2 * PAGE:
                 kind = "shared"
             else:  # a cut past the first page: inside a system prompt or inside the source's own message
@@ -153,7 +159,7 @@ def rows(requests: int = DEFAULT_REQUESTS, seed: int = 0) -> list[StressRow]:
             if not users:
                 kind = "shared"
             else:
-                was, msg = rng.choice(users[-24:])
+                was, msg = rng.choice(users)
                 other = (was + 1 + rng.randrange(len(systems) - 1)) % len(systems)
                 segs = list(systems[other]) + list(msg)
         if kind in ("shared", "long"):
@@ -166,6 +172,8 @@ def rows(requests: int = DEFAULT_REQUESTS, seed: int = 0) -> list[StressRow]:
         arrival = round(arrival + gap * 0.05, 6)
         step += gap
         made.append(StressRow(len(made), kind, arrival, step, tuple(segs), out))
+        if made[-1].prompt % PAGE == 0:
+            aligned.append(made[-1])
     return made
 
 
