@@ -10,6 +10,8 @@ import pytest
 SLOW = {
     # a wheel built and installed into a fresh venv (about 20 s idle, minutes on a loaded 2-core runner)
     "tests/test_wheel.py": "builds the wheel and runs kvsim from a fresh venv",
+    # every install mode (pip editable default and strict, pip, wheel, uv) on each Python 3.11-3.13 present
+    "tests/test_installs.py": "installs a fresh copy of the checkout in each mode, on each Python",
     # the real vLLM / SGLang schedulers, each in its own venv (torch imported per run)
     "tests/peers/test_engines.py::test_peer_run_passes_is_deterministic_and_its_log_judges_the_same":
         "drives each engine for real",

@@ -353,7 +353,8 @@ def test_ctrl_c_is_exit_130_with_one_line_and_no_partial_recording(workdir: Path
                                         r"\(partial: what was done before the signal\)$", lines[0]), text
     assert not record.exists()
     report = json.loads((workdir / "interrupted.json").read_text(encoding="utf-8"))
-    assert report["partial"]["signal"] == "SIGINT" and "PARTIAL, interrupted by SIGINT" in report["headline"]
+    assert report["partial"]["signal"] == "SIGINT" and "interrupted by SIGINT" in report["headline"]
+    assert report["verdict"] != "pass"  # a run cut short is incomplete (or failed), never a pass
     assert not any(f.name.startswith(".interrupted") for f in workdir.iterdir()), "temporary file left behind"
 
 

@@ -206,7 +206,12 @@ def test_every_finding_reaches_a_piped_log(workdir: Path) -> None:
 def test_max_findings_caps_and_says_so(workdir: Path) -> None:
     out, _ = text(kvsim(workdir, "replay", "many.jsonl", "--max-findings", "5"))
     assert sum(" TRACE-2 " in line for line in out.splitlines()) == 5
-    assert f"… and {FINDINGS - 5} more findings not printed (capped by --max-findings 5;" in out
+    assert f"… and {FINDINGS - 5} more findings not printed (capped by --max-findings 5); --json F writes a report " \
+           f"listing all {FINDINGS}" in out
+    out, _ = text(kvsim(workdir, "replay", "many.jsonl", "--max-findings", "5", "--json", "many-report.json"))
+    assert f"… and {FINDINGS - 5} more findings not printed (capped by --max-findings 5); many-report.json lists " \
+           f"all {FINDINGS}" in out
+    assert len(json.loads((workdir / "many-report.json").read_text())["violations"]) == FINDINGS
 
 
 def test_github_format_logs_every_finding_and_groups_annotations_per_file(workdir: Path) -> None:
@@ -300,7 +305,8 @@ def test_fuzz_stopped_by_sigterm_writes_what_it_has_marked_partial(workdir: Path
                      "(partial: what was done before the signal)"]
     doc = json.loads(report.read_text())
     assert doc["partial"] == {"signal": "SIGTERM", "done": "0 of 1 machines (store interrupted)"}
-    assert "PARTIAL, interrupted by SIGTERM" in doc["headline"] and "PARTIAL" in out.decode()
+    assert doc["verdict"] == "incomplete" and doc["failed"] is False  # nothing judged: never a pass, no failure found
+    assert doc["headline"].startswith("INCOMPLETE: interrupted by SIGTERM") and "INCOMPLETE" in out.decode()
 
 
 
@@ -328,9 +334,12 @@ def test_check_stopped_by_ctrl_c_reports_the_scenarios_replayed_marked_partial(w
     assert m, lines
     doc = json.loads((workdir / "partial-reports" / "kvreport.json").read_text())
     assert doc["partial"] == {"signal": "SIGINT", "done": f"{m.group(1)} of 300 scenarios"}
-    assert len(doc["inputs"]) == int(m.group(1)) and "PARTIAL, interrupted by SIGINT" in doc["headline"]
-    assert "PARTIAL" in (workdir / "partial-reports" / "summary.md").read_text()
-    assert "PARTIAL" in out.decode()
+    assert len(doc["inputs"]) == int(m.group(1)) and doc["verdict"] == "incomplete"
+    assert doc["headline"].startswith(f"INCOMPLETE: interrupted by SIGINT after {m.group(1)} of 300 scenarios")
+    assert "⚠️ INCOMPLETE" in (workdir / "partial-reports" / "summary.md").read_text()
+    assert 'errors="1"' in (workdir / "partial-reports" / "junit.xml").read_text()
+    assert '<div class="verdict incomplete">' in (workdir / "partial-reports" / "report.html").read_text()
+    assert "INCOMPLETE" in out.decode()
 
 
 def test_an_interrupt_swallowed_where_python_ignores_exceptions_is_delivered_again(monkeypatch) -> None:
@@ -357,3 +366,50 @@ def test_an_interrupt_swallowed_where_python_ignores_exceptions_is_delivered_aga
 
 if __name__ == "__main__":
     pytest.main([__file__, "-q", "-p", "no:randomly"])
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_timeout_s_int_signals_the_group_twice_and_the_partial_report_is_still_written(workdir: Path,
+                                                                                        attempt: int) -> None:
+    """`timeout -s INT N kvsim ...` sends SIGINT to kvsim and again to its own process group: one request to stop,
+    so the report of what was done is written every time (it was lost when the second copy counted as "stop at
+    once")."""
+    if shutil.which("timeout") is None:
+        pytest.skip("coreutils timeout is not on this machine")
+    report = workdir / f"timeout-{attempt}.json"
+    p = subprocess.run(["timeout", "-s", "INT", "4", *KVSIM, "fuzz", "--machine", "store", "--budget", "120",
+                        "--json", report.name, "--found", "found"], cwd=workdir, capture_output=True, timeout=120,
+                       env=env(KVSIM_REPORTS=str(workdir / "reports")), start_new_session=True)
+    err = p.stderr.decode()
+    assert p.returncode in (124, 130), err  # timeout says 124 when the command ended by its signal
+    assert "Traceback" not in err and "stopped at once" not in err, err
+    doc = json.loads(report.read_text())
+    assert doc["partial"]["signal"] == "SIGINT" and doc["verdict"] != "pass", doc["headline"]
+
+
+def test_a_second_signal_a_moment_after_the_first_is_the_same_request_to_stop(workdir: Path) -> None:
+    """The window `timeout` and a process group leave between two copies of one signal, made deterministic: a
+    second SIGINT 0.1 s after the first, while the partial reports (HTML plots included) are being written, still
+    lets every one of them be written."""
+    folder = workdir / "twice-scenarios"
+    (folder / "violations").mkdir(parents=True, exist_ok=True)
+    for i in range(300):
+        shutil.copy(LEGAL, folder / f"legal-{i:03d}.jsonl")
+    p = subprocess.Popen([*KVSIM, "check", "--scenarios", folder.name, "--out", "twice-reports"], cwd=workdir,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_interruptible,
+                         env=env(KVSIM_PROGRESS_INTERVAL="0.05", KVSIM_REPORTS=str(workdir / "reports")))
+    assert p.stderr is not None
+    first = p.stderr.readline().decode()  # the replay runs
+    assert first.startswith("kvsim check: "), first
+    p.send_signal(signal.SIGINT)
+    threading.Event().wait(0.1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    if p.returncode == 0:  # every scenario was replayed before the signal
+        return
+    # 130, or -2 when the second copy came after kvsim had returned, while the interpreter shut down
+    assert p.returncode in (130, -signal.SIGINT), err.decode()
+    assert "stopped at once" not in err.decode(), err.decode()
+    for name in ("kvreport.json", "junit.xml", "summary.md", "report.html"):
+        assert (workdir / "twice-reports" / name).exists(), name
+    assert json.loads((workdir / "twice-reports" / "kvreport.json").read_text())["verdict"] == "incomplete"

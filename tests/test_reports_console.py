@@ -69,7 +69,17 @@ def test_a_finding_line_is_never_wrapped_however_long_the_path():
         assert lines[0].startswith(f"{deep}:{report['violations'][0]['line']}: WR-2 ")
 
 
-def test_quiet_keeps_the_verdict_line_and_github_annotates():
+def _files_named_by(report: dict, folder) -> None:
+    """Create the traces a sample report names (an annotation names a file only when it exists)."""
+    for v in report["violations"]:
+        (folder / v["trace"]).parent.mkdir(parents=True, exist_ok=True)
+        (folder / v["trace"]).touch()
+
+
+def test_quiet_keeps_the_verdict_line_and_github_annotates(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _files_named_by(sample_report(), tmp_path)
+    (tmp_path / "a,b:c.jsonl").touch()
     console = _plain_console()
     print_report(sample_report(), console, style=Style(quiet=True))
     assert console.file.getvalue().splitlines() == ["FAIL: 7 violations of 5 rules in 2 traces (2 traces, 9,048 "
@@ -82,6 +92,18 @@ def test_quiet_keeps_the_verdict_line_and_github_annotates():
     assert lines[0].startswith(f"::error file={v['trace']},line={v['line']},title={v['rule']}::{v['rule']} ")
     assert github_annotation({"trace": "a,b:c.jsonl", "line": 3, "rule": "X-1", "message": "50%\nok"}) == \
         "::error file=a%2Cb%3Ac.jsonl,line=3,title=X-1::X-1 50%25%0Aok"
+
+
+def test_an_annotation_names_a_file_only_when_there_is_one(tmp_path, monkeypatch):
+    """A peer run that kept no record, a live stream, standard input: no `file=` GitHub could not open; the
+    place stays in the message."""
+    monkeypatch.chdir(tmp_path)
+    for trace in ("(tokenspeed run)", "(vllm event stream)", "-", "missing.jsonl"):
+        line = github_annotation({"trace": trace, "line": 7, "rule": "PEER-9", "message": "counts differ"})
+        assert line == f"::error title=PEER-9::{trace}:7: PEER-9 counts differ", line
+    (tmp_path / "run.cachetrace.jsonl").touch()
+    assert github_annotation({"trace": "run.cachetrace.jsonl", "line": 7, "rule": "PEER-9", "message": "m"}) == \
+        "::error file=run.cachetrace.jsonl,line=7,title=PEER-9::PEER-9 m"
 
 
 def test_report_colours_on_a_terminal():
@@ -108,7 +130,9 @@ def test_report_caps_violation_rows_on_a_terminal_only():
     console = _plain_console()
     print_report(report, console, max_rows=50, style=Style(plain=False))
     out = console.file.getvalue()
-    assert "1049" in out and "1050" not in out and "… and 10 more findings not printed (on a terminal;" in out
+    assert "1049" in out and "1050" not in out
+    assert "… and 10 more findings not printed (on a terminal; --plain or a pipe lists every one); --json F writes " \
+        "a report listing all 60" in out
     console = _plain_console()
     print_report(report, console, max_rows=50, style=Style(plain=True))
     out = console.file.getvalue()
@@ -118,13 +142,34 @@ def test_report_caps_violation_rows_on_a_terminal_only():
         print_report(report, console, max_rows=50, style=style)
         out = console.file.getvalue()
         assert out.count("::error") == 7 if style.github else ("1006" in out and "1007" not in out)
-        assert "… and 53 more findings not printed (capped by --max-findings 7;" in out
+        assert "… and 53 more findings not printed (capped by --max-findings 7); --json F writes a report listing " \
+            "all 60" in out
 
 
-def test_github_annotations_one_per_finding_up_to_ten_then_one_per_file():
+def test_counts_are_exact_when_a_judge_counted_more_than_it_listed():
+    """Findings counted but not listed (stats.violations_not_listed) are never silently dropped: the line says
+    how many are left out and how many of them the JSON report holds."""
+    report = sample_report()
+    report["violations"] = [dict(report["violations"][0], event=1000 + i) for i in range(8)]
+    report.setdefault("stats", {})["violations_not_listed"] = 5
+    console = _plain_console()
+    print_report(report, console, style=Style(plain=True, max_findings=3, listed_in="r.json"))
+    assert "… and 10 more findings not printed (capped by --max-findings 3); r.json lists 8 of the 13 (5 counted, " \
+           "not listed)" in console.file.getvalue()
+    console = _plain_console()
+    print_report(report, console, style=Style(plain=True))
+    assert "… and 5 more findings not printed (not listed by the judge); --json F writes a report listing 8 of the " \
+           "13 (5 counted, not listed)" in console.file.getvalue()
+
+
+def test_github_annotations_one_per_finding_up_to_ten_then_one_per_file(tmp_path, monkeypatch):
     """GitHub shows 10 annotations of a level per step: more findings are every one a log line, and one
     annotation per file (the last one counting the files left to the log when more than 10 have findings)."""
+    monkeypatch.chdir(tmp_path)
     report = sample_report()
+    _files_named_by(report, tmp_path)
+    for i in range(12):
+        (tmp_path / f"t{i}.jsonl").touch()
     base = report["violations"][0]
     report["violations"] = [dict(base, event=i) for i in range(10)]
     console = _plain_console()

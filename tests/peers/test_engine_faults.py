@@ -247,5 +247,6 @@ def test_a_signal_mid_run_writes_the_steps_judged_so_far_marked_partial(engine, 
     assert rc == 130
     report = json.loads(rep.read_text())
     assert report["partial"]["done"].endswith(" requests finished") and report["stats"]["peer"]["steps"] > 0
-    assert "PARTIAL" in report["headline"] and not log.exists()
+    assert report["verdict"] == "incomplete" and report["headline"].startswith("INCOMPLETE: interrupted by SIGINT")
+    assert not log.exists()
     assert not [p for p in tmp_path.iterdir() if p.name not in ("r.json",)]
