@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from kvsim.sim.peers import contract as pc
 from kvsim.sim.peers import events as pe
+from kvsim.sim.peers.cachetrace import contract as pc
 from kvsim.sim.report.verdict import stamp
 
 __all__ = ["build", "file_sha256", "percentiles"]

@@ -3,7 +3,7 @@
 The checker is the block-table judge's (sim.peers.engine_judge.EngineJudge.crashed, named by dotted path: the
 catalogue never imports sim); the driver in the engine's venv classifies the exception from its traceback
 (sim/peers/vllm/driver.py, sim/peers/sglang/driver.py: ``crash_facts``). PEER-5 ... PEER-9 are the same judge's
-and live in its RULES table; TokenSpeed's internal error is PEER-10 (sim.peers.contract).
+and live in its RULES table; TokenSpeed's internal error is PEER-10 (sim.peers.cachetrace.contract).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ group into each prefix event (seed 002 L193), a store under a parent the stream 
 router-compatibility hazard per stream, every later orphan its consequence, counted apart, the verdict passing;
 without such a group, or under a partial-tail parent, it stays a violation. No engine needed."""
 
+from kvsim.sim.peers.cachetrace.judge import folds_groups
 from kvsim.sim.peers.events import EventChecker, parse_event
-from kvsim.sim.peers.judge import folds_groups
 from kvsim.sim.peers.report import build
 from kvsim.sim.trace import cachetrace as ct
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kvsim.kvmodel.cache.prefix_hash import prefix_hashes
-from kvsim.sim.peers import state_group
-from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.cachetrace import state_group
+from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.trace import cachetrace as ct
 from kvsim.spec.catalogue import all_rules
 

@@ -18,7 +18,7 @@ from kvsim.kvmodel.cache.group_spec import full, state  # noqa: E402
 from kvsim.kvmodel.cache.prefix_hash import hashed_pages, prefix_hashes  # noqa: E402
 from kvsim.sim.cli import main  # noqa: E402
 from kvsim.sim.peers import tokenspeed as T  # noqa: E402
-from kvsim.sim.peers.judge import judge_cachetrace  # noqa: E402
+from kvsim.sim.peers.cachetrace.judge import judge_cachetrace  # noqa: E402
 from kvsim.sim.peers.workload import Request, read_mooncake  # noqa: E402
 from kvsim.spec.cache_checking import check_cache  # noqa: E402
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from kvsim.sim.trace import cachetrace as ct
 
 if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
+    from kvsim.sim.peers.cachetrace.contract import Contract
 
 __all__ = ["RULES", "L3Reads"]
 

@@ -8,7 +8,7 @@ the global empty-parent FIFO". So a plan that evicts a cached block has used eve
 that was free and empty when the plan began may be left unused by a plan that evicts.
 
 What the plans show (cachetrace/1): the pages each plan zeroes or copies into (handed out fresh), the tables,
-and -- kept by ``sim.peers.contract.Contract`` -- which live table names each page and which prefix key each
+and -- kept by ``sim.peers.cachetrace.contract.Contract`` -- which live table names each page and which prefix key each
 page's computed content carries. A fresh page whose content key no live table names is an eviction when that
 key sits in no other page (a key held by two pages may be a duplicate the index already dropped:
 "Register canonicalizes ... the caller's ref is replaced by the canonical block", research/tokenspeed.md §3,
@@ -29,7 +29,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
+    from kvsim.sim.peers.cachetrace.contract import Contract
     from kvsim.sim.trace import cachetrace as ct
 
 RULE = "TS-ADM-4"

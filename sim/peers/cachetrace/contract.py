@@ -31,12 +31,12 @@ table names which block, and which prefix key each block's content carries -- an
 * PEER-10 the scheduler completes every call without an internal error (an ``error`` record: its own
   invariant check refused answers the trace shows to be legal -- acknowledgements may come plans late).
 
-With a Host tier (``sim.peers.host_tier``, rules TS-L2-*), a write-back copies a Device page's content (its
+With a Host tier (``sim.peers.cachetrace.host_tier``, rules TS-L2-*), a write-back copies a Device page's content (its
 key and last writer) to a Host page of the same group at plan time, and a load-back or restore hands out a
 fresh Device page holding that Host page's content; a table that names it is judged by that content. A
 snapshot retracts its request: its rows are released (the stream-ordered snapshot store has read them) and
 its next row, after the restore, is judged afresh -- and, as its readmission, by TS-ADM-2
-(``sim.peers.retraction``): it must secure more headroom than its previous admission did. A page handed
+(``sim.peers.cachetrace.retraction``): it must secure more headroom than its previous admission did. A page handed
 out fresh to a request outside the batch (a restore's growth page) counts as fresh when a table first names
 it, in a later plan -- a weaker check than the same-plan one, since the judge cannot tell which request it
 was meant for.
@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import capacity, host_tier, l3_reads, retraction, state_group, store_policy, ts_eviction
+from kvsim.sim.peers.cachetrace import capacity, eviction, host_tier, l3_reads, retraction, state_group, store_policy
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
@@ -84,7 +84,7 @@ RULES: dict[str, tuple[str, str]] = {
     **host_tier.RULES,
     **retraction.RULES,
     **store_policy.RULES,
-    ts_eviction.RULE: (ts_eviction.TITLE, 'seed 002 L199: "first check whether existing local holes plus empty '
+    eviction.RULE: (eviction.TITLE, 'seed 002 L199: "first check whether existing local holes plus empty '
                        'parents fit with zero eviction; otherwise select eviction candidates until the plan fits"'),
     **state_group.RULES,
     **capacity.RULES,
@@ -169,7 +169,7 @@ class Contract:
         self.headroom = retraction.Headroom()
         self.engine_failed = False  # PEER-10: the scheduler failed a call; the trace ends there
         self.stores = store_policy.StorePolicy(self)  # TS-L2-12: what the write-back policy owes the Host tier
-        self._evict_group = ts_eviction.premise(config)  # TS-ADM-4's group (None: outside its premise)
+        self._evict_group = eviction.premise(config)  # TS-ADM-4's group (None: outside its premise)
         for g in config.groups:
             if g.block_granularity == 0 and g.attn_kind != "mamba":
                 raise ValueError(f"group {g.id!r}: block_granularity 0 is only a state (mamba) group's compact row")
@@ -290,9 +290,9 @@ class Contract:
             if rid not in self.reqs:
                 raise ValueError(f"plan {rec.plan} names request {rid!r} that was never submitted")
         if self._evict_group is not None:  # TS-ADM-4: before the fresh pages drop their content
-            why = ts_eviction.check(self, rec, self._evict_group)
+            why = eviction.check(self, rec, self._evict_group)
             if why:
-                self._find(ts_eviction.RULE, line, why, group=self._evict_group)
+                self._find(eviction.RULE, line, why, group=self._evict_group)
         # Host tier: write-backs, load-backs, snapshots and restores run before this plan's copies, zeroing
         # and forward (cache concepts: "an unpinned op's sources may be re-granted in the same plan, so it is
         # launched first"); a snapshot's request is retracted: its rows are released once the store read them
@@ -407,7 +407,7 @@ class Contract:
         self.stores.check(rec)  # after the rows: a page swapped to its canonical block is no debt
         for op in rec.cache:
             self.stats["cache_ops"] += 1
-            if op.kind.startswith("Storage"):  # L3 ids are their own namespace (sim.peers.host_tier judges them)
+            if op.kind.startswith("Storage"):  # L3 ids are their own namespace (cachetrace.host_tier judges them)
                 continue
             for oid in op.op_ids:
                 if oid in self.issued:

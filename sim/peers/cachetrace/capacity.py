@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from kvsim.sim.trace import cachetrace as ct
 
 if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
+    from kvsim.sim.peers.cachetrace.contract import Contract
 
 __all__ = ["RULES", "Capacity", "token_limit"]
 

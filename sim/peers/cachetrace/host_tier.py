@@ -1,6 +1,6 @@
 """The Host (L2) tier of the observable contract: write-backs, load-backs, snapshots, restores, ClearCache.
 
-``sim.peers.contract.Contract`` owns one ``HostTier``; it hands over each plan's cache ops before the plan's
+``sim.peers.cachetrace.contract.Contract`` owns one ``HostTier``; it hands over each plan's cache ops before the plan's
 copies and zeroing run (the order the cache concepts give: "an unpinned op's sources may be re-granted in
 the same plan, so it is launched first"), each answer's acknowledgements, and each ClearCache record.
 The tier keeps, per group ("Indices are pool-scoped: one index serves both the Device and Host tiers of its
@@ -49,7 +49,7 @@ from kvsim.kvmodel.cache.prefix_hash import page_digest
 from kvsim.sim.trace import cachetrace as ct
 
 if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
+    from kvsim.sim.peers.cachetrace.contract import Contract
 
 __all__ = ["RULES", "HostTier"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.peers.events import EventChecker
 from kvsim.sim.trace import cachetrace as ct
 
