@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         from kvsim.sim.cli.peer_engine import policy_gap
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), (pages - 1) * p,
                                                    report["stats"]["scheduler"]["hit_ratio"])
-    from kvsim.sim.peers.path_coverage import coverage
+    from kvsim.sim.peers.judges.path_coverage import coverage
     from kvsim.sim.peers.tokenspeed.paths import PATHS, REACH
     report["stats"]["coverage"] = coverage(PATHS, out.paths, report["rules"], REACH, stress=stress is not None)
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
@@ -275,7 +275,7 @@ def _print(report: dict, console: Console, style: Style) -> None:
                       f"{100 * g['engine_hit_ratio']:.2f} %, simulate {100 * g['simulate_hit_ratio']:.2f} %, gap "
                       f"{g['gap_points']:+.2f} points ({g['note']})", markup=False, soft_wrap=True)
     if s.get("coverage"):
-        from kvsim.sim.peers.path_coverage import coverage_line
+        from kvsim.sim.peers.judges.path_coverage import coverage_line
         console.print(coverage_line(s["coverage"]), markup=False, soft_wrap=True)
     t = s.get("timing")
     if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:

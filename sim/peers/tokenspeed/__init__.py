@@ -5,7 +5,7 @@ answer its forward batch with synthetic results (``[]`` for an intermediate pref
 the final chunk and for each decode, ``Finish`` with the request's last token), acknowledge each cache op
 with its done event, ``advance`` and drain the KV events -- until nothing waits, prefills, decodes or is
 retracted. Every plan becomes cachetrace/1 records (``sim.trace.cachetrace``), judged as it happens by
-``sim.peers.cachetrace.contract`` and ``sim.peers.events``; optionally written to a file.
+``sim.peers.cachetrace.contract`` and ``sim.peers.judges.events``; optionally written to a file.
 
 Three clocks are kept apart: time inside scheduler calls, time spent observing (reading the plan out of the
 binding, building answers, recording) and time spent judging. The judge must cost no more than the scheduler.
@@ -33,7 +33,7 @@ import numpy as np
 from kvsim.sim.peers import faults
 from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.peers.cachetrace.judge import folds_groups
-from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.peers.object_store import ObjectStore
 from kvsim.sim.peers.workload import VOCAB, Request
 from kvsim.sim.trace import cachetrace as ct

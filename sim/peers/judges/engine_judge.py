@@ -3,7 +3,7 @@
 A driver reports, per engine step, the block tables it handed out (new requests with their prefix hit and
 block ids, running requests' added blocks, resumed requests' new tables), the tokens it scheduled, the tokens
 it produced, finished and preempted requests, its own prefix-cache statistics, its pool's cached-block
-count, and the KV-event batches it published. The event batches go to ``sim.peers.events.EventChecker``
+count, and the KV-event batches it published. The event batches go to ``sim.peers.judges.events.EventChecker``
 (EV-1 ... EV-7); this judge keeps what the decisions imply -- which live request names which block, and which
 content (a chain of interned (parent, tokens) keys at the engine's block size, ``Contents``)
 each block last received -- and checks the rules of ``RULES`` (seed citations there, readings in
@@ -32,7 +32,7 @@ each block last received -- and checks the rules of ``RULES`` (seed citations th
   exception the engine raised while stepping (``crashed``) is a finding naming the exception, the innermost
   engine frame, the step and the request; the run ends there with every earlier finding kept.
 
-The engine paths the driver saw taken are summed in ``paths`` (``sim.peers.path_coverage`` reports them).
+The engine paths the driver saw taken are summed in ``paths`` (``sim.peers.judges.path_coverage`` reports them).
 
 The trace's own bound (every request's longest whole-block prefix seen in an earlier prompt) is reported
 beside the hit ratio. This module knows driver step messages and events, never an engine's API.
@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "DECISIONS", "EngineJudge", "Finding", "batch_events"]

@@ -15,7 +15,7 @@ implementation for external KV events" (l.309). The rules (``RULES``; titles, so
 * EV-5 ``AllBlocksCleared`` empties everything: a later event may not name a block it dropped;
 * EV-6 live blocks never exceed the given capacity (per medium and group);
 * EV-7 where the hashing scheme is known, every hash recomputes from its parent and tokens
-  (``sim.peers.block_hash``);
+  (``sim.peers.judges.block_hash``);
 * EV-8 sequence numbers are contiguous: a batch lost and not replayed is a finding.
 
 Live blocks are keyed by medium, ``group_idx`` where events carry it (a hybrid vLLM model publishes one
@@ -52,8 +52,8 @@ from typing import Any
 import msgspec
 
 from kvsim.sim.files import label, open_source
-from kvsim.sim.peers import block_hash as bh
-from kvsim.sim.peers.block_hash import fnv1a64, fnv1a64_many
+from kvsim.sim.peers.judges import block_hash as bh
+from kvsim.sim.peers.judges.block_hash import fnv1a64, fnv1a64_many
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "CATALOGUE", "PRESETS", "Preset", "EventChecker", "EventLogError", "Finding",
