@@ -82,7 +82,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--l3-wait-plans", type=integer(1), default=None, metavar="N",
                    help="plans an unanswered L3 op may wait before the scheduler cancels it (default: never)")
     p.add_argument("--inject-fault", default=None, metavar="NAME",
-                   help="perturb the recorded plans with one named fault (sim.peers.faults), to see its rule fire")
+                   help="perturb the recorded plans with one named fault (sim.peers.tokenspeed.faults), to see its "
+                   "rule fire")
     p.add_argument("--record", type=output_path, metavar="F", help="tokenspeed: write every plan as cachetrace/1; "
                    "vllm/sglang: write the engine's KV-event batches as a subscriber log (wire form, ts = step)")
     p.add_argument("--engine-python", metavar="PYTHON",
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     if args.l3_host_blocks is not None and args.l3_host_blocks >= args.host_pages:
         raise InputError(f"kvsim peer: --l3-host-blocks: {args.l3_host_blocks} exceeds the {args.host_pages - 1} "
                          "usable Host pages")
-    from kvsim.sim.peers import faults
+    from kvsim.sim.peers.tokenspeed import faults
     if args.inject_fault is not None and args.inject_fault not in faults.NAMES:
         raise InputError(f"kvsim peer: --inject-fault: unknown fault {args.inject_fault!r} (known: "
                          f"{', '.join(sorted(faults.NAMES))})")
@@ -294,12 +295,12 @@ REPRODUCER = "sim/peers/samples/findings/config_gate.py"
 
 
 def _probe_config(args: argparse.Namespace) -> int:
-    """`kvsim peer tokenspeed --probe-config`: every probe of sim.peers.config_probe, one finding line per
+    """`kvsim peer tokenspeed --probe-config`: every probe of sim.peers.tokenspeed.config_probe, one finding line per
     disagreement (named `(config probe):N`, N the probe's place; its reproducer is REPRODUCER), exit 1 if any."""
     import json
 
-    from kvsim.sim.peers import config_probe
     from kvsim.sim.peers import tokenspeed as ts
+    from kvsim.sim.peers.tokenspeed import config_probe
 
     if not ts.available():
         raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")

@@ -534,8 +534,8 @@ def test_injected_fault_fires_its_rule_on_the_wheel(name):
     pytest.importorskip("tokenspeed_scheduler")
     from pathlib import Path
 
-    from kvsim.sim.peers import faults
     from kvsim.sim.peers import tokenspeed as T
+    from kvsim.sim.peers.tokenspeed import faults
     from kvsim.sim.peers.workload import read_mooncake
 
     reqs = read_mooncake(Path(__file__).resolve().parents[2] / "sim" / "peers" / "samples" / "tiny_workload.jsonl")

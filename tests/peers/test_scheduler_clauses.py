@@ -159,7 +159,7 @@ def _run(workload, **kw):
 @pytest.mark.parametrize("name", sorted(FAULT_RUNS))
 def test_injected_fault_fires_its_rule_on_the_wheel(name):
     pytest.importorskip("tokenspeed_scheduler")
-    from kvsim.sim.peers import faults
+    from kvsim.sim.peers.tokenspeed import faults
 
     workload, kw = FAULT_RUNS[name]
     clean, bad = _run(workload, **kw), _run(workload, **kw, fault=name)

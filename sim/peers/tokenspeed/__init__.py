@@ -30,11 +30,11 @@ from typing import Literal
 
 import numpy as np
 
-from kvsim.sim.peers import faults
 from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.peers.cachetrace.judge import folds_groups
 from kvsim.sim.peers.judges.events import EventChecker
-from kvsim.sim.peers.object_store import ObjectStore
+from kvsim.sim.peers.tokenspeed import faults
+from kvsim.sim.peers.tokenspeed.object_store import ObjectStore
 from kvsim.sim.peers.workload import VOCAB, Request
 from kvsim.sim.trace import cachetrace as ct
 
@@ -143,7 +143,7 @@ class RunConfig:
     max_retracted: int = 0           # max_retracted_requests (> 0 needs snapshot_pages > 1)
     force_retraction: int = 0        # debug_force_retraction_interval: retract a decode every N plans (0: off)
     clear_every: int = 0             # request ClearCache after every N-th answer (0: never)
-    fault: str | None = None         # inject one named fault into the recorded plans (sim.peers.faults)
+    fault: str | None = None         # inject one named fault into the recorded plans (sim.peers.tokenspeed.faults)
     block_granularity: int | None = None  # tokens per block of every group (None: prefix_granularity)
     l3: bool = False                 # L3 storage below the Host tier, answered by an in-process object store
     l3_miss_rate: float = 0.0        # each L3 get key fails with this probability (seeded by `seed`)
