@@ -198,14 +198,14 @@ class Contract:
         self.stats = {"requests": 0, "plans": 0, "prompt_tokens": 0, "hits": 0, "hit_tokens": 0, "bound_tokens": 0,
                       "extend_tokens": 0, "decode_tokens": 0, "pages_zeroed": 0, "pages_copied": 0,
                       "cache_ops": 0, "tail_hits": 0, "aborts": 0, "finished": 0, "peak_live_blocks": 0}
-        self._plan = -1
+        self.current_plan = -1
         self._batch: ct.Batch | None = None
 
     # -- findings ---------------------------------------------------------------------------------------------
-    def _find(self, rule: str, line: int, message: str, **ctx) -> None:
+    def find(self, rule: str, line: int, message: str, **ctx) -> None:
         self.counts[rule] += 1
         if len(self.findings) < self.max_findings:
-            self.findings.append(Finding(rule, line, self._plan, message, ctx))
+            self.findings.append(Finding(rule, line, self.current_plan, message, ctx))
 
     # -- records ----------------------------------------------------------------------------------------------
     def submit(self, rec: ct.Submit, line: int = 0) -> None:
@@ -236,8 +236,8 @@ class Contract:
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
         if self._declared:  # TS-PFX-3, once, on the first plan: the configuration itself (seed 002 L66)
             for g in self._declared:
-                self._find("TS-PFX-3", line, f"group {g} is declared replayable but is not a sliding-window group "
-                           "with a window: replayable is set only on a sliding History group", group=g)
+                self.find("TS-PFX-3", line, f"group {g} is declared replayable but is not a sliding-window group "
+                          "with a window: replayable is set only on a sliding History group", group=g)
             self._declared = []
         st = self.stats
         before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
@@ -279,7 +279,7 @@ class Contract:
             ex["TS-L2-12"] += 1
 
     def _plan_body(self, rec: ct.Plan, line: int) -> None:
-        self._plan = rec.plan
+        self.current_plan = rec.plan
         self.stats["plans"] += 1
         if self.pending:
             self.published.update(self.pending)
@@ -292,7 +292,7 @@ class Contract:
         if self._evict_group is not None:  # TS-ADM-4: before the fresh pages drop their content
             why = eviction.check(self, rec, self._evict_group)
             if why:
-                self._find(eviction.RULE, line, why, group=self._evict_group)
+                self.find(eviction.RULE, line, why, group=self._evict_group)
         # Host tier: write-backs, load-backs, snapshots and restores run before this plan's copies, zeroing
         # and forward (cache concepts: "an unpinned op's sources may be re-granted in the same plan, so it is
         # launched first"); a snapshot's request is retracted: its rows are released once the store read them
@@ -358,11 +358,11 @@ class Contract:
                 if not receivers:  # handed to a request outside this batch (a restore's growth): named later
                     self.handed[g].add(blk)
                 if hold.get(blk, 0) > len(receivers):
-                    self._find("PEER-2", line, f"{g} block {blk} is handed out fresh while a live table still names "
-                               "it", group=g, block=blk)
+                    self.find("PEER-2", line, f"{g} block {blk} is handed out fresh while a live table still names "
+                              "it", group=g, block=blk)
                 elif len(receivers) > 1:
-                    self._find("TS-TBL-1", line, f"fresh {g} block {blk} given to {len(receivers)} slots "
-                               f"({', '.join(f'{r}[{i}]' for r, i in receivers[:4])})", group=g, block=blk)
+                    self.find("TS-TBL-1", line, f"fresh {g} block {blk} given to {len(receivers)} slots "
+                              f"({', '.join(f'{r}[{i}]' for r, i in receivers[:4])})", group=g, block=blk)
         # prefix hits: the first extend of a request
         p = self.p
         first = {rid for rid in b.requests[:b.extends] if not self.reqs[rid].seen} if self._state else set()
@@ -382,17 +382,17 @@ class Contract:
             self.stats["hits"] += hit > 0
             if hit % p:
                 self.stats["tail_hits"] += 1
-                self._find("TS-PFX-1", line, f"{rid} hits {hit} tokens, not a multiple of {p}", request=rid, hit=hit)
+                self.find("TS-PFX-1", line, f"{rid} hits {hit} tokens, not a multiple of {p}", request=rid, hit=hit)
                 self._tail_hit(rid, r, hit, copied, line)
             if hit >= p:
                 self._hit_shares_canonical(rid, r, hit, copied, line)
             if hit >= r.prefill:
-                self._find("TS-PFX-1", line, f"{rid} hits {hit} of its {r.prefill} prompt tokens: the last token "
-                           "must be computed", request=rid, hit=hit)
+                self.find("TS-PFX-1", line, f"{rid} hits {hit} of its {r.prefill} prompt tokens: the last token "
+                          "must be computed", request=rid, hit=hit)
             for i in range(min(hit, r.prefill) // p):
                 if r.digest(i, p) not in self.published:
-                    self._find("PEER-4", line, f"{rid} hits page {i}, which no request computed in an earlier plan",
-                               request=rid, page=i, hit=hit)
+                    self.find("PEER-4", line, f"{rid} hits page {i}, which no request computed in an earlier plan",
+                              request=rid, page=i, hit=hit)
                     break
         if self._state:  # state rows: hits, checkpoints and the states this forward writes (TS-ST-*)
             self.state.forward(rec, first, line)
@@ -411,7 +411,7 @@ class Contract:
                 continue
             for oid in op.op_ids:
                 if oid in self.issued:
-                    self._find("PEER-3", line, f"cache op {oid} issued twice", op_id=oid)
+                    self.find("PEER-3", line, f"cache op {oid} issued twice", op_id=oid)
                 self.issued.add(oid)
         for a in rec.aborts:
             self.stats["aborts"] += 1
@@ -424,7 +424,7 @@ class Contract:
 
     def result(self, rec: ct.Result, line: int = 0) -> None:
         b = self._batch
-        if b is None or rec.plan != self._plan:
+        if b is None or rec.plan != self.current_plan:
             raise ValueError(f"result for plan {rec.plan} does not follow that plan")
         p = self.p
         for k, rid in enumerate(b.requests):
@@ -474,9 +474,9 @@ class Contract:
             self.l2.storage_done(sd, line)
         for oid in rec.done:
             if oid not in self.issued:
-                self._find("PEER-3", line, f"cache op {oid} acknowledged but never issued", op_id=oid)
+                self.find("PEER-3", line, f"cache op {oid} acknowledged but never issued", op_id=oid)
             elif oid in self.acked:
-                self._find("PEER-3", line, f"cache op {oid} acknowledged twice", op_id=oid)
+                self.find("PEER-3", line, f"cache op {oid} acknowledged twice", op_id=oid)
             else:
                 self.l2.acked(oid, oid in failed)
             self.acked.add(oid)
@@ -486,7 +486,7 @@ class Contract:
     def clear(self, rec: ct.Clear, line: int = 0) -> None:
         """A ClearCache request: refused while write-backs are in flight (TS-L2-8); once accepted, nothing
         computed before it may be hit again and the Host tier is empty."""
-        if rec.plan != self._plan:
+        if rec.plan != self.current_plan:
             raise ValueError(f"clear after plan {rec.plan} does not follow that plan")
         n = self.l2.exercised["TS-L2-8"]
         self.l2.clear(rec, line)
@@ -519,15 +519,15 @@ class Contract:
         """PEER-10: the scheduler raised from its own invariant check on the answers the trace shows (each of
         them legal: acknowledgements may come plans after their op, seed 002 L108); the trace ends there."""
         self.engine_failed = True
-        self._find("PEER-10", line, f"the scheduler failed {rec.call} after plan {rec.plan} with an internal error: "
-                   f"{rec.message}", call=rec.call)
+        self.find("PEER-10", line, f"the scheduler failed {rec.call} after plan {rec.plan} with an internal error: "
+                  f"{rec.message}", call=rec.call)
 
     def counters(self, found: list[tuple[str, dict]], line: int = 0) -> None:
         """PEER-9: the scheduler's own pool counters, read after a plan's answer, disagree with each other
         (``sim.peers.tokenspeed.counters`` reads and checks them)."""
         self.exercised["PEER-9"] += 1
         for message, ctx in found:
-            self._find("PEER-9", line, message, **ctx)
+            self.find("PEER-9", line, message, **ctx)
 
     def finish(self, line: int = 0) -> None:
         """End of the trace: every issued op must have been acknowledged; what the write-back policy owed is
@@ -539,8 +539,8 @@ class Contract:
         self.state.finish(line)
         missing = sorted(self.issued - self.acked)
         if missing:
-            self._find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",
-                       op_id=missing[0])
+            self.find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",
+                      op_id=missing[0])
 
     def _tail_hit(self, rid: str, r: _Req, hit: int, copied: dict, line: int) -> None:
         """A hit that ends inside a page reuses a partial page: its content must be this prompt's tokens.
@@ -565,8 +565,8 @@ class Contract:
                 theirs = sreq.token_slice(k * p, hit)
                 ok = si == slot and same_prefix and sreq.computed >= hit and list(mine) == list(theirs)
             if not ok:
-                self._find("PEER-4", line, f"{rid} hits {hit} tokens through {g} block {src}, whose last write "
-                           "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
+                self.find("PEER-4", line, f"{rid} hits {hit} tokens through {g} block {src}, whose last write "
+                          "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
 
     def _hit_shares_canonical(self, rid: str, r: _Req, hit: int, copied: dict, line: int) -> None:
         """TS-TBL-1 (seed 002 L154: "A cache entry is metadata plus an owning CacheBlockRef that publishes an
@@ -584,9 +584,9 @@ class Contract:
             for i in range(min(len(row), whole // grp.block_granularity)):
                 src = into.get(row[i])
                 if src is not None and src in content:
-                    self._find("TS-TBL-1", line, f"{rid}'s {g} slot {i} is a hit served by block {row[i]}, a fresh "
-                               f"copy of published block {src}: publication shares the canonical block",
-                               request=rid, group=g, slot=i, block=row[i], source=src)
+                    self.find("TS-TBL-1", line, f"{rid}'s {g} slot {i} is a hit served by block {row[i]}, a fresh "
+                              f"copy of published block {src}: publication shares the canonical block",
+                              request=rid, group=g, slot=i, block=row[i], source=src)
 
     # -- pieces -----------------------------------------------------------------------------------------------
     def _replayable_rows(self, rid: str, start: int, replay: int, tables: dict, private: dict[str, set[int]],
@@ -599,9 +599,9 @@ class Contract:
         want = min(self._replay_window, hit)
         if replay != want:
             self._replay_rows += 1
-            self._find("TS-PFX-3", line, f"{rid} re-feeds {replay} tokens before its {hit}-token hit; a replayable "
-                       f"group's window is {self._replay_window} tokens, so it must re-feed {want}", request=rid,
-                       hit=hit, replay=replay)
+            self.find("TS-PFX-3", line, f"{rid} re-feeds {replay} tokens before its {hit}-token hit; a replayable "
+                      f"group's window is {self._replay_window} tokens, so it must re-feed {want}", request=rid,
+                      hit=hit, replay=replay)
             return
         for g in self._replayable:
             row = tables.get(g, {}).get(rid)
@@ -611,27 +611,27 @@ class Contract:
             first = start // self.groups[g].block_granularity
             for i, blk in enumerate(row):
                 if i < first and blk > 0:
-                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, below the "
-                               f"replay window's first slot {first}: a replayable group claims no hit", request=rid,
-                               group=g, slot=i, block=blk)
+                    self.find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, below the "
+                              f"replay window's first slot {first}: a replayable group claims no hit", request=rid,
+                              group=g, slot=i, block=blk)
                     return
                 if i >= first and blk > 0 and blk not in private[g]:
-                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, which was "
-                               "not handed out fresh: a replayable group's suffix is private", request=rid, group=g,
-                               slot=i, block=blk)
+                    self.find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, which was "
+                              "not handed out fresh: a replayable group's suffix is private", request=rid, group=g,
+                              slot=i, block=blk)
                     return
                 if i >= first and blk <= 0:
-                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row has no page at slot {i}, inside the "
-                               "replay window it must regenerate", request=rid, group=g, slot=i)
+                    self.find("TS-PFX-3", line, f"{rid}'s replayable {g} row has no page at slot {i}, inside the "
+                              "replay window it must regenerate", request=rid, group=g, slot=i)
                     return
 
     def _check_ids(self, g: str, blocks, line: int, what: str) -> None:
         total = self.groups[g].total_pages
         for blk in blocks:
             if blk == 0:
-                self._find("TS-POOL-4", line, f"{what} is the null block 0 ({g})", group=g)
+                self.find("TS-POOL-4", line, f"{what} is the null block 0 ({g})", group=g)
             elif blk >= total:
-                self._find("PEER-1", line, f"{what} {blk} beyond {g}'s {total} pages", group=g, block=blk)
+                self.find("PEER-1", line, f"{what} {blk} beyond {g}'s {total} pages", group=g, block=blk)
 
     def _fresh_list(self, g: str, pages, line: int, what: str) -> list[int]:
         if g not in self.groups:
@@ -639,7 +639,7 @@ class Contract:
         self._check_ids(g, pages, line, f"page to {what}" if what == "zero" else what)
         if len(set(pages)) != len(pages):
             dup = sorted(x for x in set(pages) if pages.count(x) > 1)[0]
-            self._find("PEER-2", line, f"{g} page {dup} listed twice as {what} in one plan", group=g, block=dup)
+            self.find("PEER-2", line, f"{g} page {dup} listed twice as {what} in one plan", group=g, block=dup)
         content = self.content[g]
         for blk in pages:
             content.pop(blk, None)
@@ -654,7 +654,7 @@ class Contract:
             why = self.headroom.admit(rid, len(row) * grp.block_granularity, len(r.tokens) + len(r.generated),
                                       len(r.generated))
             if why:
-                self._find("TS-ADM-2", line, why, request=rid, group=g)
+                self.find("TS-ADM-2", line, why, request=rid, group=g)
         old = r.rows.get(g, [])
         hold, content = self.holders[g], self.content[g]
         bg, p, total = grp.block_granularity, self.p, grp.total_pages
@@ -668,8 +668,8 @@ class Contract:
             if blk < 0 and full and ((i < named and not (prev < 0 and i < was)) or prev > 0):
                 why = f"after naming block {prev} (a live full-attention row never loses a slot)" if prev > 0 \
                     else "before a named slot (only trailing padding may be -1)"
-                self._find("TS-POOL-4", line, f"{rid}'s {g} table holds -1 at slot {i} {why}", request=rid,
-                           group=g, slot=i)
+                self.find("TS-POOL-4", line, f"{rid}'s {g} table holds -1 at slot {i} {why}", request=rid,
+                          group=g, slot=i)
             if blk == prev:
                 continue
             if prev > 0:
@@ -678,12 +678,12 @@ class Contract:
                 continue
             if blk == 0:
                 if full:
-                    self._find("TS-POOL-4", line, f"{rid}'s {g} table names the null block 0 at slot {i}",
-                               request=rid, group=g, slot=i)
+                    self.find("TS-POOL-4", line, f"{rid}'s {g} table names the null block 0 at slot {i}",
+                              request=rid, group=g, slot=i)
                 continue
             if blk >= total:
-                self._find("PEER-1", line, f"{rid}'s {g} table names block {blk} beyond {total} pages",
-                           request=rid, group=g, block=blk)
+                self.find("PEER-1", line, f"{rid}'s {g} table names block {blk} beyond {total} pages",
+                          request=rid, group=g, block=blk)
             hold[blk] = hold.get(blk, 0) + 1
             if blk in fresh:
                 self.handed[g].discard(blk)
@@ -698,15 +698,15 @@ class Contract:
             if want is None or have is None or have[0] != want or have[1] != (i % (p // bg) if bg < p else 0):
                 why = ("holds no published content" if have is None else
                        "holds another prefix" if want is None or have[0] != want else "holds another page offset")
-                self._find("TS-TBL-1", line, f"{rid}'s {g} slot {i} names block {blk}, which was not handed out "
-                           f"fresh and {why}", request=rid, group=g, slot=i, block=blk)
+                self.find("TS-TBL-1", line, f"{rid}'s {g} slot {i} names block {blk}, which was not handed out "
+                          f"fresh and {why}", request=rid, group=g, slot=i, block=blk)
         for i in range(len(row), len(old)):
             prev = old[i]
             if prev > 0:
                 _release_holder(hold, prev)
                 if full:
-                    self._find("TS-POOL-4", line, f"{rid}'s {g} table drops slot {i} (block {prev}): a live "
-                               "full-attention row never loses a slot", request=rid, group=g, slot=i)
+                    self.find("TS-POOL-4", line, f"{rid}'s {g} table drops slot {i} (block {prev}): a live "
+                              "full-attention row never loses a slot", request=rid, group=g, slot=i)
         r.rows[g] = list(row)
 
     def _writes(self, rid: str, r: _Req, a: int, b: int, floor: int, line: int) -> None:
@@ -724,11 +724,11 @@ class Contract:
                     continue
                 self.l2.forward_write(g, blk, rid, i, line)
                 if hold.get(blk, 0) > 1:
-                    self._find("TS-TBL-1", line, f"{rid} writes {g} slot {i} into block {blk}, which another live "
-                               "table names", request=rid, group=g, slot=i, block=blk)
+                    self.find("TS-TBL-1", line, f"{rid} writes {g} slot {i} into block {blk}, which another live "
+                              "table names", request=rid, group=g, slot=i, block=blk)
                 elif blk in content:  # also at a first extend (nothing computed yet): the write floor is the hit
-                    self._find("TS-TBL-1", line, f"{rid} rewrites {g} slot {i} in block {blk}, which holds "
-                               "published content", request=rid, group=g, slot=i, block=blk)
+                    self.find("TS-TBL-1", line, f"{rid} rewrites {g} slot {i} in block {blk}, which holds "
+                              "published content", request=rid, group=g, slot=i, block=blk)
 
     def _retract(self, rid: str) -> None:
         """A retracted request keeps its tokens and progress but no rows: its pages go back to the pool."""

@@ -1,10 +1,10 @@
 """The Host (L2) tier of the observable contract: write-backs, load-backs, snapshots, restores, ClearCache.
 
-``sim.peers.cachetrace.contract.Contract`` owns one ``HostTier``; it hands over each plan's cache ops before the plan's
-copies and zeroing run (the order the cache concepts give: "an unpinned op's sources may be re-granted in
-the same plan, so it is launched first"), each answer's acknowledgements, and each ClearCache record.
-The tier keeps, per group ("Indices are pool-scoped: one index serves both the Device and Host tiers of its
-group"), what every Host page holds (the prefix key and last writer copied from its Device source) and
+``contract.Contract`` owns one ``HostTier`` (which reads it through ``view.HostTierView``); it hands over each
+plan's cache ops before the plan's copies and zeroing run (the order the cache concepts give: "an unpinned op's
+sources may be re-granted in the same plan, so it is launched first"), each answer's acknowledgements, and each
+ClearCache record. The tier keeps, per group ("Indices are pool-scoped: one index serves both the Device and Host
+tiers of its group"), what every Host page holds (the prefix key and last writer copied from its Device source) and
 whether its write-back was acknowledged, plus every op in flight and what it pins. It checks the TS-L2-*
 rules (catalogue: ``spec/rules/cache_l2.py``, where each cites its seed clause):
 
@@ -43,13 +43,11 @@ completion (TS-L2-1), a put reads an acknowledged Host page (TS-L2-5) under the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvsim.kvmodel.cache.prefix_hash import page_digest
+from kvsim.sim.peers.cachetrace.view import HostTierView
 from kvsim.sim.trace import cachetrace as ct
-
-if TYPE_CHECKING:
-    from kvsim.sim.peers.cachetrace.contract import Contract
 
 __all__ = ["RULES", "HostTier"]
 
@@ -117,7 +115,7 @@ class StorageOp:
 
 
 class HostTier:
-    def __init__(self, contract: Contract):
+    def __init__(self, contract: HostTierView):
         self.c = contract
         cfg = contract.config
         self.gids = [g.id for g in cfg.groups]
@@ -151,7 +149,7 @@ class HostTier:
 
     # -- helpers ----------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
-        self.c._find(rule, line, message, **ctx)
+        self.c.find(rule, line, message, **ctx)
 
     def _pairs(self, op: ct.CacheOp, line: int) -> list[tuple[str | None, int, int, str, int]]:
         """(group id or None when out of range, src, dst, key, offset) per pair; malformed lists are input
@@ -287,7 +285,7 @@ class HostTier:
                        "prefetch, under a key (publishing what was never copied)", op_id=oid, group=g, block=src)
         if key and self.failed_keys:
             self.failed_keys.discard((g, key, off))  # the page was computed again and is stored afresh
-        if key and not c.groups[g].replayable and g not in c._state:  # a replayable page holds no key at all
+        if key and not c.groups[g].replayable and g not in c.state.ids:  # a replayable page holds no key at all
             # (TS-L2-7 says so); a state block's key and provenance are TS-ST-1's
             self.exercised["TS-L2-6"] += 1
             want = (have[0].hex(), have[1]) if have is not None else None
@@ -432,7 +430,7 @@ class HostTier:
         elif op.slot is not None and self.max_slot and not 0 < op.slot <= self.max_slot:
             self._find("TS-L2-3", line, f"snapshot {oid} uses slot {op.slot} outside [1, {self.max_slot}]",
                        op_id=oid)
-        if op.request in c.reqs:
+        if op.request is not None and op.request in c.reqs:
             self.retracted.append(op.request)
 
     # -- the L3 tier ------------------------------------------------------------------------------------------
@@ -474,7 +472,7 @@ class HostTier:
                 self._find("TS-L2-3", line, f"{op.kind} {oid} names cache group {gi}, beyond the "
                            f"{len(self.gids)} groups", op_id=oid)
             keys.append((g, key, off))
-        sop = StorageOp(op.kind, self.c._plan, keys, list(op.host_blocks) if paged else [])
+        sop = StorageOp(op.kind, self.c.current_plan, keys, list(op.host_blocks) if paged else [])
         self.storage[oid] = sop
         if op.kind == STORAGE_QUERY:
             self.stats["storage_queries"] += 1
@@ -668,7 +666,7 @@ class HostTier:
         fl = self.inflight.pop(oid, None)
         if fl is None:
             return
-        if fl.plan != self.c._plan:
+        if fl.plan != self.c.current_plan:
             self.stats["acks_held"] += 1
         for pin in fl.device_pins:
             if self.device_pins.get(pin) == oid:
