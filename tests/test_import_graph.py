@@ -99,7 +99,7 @@ def test_no_peer_module_imports_its_owner():
     assert {"kvsim.sim.peers.cachetrace.host_tier", "kvsim.sim.peers.cachetrace.state_group"} <= set(parts)
     assert not [m for m in parts if g.has_edge(m, owner)]
     assert all(g.has_edge(m, "kvsim.sim.peers.cachetrace.view") for m in parts if m.rpartition(".")[2] in
-               ("host_tier", "state_group", "store_policy", "capacity", "l3_reads", "eviction"))
+               ("host_tier", "state_group", "store_policy", "capacity", "l3_reads", "eviction", "hits"))
 
 
 def test_layers_point_one_way():

@@ -12,141 +12,41 @@ table names which block, and which prefix key each block's content carries -- an
 * TS-POOL-4 ("a replicated group translates to itself minus the null block"): block 0 is never handed out,
   zeroed or copied; in a full-attention group a table never names it, holds -1 only as trailing padding and,
   while its request is live, never loses a slot it named (L165 "full attention never expires").
-* TS-PFX-1 (prefix_granularity "defines the identity boundary of cached prefixes: two requests share cache
-  only at multiples of this many tokens"): prefix hits are multiples of P and never reach the prompt's last
-  token.
-* TS-PFX-3 (cache concepts L179: a replayable group "never claims a hit, so its table is empty at first
-  admission and the scheduler materializes it as a sparse private suffix from the replay window's first
-  token"; L185: replayable groups "skip publication on both tiers"; L66: the re-fed window "is the retention
-  window itself"): at a request's first extend it re-feeds min(W, hit) tokens, and a replayable group's row
-  holds null holes below the slot of the replay window's first token and fresh pages from there; its pages
-  are never published, so no later table may name one as cached content.
+* TS-PFX-1, TS-PFX-3, PEER-4 on a request's first extend (``hits.PrefixHits``): prefix hits are multiples of P
+  short of the prompt's last token, a replayable group re-feeds its window and claims no hit, and every page a
+  hit names was computed by some request in an earlier plan.
 * PEER-1 capacity: every block id lies in [1, total_pages) of its group.
 * PEER-2 fresh pages ("a load targets freshly acquired pages"): a page to zero or copy into is named by no
   live table other than the one receiving it in that plan, and appears once per plan.
 * PEER-3 acknowledgement ("neither side dedups or invents an acknowledgement"): every cache op id is issued
   once and acknowledged exactly once, and only after it was issued.
-* PEER-4 hits bounded by the trace: every hit page's prefix key was computed by some request in an earlier
-  plan (the data plane orders a hitter's forward after the writer).
 * PEER-10 the scheduler completes every call without an internal error (an ``error`` record: its own
   invariant check refused answers the trace shows to be legal -- acknowledgements may come plans late).
 
-With a Host tier (``sim.peers.cachetrace.host_tier``, rules TS-L2-*), a write-back copies a Device page's content (its
+With a Host tier (``host_tier``, rules TS-L2-*), a write-back copies a Device page's content (its
 key and last writer) to a Host page of the same group at plan time, and a load-back or restore hands out a
 fresh Device page holding that Host page's content; a table that names it is judged by that content. A
 snapshot retracts its request: its rows are released (the stream-ordered snapshot store has read them) and
 its next row, after the restore, is judged afresh -- and, as its readmission, by TS-ADM-2
-(``sim.peers.cachetrace.retraction``): it must secure more headroom than its previous admission did. A page handed
+(``retraction``): it must secure more headroom than its previous admission did. A page handed
 out fresh to a request outside the batch (a restore's growth page) counts as fresh when a table first names
 it, in a later plan -- a weaker check than the same-plan one, since the judge cannot tell which request it
 was meant for.
 
 Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
-the tokens its results produced). This module knows cachetrace/1 records, never a scheduler's API.
+the tokens its results produced; ``request_state``); the rule table is ``rules``. This module knows cachetrace/1
+records, never a scheduler's API.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
 from kvsim.sim.peers.cachetrace import capacity, eviction, host_tier, l3_reads, retraction, state_group, store_policy
+from kvsim.sim.peers.cachetrace.hits import PrefixHits
+from kvsim.sim.peers.cachetrace.request_state import RequestState
+from kvsim.sim.peers.cachetrace.rules import RULES, Finding
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
-
-RULES: dict[str, tuple[str, str]] = {
-    "TS-TBL-1": ("no two live tables alias a block except through the same cache key; no live table names "
-                 "a freed block", "may replace one with the key's existing canonical block"),
-    "TS-POOL-4": ("null block 0 never handed out, zeroed or named by a full-attention table; a full-attention "
-                  "row holds -1 only as trailing padding and never loses a slot",
-                  "a replicated group translates to itself minus the null block"),
-    "TS-PFX-1": ("prefix hits only at multiples of prefix_granularity, short of the prompt's last token",
-                 "two requests share cache only at multiples of this many tokens"),
-    "TS-PFX-3": ("a replayable group claims no hit: it re-feeds its whole window, null holes below it, fresh "
-                 "private pages from it",
-                 "never claims a hit, so its table is empty at first admission and the scheduler materializes it "
-                 "as a sparse private suffix from the replay window's first token"),
-    "PEER-1": ("every block id lies within its group's pages (capacity never exceeded)",
-               "its capacity belongs to the global empty-parent FIFO rather than any group"),
-    "PEER-2": ("pages to zero and copy destinations are fresh: no other live table names them",
-               "a load targets freshly acquired pages"),
-    "PEER-3": ("every cache op is issued once and acknowledged exactly once",
-               "neither side dedups or invents an acknowledgement"),
-    "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
-               "the FIFO data plane orders any hitter's forward after the writer"),
-    "PEER-9": ("the scheduler's own pool counters agree with each other (active + available parents = the usable "
-               "pool; empty <= available; no snapshot block held with no request retracted)",
-               "its capacity belongs to the global empty-parent FIFO rather than any group"),
-    "PEER-10": ("the scheduler completes every call on a legal sequence of answers, without an internal error",
-                "A pinned op's sources stay cached and unevictable until the ACK, so its copy overlaps whatever "
-                "the round does next"),
-    **host_tier.RULES,
-    **retraction.RULES,
-    **store_policy.RULES,
-    eviction.RULE: (eviction.TITLE, 'seed 002 L199: "first check whether existing local holes plus empty '
-                       'parents fit with zero eviction; otherwise select eviction candidates until the plan fits"'),
-    **state_group.RULES,
-    **capacity.RULES,
-    **l3_reads.RULES,
-}
-
-
-@dataclass
-class Finding:
-    rule: str
-    line: int
-    plan: int
-    message: str
-    context: dict = field(default_factory=dict)
-
-    def as_dict(self, trace: str) -> dict:
-        return {"rule": self.rule, "trace": trace, "event": self.plan, "line": self.line, "op": "plan",
-                "message": self.message, "context": self.context}
-
-
-class _Req:
-    __slots__ = ("rid", "tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill", "framed",
-                 "image")
-
-    def __init__(self, rid: str, tokens) -> None:
-        self.rid = rid
-        self.tokens = tokens
-        self.generated: list[int] = []
-        self.digests: list[bytes] = []
-        self.computed = 0
-        self.rows: dict[str, list[int]] = {}
-        self.seen = False
-        self.hit = 0
-        self.prefill = len(tokens)
-        self.framed: bytes | None = None
-        self.image: dict[str, set[int]] = {}  # a retracted request's pages: its rows then, and what restores gave it
-
-    def token_slice(self, a: int, b: int):
-        n = len(self.tokens)
-        if b <= n:
-            return self.tokens[a:b]
-        head = list(self.tokens[a:n]) if a < n else []
-        return head + self.generated[max(a - n, 0):b - n]
-
-    def digest(self, page: int, p: int) -> bytes | None:
-        """The prefix key of page ``page`` (None while its tokens are not all known)."""
-        d = self.digests
-        if len(d) > page:
-            return d[page]
-        whole = len(self.tokens) // p
-        if page < whole:  # prompt pages: frame the prompt once, hash every whole page in one pass
-            if self.framed is None:
-                self.framed = token_bytes(self.tokens)
-            start = len(d)
-            d.extend(chain_digests(d[-1] if d else b"", memoryview(self.framed)[start * 4 * p:], p, whole - start))
-            return d[page]
-        while len(d) <= page:
-            i = len(d)
-            if (i + 1) * p > len(self.tokens) + len(self.generated):
-                return None
-            d.append(page_digest(d[-1] if d else b"", self.token_slice(i * p, (i + 1) * p)))
-        return d[page]
 
 
 class Contract:
@@ -156,12 +56,8 @@ class Contract:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
-        self._replayable = [g.id for g in config.groups if g.replayable]
-        self._replay_window = max((g.sliding_window_tokens or 0 for g in config.groups if g.replayable), default=0)
-        self._declared = [g.id for g in config.groups if g.replayable and (g.attn_kind != "sliding" or
-                                                                           not g.sliding_window_tokens)]
-        self._replay_rows = 0  # replayable rows judged at a first extend (TS-PFX-3's premise)
-        self.reqs: dict[str, _Req] = {}
+        self.prefix = PrefixHits(self)  # TS-PFX-1/3, PEER-4: what a request's first extend may hit
+        self.reqs: dict[str, RequestState] = {}
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
         self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> last (request, slot)
@@ -187,7 +83,6 @@ class Contract:
         self.pending: list[bytes] = []
         self.issued: set[int] = set()
         self.acked: set[int] = set()
-        self.seen_keys: set[bytes] = set()   # every prompt page key submitted so far (the trace's bound)
         self.hits: dict[str, int] = {}     # request -> prefix hit of its first extend
         self.findings: list[Finding] = []
         self.max_findings = max_findings
@@ -214,34 +109,18 @@ class Contract:
             return
         if rec.request in self.reqs:
             raise ValueError(f"request {rec.request!r} submitted while still live")
-        r = _Req(rec.request, rec.tokens)
+        r = RequestState(rec.request, rec.tokens)
         self.reqs[rec.request] = r
         self.headroom.submit(rec.request, rec.max_new_tokens)
         self.stats["requests"] += 1
         self.stats["prompt_tokens"] += len(rec.tokens)
-        pages = hashed_pages(len(rec.tokens), self.p)
-        bound, chain = 0, True
-        for i in range(pages):
-            d = r.digest(i, self.p)
-            if chain and d in self.seen_keys:
-                bound += 1
-            else:
-                chain = False
-        for i in range(hashed_pages(len(rec.tokens) + 1, self.p)):
-            key = r.digest(i, self.p)
-            if key is not None:  # hashed pages lie within the prompt: every key is known
-                self.seen_keys.add(key)
-        self.stats["bound_tokens"] += bound * self.p
+        self.stats["bound_tokens"] += self.prefix.trace_bound(r, len(rec.tokens))
 
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
-        if self._declared:  # TS-PFX-3, once, on the first plan: the configuration itself (seed 002 L66)
-            for g in self._declared:
-                self.find("TS-PFX-3", line, f"group {g} is declared replayable but is not a sliding-window group "
-                          "with a window: replayable is set only on a sliding History group", group=g)
-            self._declared = []
+        self.prefix.configuration(line)  # TS-PFX-3, once, on the first plan: the configuration itself
         st = self.stats
         before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
-                  self.headroom.stats["readmissions"], self._replay_rows, self.stores.judged)
+                  self.headroom.stats["readmissions"], self.prefix.replay_rows, self.stores.judged)
         l2_before = dict(self.l2.exercised)
         st_before = dict(self.state.exercised)
         l3_before = dict(self.l3.exercised)
@@ -273,7 +152,7 @@ class Contract:
             ex["PEER-3"] += 1
         if self.headroom.stats["readmissions"] > before[3]:
             ex["TS-ADM-2"] += 1
-        if self._replay_rows > before[4]:
+        if self.prefix.replay_rows > before[4]:
             ex["TS-PFX-3"] += 1
         if self.stores.judged > before[5]:
             ex["TS-L2-12"] += 1
@@ -341,7 +220,7 @@ class Contract:
         if self._state:
             self.state.regranted(rec)
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
-        private = {g: fresh.get(g, set()) | self.handed[g] for g in self._replayable}  # fresh for TS-PFX-3
+        private = {g: fresh.get(g, set()) | self.handed[g] for g in self.prefix.replayable}  # fresh for TS-PFX-3
         for g, rows in rec.tables.items():
             if g not in self.groups:
                 raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
@@ -372,8 +251,8 @@ class Contract:
             if r.seen:
                 continue
             r.seen = True
-            if self._replayable:
-                self._replayable_rows(rid, b.prefix_lengths[k], _replay(b, k), rec.tables, private, line)
+            if self.prefix.replayable:
+                self.prefix.replayable_rows(rid, b.prefix_lengths[k], _replay(b, k), rec.tables, private, line)
             hit = b.prefix_lengths[k] + _replay(b, k)  # the input re-feeds the replay window before the hit
             r.hit = hit
             self.hits[rid] = hit
@@ -382,18 +261,7 @@ class Contract:
             self.stats["hits"] += hit > 0
             if hit % p:
                 self.stats["tail_hits"] += 1
-                self.find("TS-PFX-1", line, f"{rid} hits {hit} tokens, not a multiple of {p}", request=rid, hit=hit)
-                self._tail_hit(rid, r, hit, copied, line)
-            if hit >= p:
-                self._hit_shares_canonical(rid, r, hit, copied, line)
-            if hit >= r.prefill:
-                self.find("TS-PFX-1", line, f"{rid} hits {hit} of its {r.prefill} prompt tokens: the last token "
-                          "must be computed", request=rid, hit=hit)
-            for i in range(min(hit, r.prefill) // p):
-                if r.digest(i, p) not in self.published:
-                    self.find("PEER-4", line, f"{rid} hits page {i}, which no request computed in an earlier plan",
-                              request=rid, page=i, hit=hit)
-                    break
+            self.prefix.first_extend(rid, r, hit, copied, line)
         if self._state:  # state rows: hits, checkpoints and the states this forward writes (TS-ST-*)
             self.state.forward(rec, first, line)
         # writes of this plan's forward
@@ -542,89 +410,7 @@ class Contract:
             self.find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",
                       op_id=missing[0])
 
-    def _tail_hit(self, rid: str, r: _Req, hit: int, copied: dict, line: int) -> None:
-        """A hit that ends inside a page reuses a partial page: its content must be this prompt's tokens.
-
-        The reused page reaches the request either as a copy destination (its source's last writer is
-        compared) or directly (then its own last writer is)."""
-        p = self.p
-        k = hit // p
-        for g, row in r.rows.items():
-            bg = self.groups[g].block_granularity
-            slot = (k * p) // bg + (hit - k * p) // bg
-            if bg < p or slot >= len(row) or self.groups[g].replayable:  # replayed rows are regenerated
-                continue
-            blk = row[slot]
-            src = copied.get(g, {}).get(blk, blk)
-            w = self.writer[g].get(src)
-            ok = False
-            if w is not None:
-                sreq, si = w
-                same_prefix = k == 0 or sreq.digest(k - 1, p) == r.digest(k - 1, p)
-                mine = r.token_slice(k * p, hit)
-                theirs = sreq.token_slice(k * p, hit)
-                ok = si == slot and same_prefix and sreq.computed >= hit and list(mine) == list(theirs)
-            if not ok:
-                self.find("PEER-4", line, f"{rid} hits {hit} tokens through {g} block {src}, whose last write "
-                          "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
-
-    def _hit_shares_canonical(self, rid: str, r: _Req, hit: int, copied: dict, line: int) -> None:
-        """TS-TBL-1 (seed 002 L154: "A cache entry is metadata plus an owning CacheBlockRef that publishes an
-        existing block for reuse; registration neither allocates nor copies physical storage"): a hit's whole
-        prefix pages are served by the published canonical block itself, never by a fresh copy of it. A copy
-        destination whose source holds published content, named at a slot below the hit's last whole page, is
-        that fresh copy (a tail hit's partial-page copy lies above it and is TS-PFX-1's)."""
-        whole = hit // self.p * self.p
-        for g, row in r.rows.items():
-            grp = self.groups[g]
-            into = copied.get(g)
-            if grp.replayable or not into:
-                continue
-            content = self.content[g]
-            for i in range(min(len(row), whole // grp.block_granularity)):
-                src = into.get(row[i])
-                if src is not None and src in content:
-                    self.find("TS-TBL-1", line, f"{rid}'s {g} slot {i} is a hit served by block {row[i]}, a fresh "
-                              f"copy of published block {src}: publication shares the canonical block",
-                              request=rid, group=g, slot=i, block=row[i], source=src)
-
     # -- pieces -----------------------------------------------------------------------------------------------
-    def _replayable_rows(self, rid: str, start: int, replay: int, tables: dict, private: dict[str, set[int]],
-                         line: int) -> None:
-        """TS-PFX-3: at its first extend a request re-feeds exactly ``min(W, hit)`` tokens (W the largest
-        replayable window: "the window the scheduler re-feeds is the retention window itself", L66), and its
-        replayable rows are null holes below the slot of the replay window's first token (``start``, where the
-        input begins) and fresh pages from it."""
-        hit = start + replay
-        want = min(self._replay_window, hit)
-        if replay != want:
-            self._replay_rows += 1
-            self.find("TS-PFX-3", line, f"{rid} re-feeds {replay} tokens before its {hit}-token hit; a replayable "
-                      f"group's window is {self._replay_window} tokens, so it must re-feed {want}", request=rid,
-                      hit=hit, replay=replay)
-            return
-        for g in self._replayable:
-            row = tables.get(g, {}).get(rid)
-            if row is None:
-                continue
-            self._replay_rows += 1
-            first = start // self.groups[g].block_granularity
-            for i, blk in enumerate(row):
-                if i < first and blk > 0:
-                    self.find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, below the "
-                              f"replay window's first slot {first}: a replayable group claims no hit", request=rid,
-                              group=g, slot=i, block=blk)
-                    return
-                if i >= first and blk > 0 and blk not in private[g]:
-                    self.find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, which was "
-                              "not handed out fresh: a replayable group's suffix is private", request=rid, group=g,
-                              slot=i, block=blk)
-                    return
-                if i >= first and blk <= 0:
-                    self.find("TS-PFX-3", line, f"{rid}'s replayable {g} row has no page at slot {i}, inside the "
-                              "replay window it must regenerate", request=rid, group=g, slot=i)
-                    return
-
     def _check_ids(self, g: str, blocks, line: int, what: str) -> None:
         total = self.groups[g].total_pages
         for blk in blocks:
@@ -709,7 +495,7 @@ class Contract:
                               "full-attention row never loses a slot", request=rid, group=g, slot=i)
         r.rows[g] = list(row)
 
-    def _writes(self, rid: str, r: _Req, a: int, b: int, floor: int, line: int) -> None:
+    def _writes(self, rid: str, r: RequestState, a: int, b: int, floor: int, line: int) -> None:
         """The forward writes tokens [a, b) of a request: a replayable group from a (the replay window's
         first token), every shared group only from the write floor (cache concepts: "A write floor for the
         shared groups (... prefix + replay per request)": the shared rows stay what the first computation

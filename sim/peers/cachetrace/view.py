@@ -11,13 +11,13 @@ here, so one owner keeps each fact.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any, Protocol
 
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RequestView", "Findings", "Tables", "Contents", "StateRows", "HostRoom", "HeldPages", "L3Op", "HostHolds",
-           "HostTierView", "StateGroupView", "StorePolicyView", "CapacityView", "EvictionView"]
+           "HostTierView", "StateGroupView", "StorePolicyView", "CapacityView", "EvictionView", "PrefixHitsView"]
 
 
 class RequestView(Protocol):
@@ -167,3 +167,11 @@ class CapacityView(Findings, Tables, Protocol):
 
 class EvictionView(Findings, Tables, Contents, Protocol):
     """What ``eviction.check`` reads: the live tables and what each block holds."""
+
+
+class PrefixHitsView(Findings, Tables, Contents, Protocol):
+    """What ``hits.PrefixHits`` reads: the tables and contents a hit names, and the prefix keys earlier plans
+    published."""
+
+    @property
+    def published(self) -> Set[bytes]: ...
