@@ -102,6 +102,14 @@ def test_no_peer_module_imports_its_owner():
                ("host_tier", "state_group", "store_policy", "capacity", "l3_reads", "eviction", "hits"))
 
 
+def test_no_peer_module_over_600_lines():
+    """sim/peers keeps rooms a reader takes in whole: no module (drivers and sample generators included) over 600
+    lines -- a module that grows past it is split by concern."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "sim" / "peers").rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert not long, long
+
+
 def test_layers_point_one_way():
     """The model knows nothing of spec, sim or gpu; gpu nothing of the model, spec or sim; spec nothing of sim."""
     g, _ = _graph()
