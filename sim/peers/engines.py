@@ -15,7 +15,9 @@ checked by ``sim.peers.ENGINE.counters`` as PEER-9). Every step goes straight to
 ``record`` the batches are also written as the subscriber log vLLM/SGLang would produce (wire form, ``ts`` = step).
 
 Three clocks are kept apart, as for TokenSpeed: seconds inside engine calls (the driver's own measure), the
-judge's seconds, and everything else (pipes, JSON, the engine's import) as observation.
+judge's seconds, and everything else (pipes, JSON, the engine's import) as observation. It sits at the top of
+``sim.peers``: one runner for every block-table engine, which finds each engine's room (driver, paths, counters,
+policy) by name.
 """
 
 from __future__ import annotations

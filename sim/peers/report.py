@@ -7,7 +7,8 @@ cause (``id``, ``class``, ``consequences``) and ``consequences`` its later orpha
 in ``stats.hazards`` / ``stats.consequences`` beside ``stats.findings``; the verdict fails on violations only.
 Deterministic unless the caller adds a ``timing`` section (wall-clock figures of a live run, kept apart under
 ``stats.timing``).
-This module knows the judges' findings and summaries, not how they were produced.
+This module knows the judges' findings and summaries, not how they were produced. It sits at the top of
+``sim.peers``: it reads the judges of both rooms (``cachetrace``, ``judges``) for every engine, and belongs to none.
 """
 
 from __future__ import annotations
