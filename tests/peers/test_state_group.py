@@ -200,6 +200,36 @@ def test_newest_checkpoint_never_stored_fires_at_a_drained_end():
     assert found(c) == [("TS-ST-5", 999)]
 
 
+def gauged(active_at_checkpoint: int):
+    """prefill_a with the page gauge on its plans: after plan 0 the rows name 4 blocks, after plan 1 (the checkpoint
+    at 8) 6 -- full 1, 2, 5 and state 4, 6, 7 -- and after plan 2 5."""
+    steps = prefill_a()
+    for (rec, _line), active in zip([steps[2], steps[4], steps[6]], [4, active_at_checkpoint, 5], strict=True):
+        rec.gauge = [19 - 8, active]
+    return steps
+
+
+@pytest.mark.rule("TS-POOL-5", "keeps")
+def test_the_gauge_counts_a_state_rows_blocks_and_its_internal_checkpoint_active():
+    """A state group's rows are live tables: the checkpoint a plan materializes is a slot of its request's table
+    (seed L74), so the gauge's active count includes it."""
+    c = run(gauged(6))
+    assert [f for f in c.findings if f.rule == "TS-POOL-5"] == [] and c.capacity.stats["gauge_compared"] == 3
+
+
+@pytest.mark.rule("TS-POOL-5", "fires")
+def test_a_gauge_leaving_the_internal_checkpoint_out_fires_once_per_cause():
+    """The wheel's gauge counts the checkpoint as cache-only residency: TS-POOL-5 names the cause; a later plan
+    short by its own checkpoints is that root's consequence, not a second finding."""
+    c = run(gauged(5))
+    (f,) = [f for f in c.findings if f.rule == "TS-POOL-5"]
+    assert f.line == 6 and "internal state checkpoint(s) this plan materializes are counted as cache-only" in f.message
+    assert f.id == 1 and f.context["cause"] == "internal state checkpoints outside the active count"
+    c = run(gauged(4))  # short by two blocks, one plan with one checkpoint: no known cause
+    (f,) = [f for f in c.findings if f.rule == "TS-POOL-5"]
+    assert "cache-only" not in f.message and "cause" not in f.context
+
+
 def test_block_granularity_zero_is_only_a_state_groups():
     with pytest.raises(ValueError, match="block_granularity 0"):
         Contract(ct.Config(scheduler="t", prefix_granularity=4, num_device_pages=20,
@@ -268,7 +298,7 @@ def test_state_group_run_on_the_wheel_reports_its_findings(tmp_path):
     out = tmp_path / "chunked.json"
     assert main([*argv, "--max-scheduled-tokens", "256", "--json", str(out)]) == 1
     rep = json.loads(out.read_text())
-    by = {v["rule"] for v in rep["violations"]}
+    by = {rid for rid, r in rep["rules"].items() if r["violated"] or r.get("consequences")}  # roots or not
     assert {"TS-ST-1", "TS-ST-2", "TS-ST-3"} <= by and "TS-ST-4" not in by and "TS-ST-5" not in by
     msg = next(v["message"] for v in rep["violations"] if v["rule"] == "TS-ST-3")
     assert "m1's extend [512, 640)" in msg and "at 576" in msg
@@ -297,15 +327,23 @@ def test_state_endpoint_before_a_short_tail_is_a_rule_finding_on_the_wheel():
 
 def test_state_checkpoints_reproducer_replays_to_its_findings(capsys):
     """sim/peers/samples/findings/state_checkpoints.cachetrace.jsonl (recorded on the wheel, command in the samples
-    README): `kvsim replay` reports the State-group findings at the lines the README names."""
+    README): `kvsim replay` reports the State-group findings at the lines the README names, one cause one finding --
+    the partial tail's root (TS-ST-2 at 16) with TS-ST-1 at 22 and 25 and TS-ST-2 at 28 its consequences, the gauge's
+    (TS-POOL-5 at 7) with the one at 19."""
     import re
 
     from kvsim.sim.cli import main
+    from kvsim.sim.peers.cachetrace.judge import judge_cachetrace
 
-    assert main(["replay", str(SAMPLES / "findings" / "state_checkpoints.cachetrace.jsonl")]) == 1
-    got = sorted({(m[2], int(m[1])) for m in re.finditer(r":(\d+): (TS-ST-\d) ", capsys.readouterr().out)})
-    assert got == [("TS-ST-1", 22), ("TS-ST-1", 25), ("TS-ST-2", 16), ("TS-ST-2", 28), ("TS-ST-3", 7),
-                   ("TS-ST-4", 22)]
+    path = SAMPLES / "findings" / "state_checkpoints.cachetrace.jsonl"
+    assert main(["replay", str(path)]) == 1
+    out = capsys.readouterr().out
+    got = sorted({(m[2], int(m[1])) for m in re.finditer(r":(\d+): (TS-[A-Z]+-\d) ", out)})
+    assert got == [("TS-POOL-5", 7), ("TS-ST-2", 16), ("TS-ST-3", 7), ("TS-ST-4", 22)]
+    assert "4 findings (5 consequences suppressed)" in out
+    c = judge_cachetrace(path).contract
+    after = sorted({(f.rule, f.line, f.of) for f in c.findings if f.of is not None})
+    assert after == [("TS-POOL-5", 19, 2), ("TS-ST-1", 22, 3), ("TS-ST-1", 25, 3), ("TS-ST-2", 28, 3)]
 
 
 def test_every_state_rule_is_tested_both_ways():

@@ -41,6 +41,7 @@ records, never a scheduler's API.
 from __future__ import annotations
 
 from kvsim.sim.peers.cachetrace import capacity, eviction, host_tier, l3_reads, retraction, state_group, store_policy
+from kvsim.sim.peers.cachetrace.causes import Causes
 from kvsim.sim.peers.cachetrace.hits import PrefixHits
 from kvsim.sim.peers.cachetrace.request_state import RequestState
 from kvsim.sim.peers.cachetrace.rules import RULES, Finding
@@ -84,8 +85,9 @@ class Contract:
         self.issued: set[int] = set()
         self.acked: set[int] = set()
         self.hits: dict[str, int] = {}     # request -> prefix hit of its first extend
-        self.findings: list[Finding] = []
+        self.findings: list[Finding] = []  # roots and consequences alike, each marked (``id`` / ``of``)
         self.max_findings = max_findings
+        self.causes = Causes()             # one cause, one finding: the report lists the roots
         self.counts = {r: 0 for r in RULES}
         # plans in which each rule's premise held (fresh pages, a first prefix hit, a cache op): counted in
         # plans like `checked`, so exercised <= checked
@@ -97,10 +99,16 @@ class Contract:
         self._batch: ct.Batch | None = None
 
     # -- findings ---------------------------------------------------------------------------------------------
-    def find(self, rule: str, line: int, message: str, **ctx) -> None:
+    def find(self, rule: str, line: int, message: str, *, cause: str | None = None, about: tuple = (),
+             **ctx) -> None:
+        """Count and keep one finding; ``cause`` (kept in its context) and ``about``: see ``causes.Causes``."""
         self.counts[rule] += 1
+        if cause:
+            ctx["cause"] = cause
+        f = Finding(rule, line, self.current_plan, message, ctx)
+        self.causes.file(f, cause, about)
         if len(self.findings) < self.max_findings:
-            self.findings.append(Finding(rule, line, self.current_plan, message, ctx))
+            self.findings.append(f)
 
     # -- records ----------------------------------------------------------------------------------------------
     def submit(self, rec: ct.Submit, line: int = 0) -> None:

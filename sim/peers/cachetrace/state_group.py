@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.sim.peers.cachetrace.causes import PARTIAL_TAIL
 from kvsim.sim.peers.cachetrace.view import StateGroupView
 from kvsim.sim.trace import cachetrace as ct
 
@@ -229,10 +230,12 @@ class StateGroups:
         a hit (judged by the caller against the boundary)."""
         self.exercised["TS-ST-1"] += 1
         self.exercised["TS-ST-2"] += 1
+        # a state off every prefix boundary reaches a key or a hit only through a published partial tail
+        tail = PARTIAL_TAIL if st is not None and st.boundary % self.p else None
         if st is not None and not st.prefill:
-            self._find("TS-ST-2", line, f"{what}: it holds the state {st.request}'s decode wrote after "
-                       f"{st.boundary} tokens (plan {st.plan}); decode publishes no state", group=g, block=blk,
-                       request=st.request)
+            self.c.find("TS-ST-2", line, f"{what}: it holds the state {st.request}'s decode wrote after "
+                        f"{st.boundary} tokens (plan {st.plan}); decode publishes no state", cause=tail, group=g,
+                        block=blk, request=st.request)
             return False
         if st is None:
             why = "holds no state a forward wrote"
@@ -243,7 +246,8 @@ class StateGroups:
             why = f"holds {st.request}'s state at boundary {st.boundary}, whose prefix key is {st.key[:12]}.."
         else:
             return True
-        self._find("TS-ST-1", line, f"{what}, which {why}", group=g, block=blk)
+        self.c.find("TS-ST-1", line, f"{what}, which {why}", cause=tail if st is not None and st.key is None else None,
+                    group=g, block=blk)
         return False
 
     # -- the forward ----------------------------------------------------------------------------------------------
