@@ -40,12 +40,18 @@ def test_the_first_consequence_per_root_cause_and_rule_is_listed_the_rest_counte
     assert c.suppressed == 6 and [f.line for f, _ in c.first] == [2, 3]
 
 
+def tail_key(tokens):
+    """The key a partial tail of a's prompt (then 50, 51) is published under: its partial page's digest."""
+    from kvsim.kvmodel.cache.prefix_hash import page_digest
+    return page_digest(bytes.fromhex(prefix_keys()[1]), tokens).hex()
+
+
 def test_a_partial_tails_findings_report_as_one_root_and_its_consequences():
-    """Two findings of the partial-tail cause (the decode state after 11 and after 10 tokens stored under keys):
-    the report lists the first as a violation with its id, the second under ``consequences`` with ``of``; the rule
-    counts one violation and one consequence; the headline says so."""
-    steps = prefill_a(store=wb(1, [(1, 1), (2, 2), (6, 3)], [0, 0, 1], [*prefix_keys(), "cd" * 32]))
-    steps += [(plan(3, ["a"], 0, [1], [], cache=[wb(2, [(8, 4)], [1], ["ab" * 32])]), 10),
+    """Two findings of the partial-tail cause -- a's prefill state after 10 tokens and its decode state after 11,
+    each stored under its own partial page's key: the report lists the first as a violation with its id, the second
+    under ``consequences`` with ``of``; the rule counts one violation and one consequence; the headline says so."""
+    steps = prefill_a(store=wb(1, [(1, 1), (2, 2), (6, 3)], [0, 0, 1], [*prefix_keys(), tail_key(A[8:10])]))
+    steps += [(plan(3, ["a"], 0, [1], [], cache=[wb(2, [(8, 4)], [1], [tail_key(A[8:10] + [50])])]), 10),
               (ct.Result(3, [[52]], ["a"], [2]), 11)]
     c = run(steps)
     assert [(f.rule, f.line, f.id, f.of) for f in c.findings] == [("TS-ST-1", 8, 1, None), ("TS-ST-2", 10, 0, 1)]
@@ -67,20 +73,23 @@ def prefix_keys():
 
 def test_findings_of_another_cause_stay_roots():
     """a's decode state after 12 tokens (a prefix boundary, P = 4) stored under a key: TS-ST-2 without the partial
-    tail's cause, a root of its own beside the tail's."""
-    steps = prefill_a(store=wb(1, [(1, 1), (2, 2), (6, 3)], [0, 0, 1], [*prefix_keys(), "cd" * 32]))
+    tail's cause, a root of its own beside the tail's; so is a state stored under a key not its partial page's."""
+    steps = prefill_a(store=wb(1, [(1, 1), (2, 2), (6, 3)], [0, 0, 1], [*prefix_keys(), tail_key(A[8:10])]))
     steps += [(plan(3, ["a"], 0, [1], [], state={"a": [0, 8]}), 10), (ct.Result(3, [[52]]), 11),
               (plan(4, ["a"], 0, [1], [], cache=[wb(2, [(8, 4)], [1], ["ef" * 32])]), 12),
               (ct.Result(4, [[53]], ["a"], [2]), 13)]
     c = run(steps)
     assert [(f.rule, f.line, f.id, f.of) for f in c.findings] == [("TS-ST-1", 8, 1, None), ("TS-ST-2", 12, 2, None)]
     assert "cause" not in c.findings[1].context and "after 12 tokens" in c.findings[1].message
+    c = run(prefill_a(store=wb(1, [(6, 3)], [1], ["cd" * 32])))  # the state after 10 under a foreign key
+    assert [(f.rule, f.id) for f in c.findings] == [("TS-ST-1", 1)] and "cause" not in c.findings[0].context
 
 
 def test_the_retraction_runs_partial_tail_findings_group_under_one_root():
     """tiny_workload.jsonl with a State group, a Host tier and forced retraction (the run of issue 31: 33 findings,
-    all but TS-ST-3 from the wheel publishing partial tails): 3 findings -- the partial tail's root (TS-ST-1 at line
-    10), TS-ST-3 at 18, the gauge's TS-POOL-5 at 7 -- and 34 consequences suppressed."""
+    all but TS-ST-3 from the wheel publishing partial tails; with the gauge's TS-POOL-5 and the state publications
+    the KV events show, 65): 3 findings -- the partial tail's root (TS-ST-1 at line 10), TS-ST-3 at 18, the gauge's
+    TS-POOL-5 at 7 -- and 62 consequences suppressed."""
     pytest.importorskip("tokenspeed_scheduler")
     from kvsim.sim.peers import tokenspeed as T
     from kvsim.sim.peers.workload import read_mooncake
@@ -90,10 +99,10 @@ def test_the_retraction_runs_partial_tail_findings_group_under_one_root():
                             force_retraction=7, max_scheduled_tokens=256, state_group=True))
     c = out.contract
     tail = [f for f in c.findings if f.context.get("cause") == PARTIAL_TAIL]
-    assert len(tail) == 32 and {f.rule for f in tail} == {"TS-PFX-1", "TS-ST-1", "TS-ST-2"}
+    assert len(tail) == 60 and {f.rule for f in tail} == {"TS-PFX-1", "TS-ST-1", "TS-ST-2"}
     roots = sorted((f.rule, f.line) for f in c.findings if f.of is None)
     assert roots == [("TS-POOL-5", 7), ("TS-ST-1", 10), ("TS-ST-3", 18)]
-    assert c.causes.suppressed == 34 and sum(c.counts.values()) == 37
+    assert c.causes.suppressed == 62 and sum(c.counts.values()) == 65
     rep = build([{"path": "run", "events": out.plans}], "run", c, out.events)
-    assert "3 findings (34 consequences suppressed)" in rep["headline"]
+    assert "3 findings (62 consequences suppressed)" in rep["headline"]
     assert "1 router-compatibility hazard (EV-3 at line 12; 9 consequences counted apart)" in rep["headline"]

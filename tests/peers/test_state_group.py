@@ -17,6 +17,7 @@ import pytest
 
 from kvsim.kvmodel.cache.prefix_hash import prefix_hashes
 from kvsim.sim.peers.cachetrace import state_group
+from kvsim.sim.peers.cachetrace.causes import PARTIAL_TAIL
 from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.trace import cachetrace as ct
 from kvsim.spec.catalogue import all_rules
@@ -200,6 +201,39 @@ def test_newest_checkpoint_never_stored_fires_at_a_drained_end():
     assert found(c) == [("TS-ST-5", 999)]
 
 
+def stored(*ends):
+    """A KV-event batch after plan 2 storing a's pages ending at ``ends`` tokens (TokenSpeed's FNV-1a chain)."""
+    from kvsim.sim.peers.judges.block_hash import fnv1a64
+    toks = A + [50, 51]
+    chain = [fnv1a64(None, toks[0:4])]
+    chain.append(fnv1a64(chain[0], toks[4:8]))
+    events = [ct.BlockStored([fnv1a64(chain[(n - 1) // 4 - 1] if n > 4 else None, toks[(n - 1) // 4 * 4:n])],
+                             chain[(n - 1) // 4 - 1] if n > 4 else None, toks[(n - 1) // 4 * 4:n], 4) for n in ends]
+    return [(ct.KvEvents(2, events), 10)]
+
+
+@pytest.mark.rule("TS-ST-1", "keeps")
+@pytest.mark.rule("TS-ST-2", "keeps")
+def test_a_stored_page_ending_at_a_prefill_checkpoint_is_clean():
+    """The KV events announce a's page ending at 8 (its checkpoint, plan 1): the state group published a prefill
+    state at a prefix boundary. A page no tracked forward wrote a state for is not judged."""
+    c = run(prefill_a() + stored(8, 4))
+    assert found(c) == [] and c.state.pub.stats == {"stored_pages_judged": 1, "unattributed": 1}
+
+
+@pytest.mark.rule("TS-ST-2", "fires")
+@pytest.mark.rule("TS-ST-1", "fires")
+def test_a_stored_page_ending_where_a_decode_or_a_prompts_tail_wrote_fires():
+    """The page ending at 11 (a's decode wrote the state there, plan 2): TS-ST-2; the page ending at 10 (a's prefill
+    wrote its final state there, no prefix boundary): TS-ST-1 -- both the partial tail's cause, one root."""
+    c = run(prefill_a() + stored(11, 10))
+    assert found(c) == [("TS-ST-1", 10), ("TS-ST-2", 10)]
+    two, one = c.findings
+    assert "a's prefix page ending at 11 tokens" in two.message and "only a's decode wrote one" in two.message
+    assert "ending at 10 tokens" in one.message and one.of == two.id == 1
+    assert two.context["cause"] == one.context["cause"] == PARTIAL_TAIL
+
+
 def gauged(active_at_checkpoint: int):
     """prefill_a with the page gauge on its plans: after plan 0 the rows name 4 blocks, after plan 1 (the checkpoint
     at 8) 6 -- full 1, 2, 5 and state 4, 6, 7 -- and after plan 2 5."""
@@ -265,8 +299,9 @@ FAULT_RUNS = {
 
 @pytest.mark.parametrize("name", sorted(FAULT_RUNS))
 def test_injected_state_fault_fires_its_rule_on_the_wheel(name):
-    """state_workload.jsonl with a 512-token chunk budget is clean on the wheel (whole-page hits on Endpoints, no
-    partial tails reused); each fault breaks its rule there."""
+    """state_workload.jsonl with a 512-token chunk budget (whole-page hits on Endpoints, no partial tail reused): its
+    TS-ST findings are only the partial tail's -- states the KV events show published at a tail -- and each fault
+    adds a finding of its rule that is not."""
     pytest.importorskip("tokenspeed_scheduler")
     from kvsim.sim.peers import tokenspeed as T
     from kvsim.sim.peers.tokenspeed import faults
@@ -277,8 +312,13 @@ def test_injected_state_fault_fires_its_rule_on_the_wheel(name):
     clean = T.run(reqs, T.RunConfig(**kw))
     bad = T.run(reqs, T.RunConfig(**kw, fault=name))
     rule = faults.NAMES[name]
-    assert clean.contract.counts[rule] == 0 and clean.contract.exercised[rule] >= 1
-    assert bad.fault_applied and bad.contract.counts[rule] >= 1, (name, bad.contract.summary()["violations_by_rule"])
+    # the clean run's own TS-ST-1/2 findings are the states the KV events show published on Device (at partial
+    # tails, and m5's decode state at 704): the fault's is one more, of another cause
+    assert clean.contract.exercised[rule] >= 1
+    seen = {(f.rule, f.message) for f in clean.contract.findings}
+    new = [f for f in bad.contract.findings if f.rule == rule and (f.rule, f.message) not in seen]
+    assert bad.fault_applied and new, (name, bad.contract.summary()["violations_by_rule"])
+    assert all(f.context.get("cause") != PARTIAL_TAIL for f in new)
 
 
 def test_state_group_run_on_the_wheel_reports_its_findings(tmp_path):
@@ -328,8 +368,8 @@ def test_state_endpoint_before_a_short_tail_is_a_rule_finding_on_the_wheel():
 def test_state_checkpoints_reproducer_replays_to_its_findings(capsys):
     """sim/peers/samples/findings/state_checkpoints.cachetrace.jsonl (recorded on the wheel, command in the samples
     README): `kvsim replay` reports the State-group findings at the lines the README names, one cause one finding --
-    the partial tail's root (TS-ST-2 at 16) with TS-ST-1 at 22 and 25 and TS-ST-2 at 28 its consequences, the gauge's
-    (TS-POOL-5 at 7) with the one at 19."""
+    the partial tail's root (TS-ST-2 at 15: the KV events show m0's decode state published on Device) with TS-ST-1 at
+    22, 24, 25, 27 and TS-ST-2 at 16, 27, 28 its consequences, the gauge's (TS-POOL-5 at 7) with the one at 19."""
     import re
 
     from kvsim.sim.cli import main
@@ -339,11 +379,15 @@ def test_state_checkpoints_reproducer_replays_to_its_findings(capsys):
     assert main(["replay", str(path)]) == 1
     out = capsys.readouterr().out
     got = sorted({(m[2], int(m[1])) for m in re.finditer(r":(\d+): (TS-[A-Z]+-\d) ", out)})
-    assert got == [("TS-POOL-5", 7), ("TS-ST-2", 16), ("TS-ST-3", 7), ("TS-ST-4", 22)]
-    assert "4 findings (5 consequences suppressed)" in out
+    assert got == [("TS-POOL-5", 7), ("TS-ST-2", 15), ("TS-ST-3", 7), ("TS-ST-4", 22)]
+    assert "4 findings (10 consequences suppressed)" in out
     c = judge_cachetrace(path).contract
     after = sorted({(f.rule, f.line, f.of) for f in c.findings if f.of is not None})
-    assert after == [("TS-POOL-5", 19, 2), ("TS-ST-1", 22, 3), ("TS-ST-1", 25, 3), ("TS-ST-2", 28, 3)]
+    assert after == [("TS-POOL-5", 19, 2), ("TS-ST-1", 22, 3), ("TS-ST-1", 24, 3), ("TS-ST-1", 25, 3),
+                     ("TS-ST-1", 27, 3), ("TS-ST-2", 16, 3), ("TS-ST-2", 27, 3), ("TS-ST-2", 28, 3)]
+    # the root: the KV events announce m0's page ending at 642 tokens, its decode's state published on Device
+    (root,) = [f for f in c.findings if f.id == 3]
+    assert "m0's prefix page ending at 642 tokens" in root.message and "only m0's decode wrote one" in root.message
 
 
 def test_every_state_rule_is_tested_both_ways():

@@ -44,6 +44,7 @@ def judge_cachetrace(path, stream=None) -> Judged:
         try:
             if isinstance(rec, ct.KvEvents):
                 events.batch(rec.events, n)
+                contract.kv(rec, n)
             else:
                 contract.apply(rec, n)
         except (ValueError, KeyError, IndexError) as exc:

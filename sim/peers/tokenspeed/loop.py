@@ -319,6 +319,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                     elog.write(enc.encode({"ts": plan_no, "events": kv.events}) + b"\n")
                 t7 = clock()
                 events.batch(kv.events, line)
+                contract.kv(kv, line)
                 paths.count_events(out.paths, kv.events)
                 t8 = clock()
                 out.judge_s += t8 - t7
