@@ -390,6 +390,46 @@ def test_state_checkpoints_reproducer_replays_to_its_findings(capsys):
     assert "m0's prefix page ending at 642 tokens" in root.message and "only m0's decode wrote one" in root.message
 
 
+def test_the_ts_st_3_checkpoint_is_what_a_repeat_of_the_prompt_reads():
+    """sim/peers/samples/findings/state_repeat.cachetrace.jsonl (recorded on the wheel, command in the samples README):
+    m0's 640-token prompt runs its last chunk [512, 640) with its checkpoint at 576 (TS-ST-3, seed L82); m1, the same
+    prompt again, hits 576 -- one page short of its last token, which must be computed -- and its input state is
+    that checkpoint's block: a state a repeat reads, published at its exact prefix boundary (TS-ST-1 clean)."""
+    from kvsim.sim.peers.cachetrace.judge import judge_cachetrace
+
+    path = SAMPLES / "findings" / "state_repeat.cachetrace.jsonl"
+    _header, lines = ct.read_cachetrace(path)
+    plans = [rec for _n, rec in lines if isinstance(rec, ct.Plan) and rec.batch.extends]
+    ck_plan = next(p for p in plans if p.batch.checkpoint_lengths)
+    assert ck_plan.batch.requests[0] == "m0" and ck_plan.batch.prefix_lengths[0] + ck_plan.batch.checkpoint_lengths[0] \
+        == 576
+    checkpoint_block = ck_plan.tables["state"]["m0"][2]
+    repeat = next(p for p in plans if p.batch.requests[0] == "m1")
+    assert repeat.batch.prefix_lengths[0] == 576 and repeat.tables["state"]["m1"][0] == checkpoint_block
+    c = judge_cachetrace(path).contract
+    assert c.hits == {"m0": 0, "m1": 576} and c.state.stats["state_hits"] == 1
+    assert sorted({f.rule for f in c.findings}) == ["TS-POOL-5", "TS-ST-2", "TS-ST-3"]  # the hit itself is clean
+
+
+def test_a_chunked_prompt_whose_last_chunk_starts_off_a_page_writes_no_endpoint():
+    """state_checkpoints.cachetrace.jsonl: m2's 200-token prompt is cut in two by the 256-token budget it shares with
+    m1's 188-token chunk -- [0, 68) and [68, 200) -- and the wheel materializes no state at 192 in the final chunk,
+    which starts off a page boundary: TS-ST-4 at line 22 (chunked prompts are not clean; only a final chunk starting
+    on a multiple of P carries the Endpoint)."""
+    from kvsim.sim.peers.cachetrace.judge import judge_cachetrace
+
+    path = SAMPLES / "findings" / "state_checkpoints.cachetrace.jsonl"
+    _header, lines = ct.read_cachetrace(path)
+    m2 = [(rec.batch.prefix_lengths[k], rec.batch.input_lengths[k],
+           rec.batch.checkpoint_lengths[k] if k < len(rec.batch.checkpoint_lengths) else 0)
+          for _n, rec in lines if isinstance(rec, ct.Plan)
+          for k, rid in enumerate(rec.batch.requests[:rec.batch.extends]) if rid == "m2"]
+    assert m2 == [(0, 68, 0), (68, 132, 0)]
+    c = judge_cachetrace(path).contract
+    assert [(f.rule, f.line, f.context["request"]) for f in c.findings if f.rule == "TS-ST-4"] == \
+        [("TS-ST-4", 22, "m2")]
+
+
 def test_every_state_rule_is_tested_both_ways():
     marks = {(m.args[0], m.args[1]) for f in globals().values() if callable(f)
              for m in getattr(f, "pytestmark", []) if m.name == "rule"}
