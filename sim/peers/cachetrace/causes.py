@@ -30,7 +30,7 @@ PARTIAL_TAIL = "partial tail published"
 class Causes:
     """Roots and consequences of one judged trace, in the order findings arrive (``file``)."""
 
-    def __init__(self, max_listed: int = 1000) -> None:
+    def __init__(self, max_listed: int | None = None) -> None:
         self.marks: dict[Key, int] = {}      # cause or entity -> the root it follows from
         self.roots = 0                       # roots numbered so far
         self.first: list[tuple[Any, str]] = []  # the first consequence per (root, cause or entity), in order,
@@ -63,7 +63,7 @@ class Causes:
         self.per_root[of] = self.per_root.get(of, 0) + 1
         for k in keys:
             self.marks.setdefault(k, of)
-        if (of, via, f.rule) not in self.seen and len(self.first) < self.max_listed:
+        if (of, via, f.rule) not in self.seen and (self.max_listed is None or len(self.first) < self.max_listed):
             self.seen.add((of, via, f.rule))
             self.first.append((f, str(via[1]) if via[0] == "cause" else " ".join(map(str, via))))
         return False

@@ -50,7 +50,7 @@ __all__ = ["RULES", "Contract", "Finding"]
 class Contract:
     """Feed it submit / plan / result records in order; ``findings`` collects what broke."""
 
-    def __init__(self, config: ct.Config, max_findings: int = 1000) -> None:
+    def __init__(self, config: ct.Config, max_findings: int | None = None) -> None:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
@@ -104,7 +104,7 @@ class Contract:
             ctx["cause"] = cause
         f = Finding(rule, line, self.current_plan, message, ctx)
         self.causes.file(f, cause, about)
-        if len(self.findings) < self.max_findings:
+        if self.max_findings is None or len(self.findings) < self.max_findings:
             self.findings.append(f)
 
     # -- records ----------------------------------------------------------------------------------------------
