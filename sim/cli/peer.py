@@ -91,6 +91,9 @@ def add_parser(sub: Any) -> None:
                    help="vllm/sglang/compare: usable KV blocks of the pool (default: unbounded, never evicts)")
     p.add_argument("--block-size", type=integer(1), default=None,
                    help="vllm/sglang/compare: tokens per block (default 16)")
+    p.add_argument("--kv-groups", metavar="SPEC", default=None,
+                   help="vllm/sglang: the engine's own hybrid cache, one group per item: full:BLOCK, "
+                   "sliding:BLOCK:WINDOW, mamba:BLOCK (e.g. full:16,sliding:16:128); every group judged (PEER-20..22)")
     p.add_argument("--vllm-python", metavar="PYTHON", help="compare: vLLM's venv python (vLLM skipped without it)")
     p.add_argument("--sglang-python", metavar="PYTHON",
                    help="compare: SGLang's venv python (SGLang skipped without it)")

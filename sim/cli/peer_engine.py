@@ -95,18 +95,35 @@ def _blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
     return need, who
 
 
-def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int) -> EngineConfig:
-    """The pool: ``blocks`` usable blocks (plus the engine's reserved ones); unbounded (never evicts) if None."""
+def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int,
+                  groups: list | None = None) -> EngineConfig:
+    """The pool: ``blocks`` usable blocks (plus the engine's reserved ones); unbounded (never evicts) if None.
+    With ``groups`` (``--kv-groups``) every group draws on the one pool: a request needs blocks in each."""
     from kvsim.sim.peers.engines import ENGINES, EngineConfig
     spec = ENGINES[engine]
-    need, who = _blocks_needed(reqs, bs)
-    if blocks is None:
-        blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
-    elif blocks < need:
+    if groups:
+        from kvsim.sim.peers.kv_groups import identity_grain
+        need, who = max(((_group_blocks(len(r.tokens) + r.max_new_tokens, groups), r.id) for r in reqs),
+                        key=lambda x: x[0])
+        if blocks is None:
+            blocks = sum(_group_blocks(len(r.tokens) + r.max_new_tokens, groups) for r in reqs)
+        grain = identity_grain(groups)
+    else:
+        need, who = _blocks_needed(reqs, bs)
+        if blocks is None:
+            blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
+        grain = bs
+    if blocks < need:
         raise InputError(f"--blocks: {blocks} blocks of {bs} tokens cannot hold request {who} ({need} blocks)")
     longest = max(len(r.tokens) + r.max_new_tokens for r in reqs)
     return EngineConfig(block_size=bs, num_blocks=blocks + spec.reserved_blocks,
-                        max_model_len=-(-(longest + bs) // bs) * bs)
+                        max_model_len=-(-(longest + grain) // grain) * grain, kv_groups=groups)
+
+
+def _group_blocks(tokens: int, groups: list) -> int:
+    """Blocks one request of ``tokens`` tokens may hold at once over every group (a state group: its running
+    state, the state it started from and one checkpoint)."""
+    return sum(3 if g.kind == "mamba" else -(-tokens // g.block_size) for g in groups)
 
 
 def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
@@ -116,6 +133,8 @@ def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
     words = ["kvsim", "events", record]
     if engine in getattr(pe, "PRESETS", {}):
         words += ["--engine", engine]
+        if pe.PRESETS[engine].reuse_reports:  # as the peer run judged it (sim.peers.engines.event_checker)
+            words += ["--no-reuse-reports"]
     else:
         words += ["--block-size", str(bs)]
     words += ["--capacity", str(capacity)]
@@ -131,14 +150,18 @@ def run_engine_peer(args: Any) -> int:
     if not args.engine_python:
         raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
                          f"{engine} VENV, then pass VENV/bin/python)")
+    groups = _kv_groups(args)
     bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
+    if groups:
+        from kvsim.sim.peers.kv_groups import primary_group
+        bs = groups[primary_group(groups)].block_size  # the block size of the table PEER-5 ... PEER-8 read
     reqs, name, sha = _requests(args)
-    cfg = engine_config(engine, reqs, args.blocks, bs)
+    cfg = engine_config(engine, reqs, args.blocks, bs, groups)
     why = probe(args.engine_python, engine)
     if why:
         raise InputError(f"--engine-python: {why}")
     usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
-    events = event_checker(engine, bs, usable)
+    events = event_checker(engine, None if groups else bs, usable)
     for target in (args.record, args.json, args.html):
         if target and not Path(target).parent.exists():
             Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -180,6 +203,9 @@ def run_engine_peer(args: Any) -> int:
                             "capacity_tokens": usable * bs, "pool": "unbounded" if args.blocks is None else "bounded",
                             "hash_algo": out.hello.get("hash_algo"), "event_hash_check": events.scheme,
                             "steps": out.steps, "stalled_requests": len(out.stalled)}}
+    if groups:
+        from kvsim.sim.peers.kv_groups import describe
+        stats["peer"]["kv_groups"] = describe(groups)
     if not args.no_timing:
         n_events = ev["stored"] + ev["removed"] + ev["cleared"]
         stats["timing"] = {
@@ -198,8 +224,8 @@ def run_engine_peer(args: Any) -> int:
     if args.blocks is not None:
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), usable * bs,
                                                    report["stats"]["scheduler"]["hit_ratio"])
-    report["stats"]["coverage"] = coverage(engine_paths(engine), out.judge.paths, report["rules"],
-                                           stress=str(args.workload).startswith("synthetic:prefix-stress"))
+    report["stats"]["coverage"] = coverage(engine_paths(engine, groups), out.judge.paths, report["rules"],
+                                           stress=str(args.workload).startswith("synthetic:"))
     if out.crash is not None:
         report["stats"]["engine_crash"] = out.crash
     if out.interrupted:
@@ -378,6 +404,20 @@ def _print_compare(result: dict, console: Console, style: Style) -> None:
     print_table(t, console, style.plain)
     for note in result["notes"]:
         console.print(note, markup=False, soft_wrap=True)
+
+
+def _kv_groups(args: Any) -> list | None:
+    """``--kv-groups SPEC`` parsed (None without it); a bad SPEC is an input error."""
+    spec = getattr(args, "kv_groups", None)
+    if spec is None:
+        return None
+    from kvsim.sim.peers.kv_groups import KvGroupsError, parse_kv_groups
+    if args.block_size is not None:
+        raise InputError("--kv-groups: each group states its block size; leave --block-size out")
+    try:
+        return parse_kv_groups(spec)
+    except KvGroupsError as exc:
+        raise InputError(f"--kv-groups: {exc}") from None
 
 
 class _Cut(Exception):

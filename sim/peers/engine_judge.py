@@ -192,7 +192,8 @@ class EngineJudge:
     def __init__(self, block_size: int, num_blocks: int, events: EventChecker, reserved: int = 1,
                  max_findings: int = 1000, same_step_hits: bool = True,
                  parse: Callable[[Any], list] | None = None, policy: Any = None,
-                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None):
+                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None,
+                 groups: Any = None):
         self.bs = block_size
         self.num_blocks = num_blocks
         self.usable = num_blocks - reserved
@@ -226,6 +227,10 @@ class EngineJudge:
         self._written: set[int] = set()    # blocks this step's forward completed
         self._added: dict[int, int] = {}   # blocks named anew in this step, and by how many slots
         self._start: dict[str, int] = {}   # requests whose table changed in this step: its length at the start
+        # every cache group of a hybrid run (sim.peers.group_judge.GroupJudge): fed each request and each step
+        self.groups = groups
+        if groups is not None:
+            groups.attach(self)
 
     # -- findings ---------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
@@ -253,6 +258,8 @@ class EngineJudge:
         self.stats["bound_tokens"] += bound * bs
         for i in range(r.prompt // bs):
             self.seen_keys.add(r.key(i, bs, self.contents))  # type: ignore[arg-type]
+        if self.groups is not None:
+            self.groups.submit(rid, tokens)
 
     def step(self, msg: dict, before: int) -> None:
         """One driver step: tables, writes, hits, events, then the engine's own statistics.
@@ -324,6 +331,8 @@ class EngineJudge:
         sequence = getattr(self.events, "sequence", None)
         for k, batch in enumerate(msg.get("batches", ())):
             evs = batch_events(batch)
+            if self.groups is not None:  # the router's view of the first full group (the others: group_judge)
+                evs = self.groups.primary_events(batch, evs)
             if sequence is not None and k < len(seqs):
                 sequence(seqs[k], before + k + 1)
             self.events.batch(self.parse(batch) if self.parse else evs, before + k + 1)
@@ -347,6 +356,8 @@ class EngineJudge:
             self.premise["PEER-9"] += 1
             for message, ctx in self.probe_check(probe, self.holders):
                 self._find("PEER-9", line, message, **ctx)
+        if self.groups is not None:
+            self.groups.step(self, msg, line)
         live = len(self.holders)
         if live > self.stats["peak_live_blocks"]:
             self.stats["peak_live_blocks"] = live

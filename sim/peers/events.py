@@ -90,7 +90,12 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "store of two or more blocks, all live, can only be that (a new copy of a prefix's first block is "
            "impossible: blocks are cached at allocation, so a later request hits them), and changes nothing. "
            "A one-block report cannot be told from the recompute of a one-block prompt; it counts as a copy "
-           "(never a false EV-1; at worst one phantom copy). Without the preset both fire EV-2 "
+           "(never a false EV-1; at worst one phantom copy). That reading holds for one cache group only: in a "
+           "hybrid model a request whose common hit a sliding-window or state group lowered (to 0, say) "
+           "recomputes blocks live in the full group and stores second copies of them from block 0, parent-less "
+           "-- the same shape (a hybrid `kvsim peer vllm` run showed it as EV-1 false alarms). `kvsim peer vllm` "
+           "never sets the report mode and judges its stream without the reuse-report allowance; `kvsim events "
+           "--engine vllm --no-reuse-reports` does the same for a log it recorded. Without the preset both fire EV-2 "
            "(reproducers: sim/peers/samples/findings/vllm_*)."),
     EvRule("EV-3", "parent hash chains resolve to live, full blocks", _SEED_EVENTS,
            "The parent is looked up in the same medium and group first, then in any. Two classes of orphan are "
@@ -117,7 +122,15 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "
            "and group keeps the size its first store declared (a hybrid model may use one per group), except "
            "that a group whose blocks are wider than vLLM's hash block size may also publish a partial prefix "
-           "entry of whole hash blocks (BlockPool.cache_partial_block). Only the "
+           "entry of whole hash blocks (BlockPool.cache_partial_block), and a sparse store (vLLM preset): a "
+           "group that keeps only some of its blocks -- a Mamba state group in align mode keeps the checkpoint "
+           "block and nulls the states before it -- publishes one store whose block_hashes name the blocks it "
+           "keeps while its token_ids cover every block since the parent (BlockPool.cache_full_blocks skips "
+           "null and masked-out blocks for the hashes, not for the tokens); each named hash must be the chain "
+           "digest at one of those blocks, in order (EV-7), and the store is counted (sparse_stores). Decided: "
+           "allowed behaviour -- the event is self-consistent (reproducer sim/peers/samples/findings/"
+           "vllm_mamba_sparse_store.*) and vLLM tags every store with kv_cache_spec_kind so consumers can tell "
+           "such groups apart -- but a consumer reading len(token_ids) == blocks x block_size misreads it. Only the "
            "TokenSpeed preset (--partial-tails) accepts a last block shorter than the block size: TokenSpeed "
            "publishes its growing tail page and re-hashes it as it grows."),
     EvRule("EV-5", "AllBlocksCleared empties everything", _SEED_EVENTS,
@@ -150,6 +163,7 @@ class Preset:
     group_keys: bool = True
     duplicate_copies: bool = False
     reuse_reports: bool = False
+    sparse_stores: bool = False  # vLLM: a sparse group's store names only the blocks it keeps (EV-4's entry)
     note: str = ""
     alt_schemes: tuple[str, ...] = ()  # recognised instead when the first root block recomputes only under one
 
@@ -158,9 +172,10 @@ PRESETS: dict[str, Preset] = {
     "tokenspeed": Preset("tokenspeed", 64, "fnv1a64", True,
                          note="block size 64, growing partial tails, FNV-1a 64 event hashes"),
     "vllm": Preset("vllm", None, "vllm-sha256", False, duplicate_copies=True, reuse_reports=True,
+                   sparse_stores=True,
                    note="block size per cache group (vLLM's default 16), sha256 over pickle with NONE_HASH "
-                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies "
-                        "and reuse reports allowed", alt_schemes=("vllm-sha256-cbor",)),
+                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies, "
+                        "reuse reports and sparse (state-group) stores allowed", alt_schemes=("vllm-sha256-cbor",)),
     "sglang": Preset("sglang", None, "sglang-sha256", False,
                      note="block size = page size (from the first store), chained sha256 over u32 tokens"),
 }
@@ -233,6 +248,7 @@ class EventChecker:
         self.block_size, self.capacity, self.partial_tails = block_size, capacity, partial_tails
         self.preset = preset
         self.group_keys, self.duplicate_copies, self.reuse_reports = group_keys, duplicate_copies, reuse_reports
+        self.sparse_stores = preset is not None and preset.sparse_stores
         self._seed, self._hash_block_size = hash_seed, hash_block_size
         self._hbs_pinned = hash_block_size is not None
         self.scheme = hash_scheme
@@ -257,7 +273,7 @@ class EventChecker:
         self.grouped = False  # a store named a cache group (group_idx)
         self.stats = {"batches": 0, "stored": 0, "removed": 0, "cleared": 0, "cleared_empty": 0, "peak_live": 0,
                       "partial_blocks": 0, "recomputed": 0, "unverifiable": 0, "copies": 0, "reuse_reports": 0,
-                      "sequence_gaps": 0, "partial_entries": 0}
+                      "sequence_gaps": 0, "partial_entries": 0, "sparse_stores": 0}
         self.unverifiable_reasons: dict[str, int] = {}
         # EV-3's entry: with a published non-prefix-closed group folded into each prefix event, a store under a
         # parent the stream does not hold is the fold's designed orphan -- one router-compatibility hazard per
@@ -402,7 +418,8 @@ class EventChecker:
         hashes = ev.block_hashes
         n, ntok = len(hashes), len(ev.token_ids)
         full_tokens = n * bs
-        if ntok != full_tokens and not (self.partial_tails and n and (n - 1) * bs < ntok < full_tokens):
+        sparse = self.sparse_stores and n and ntok > full_tokens and ntok % bs == 0
+        if ntok != full_tokens and not sparse and not (self.partial_tails and n and (n - 1) * bs < ntok < full_tokens):
             self._find("EV-4", line, f"{n} blocks of {bs} tokens carry {ntok} token ids", blocks=n, tokens=ntok)
         parent = ev.parent_block_hash
         parent_blk = None
@@ -422,17 +439,20 @@ class EventChecker:
                 and all(h in live for h in hashes)):
             self.stats["reuse_reports"] += 1  # vLLM's kv_cache_report_mode="full": changes nothing (EV-2 entry)
             return
-        if self.scheme == "auto" and n and ntok >= bs:
+        if self.scheme == "auto" and n and ntok >= bs and not sparse:
             self._recognise(ev, hashes[0], parent, line)
         prev_value, prev = parent, self._parent_digest(parent, parent_blk)
         scheme = self._scheme
+        digests = self._sparse_digests(ev, prev_value, prev, line) if sparse else None
         n_new = 0  # copies added (a double store outside the vLLM preset replaces, adding none)
         for j, h in enumerate(hashes):
             is_full = (j + 1) * bs <= ntok
             if not is_full:
                 self.stats["partial_blocks"] += 1
             digest = None
-            if scheme is not None:
+            if digests is not None:
+                digest = digests[j]
+            elif scheme is not None:
                 toks = ev.token_ids[j * bs:(j + 1) * bs]
                 digest = self._recompute(h, prev_value, prev, toks, self._block(ev, j, prev_value), line)
             blk = live.get(h)
@@ -608,6 +628,40 @@ class EventChecker:
                        f"{s.show(want)})", block=h, expected=s.show(want))
             return None  # the engine's digest is unknown: its children are not judged against ours
         return want
+
+    def _sparse_digests(self, ev: Any, parent_value: Any, prev: Any, line: int) -> list:
+        """A sparse store (EV-4's entry): chain the digest through every block its tokens cover, the named hashes
+        matching some of them in order; the digest of each named block (None where unknown)."""
+        self.stats["sparse_stores"] += 1
+        hashes, bs, toks = ev.block_hashes, ev.block_size, ev.token_ids
+        out: list = [None] * len(hashes)
+        s = self._scheme
+        if s is None:
+            return out
+        if parent_value is not None and prev is None:
+            self._unverifiable("the parent's digest was never seen")
+            return out
+        if any(x is not None for x in (getattr(ev, "extra_keys", None) or ())) or getattr(
+                ev, "lookahead_token_ids", None):
+            self._unverifiable("a sparse store's skipped blocks carry no extra keys")
+            return out
+        j, d = 0, prev
+        for p in range(len(toks) // bs):
+            block = {"extra_keys": None, "lookahead": None, "lora_name": getattr(ev, "lora_name", None),
+                     "cache_salt": getattr(ev, "cache_salt", None), "first": parent_value is None and p == 0}
+            try:
+                d = s.digest(d, toks[p * bs:(p + 1) * bs], block)
+            except bh.Unverifiable as exc:
+                self._unverifiable(str(exc))
+                return out
+            if j < len(hashes) and s.carried(hashes[j], d):
+                out[j] = d
+                self.stats["recomputed"] += 1
+                j += 1
+        if j < len(hashes):
+            self._find("EV-7", line, f"block {_short(hashes[j])} of a sparse store is the chain digest of none of "
+                       f"the blocks its tokens cover under {s.name}", block=hashes[j])
+        return out
 
     def flush(self) -> None:
         """End of the stream: root blocks kept for scheme recognition are judged under the preset's scheme

@@ -21,6 +21,7 @@ from kvsim.spec.rules import (  # noqa: F401 — imported to register each famil
     entitlement,
     page,
     peer_engine,
+    peer_hybrid,
     peer_policy,
     replica,
     space,

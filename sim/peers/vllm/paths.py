@@ -11,3 +11,26 @@ PATHS: dict[str, str] = {
     "preemption": "preemptions (a running request's blocks freed for another's)",
     "clear_cache": "ClearCache (reset_prefix_cache) with every request finished",
 }
+
+GROUP_PATHS: dict[str, dict[str, str]] = {
+    "full": {"hit": "prefix hits this group served",
+             "eviction": "evictions of a cached block of this group"},
+    "sliding": {"hit": "prefix hits this group served",
+                "hit_beyond_window": "hits longer than the window: leading slots null, the run before the hit kept",
+                "window_drop": "slots dropped out of the window (turned null, their blocks freed)",
+                "eviction": "evictions of a cached block of this group"},
+    "mamba": {"hit": "prefix hits served by a state checkpoint",
+              "partial_hit": "hits at a boundary inside a state block (a fine-grained checkpoint)",
+              "state_free": "state slots freed behind the running state (turned null)",
+              "cow": "copy-on-write of a shared state block before a forward overwrites it",
+              "eviction": "evictions of a cached state block"},
+}
+"""Each group's own paths by kind, counted by ``sim/peers/vllm/hybrid.py`` (its ``GROUP_PATHS``)."""
+COORDINATOR_PATHS = {"hit_lowered": "common hits below some group's own hit (HybridKVCacheCoordinator lowered it)"}
+
+
+def group_paths(groups: list) -> dict[str, str]:
+    """The paths of a ``--kv-groups`` run: ``gN.<path>`` for group N, then the coordinator's."""
+    out = {f"g{i}.{name}": f"group {i} ({g.label()}): {what}" for i, g in enumerate(groups)
+           for name, what in GROUP_PATHS[g.kind].items()}
+    return {**out, **COORDINATOR_PATHS}
