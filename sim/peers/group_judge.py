@@ -164,17 +164,19 @@ class GroupJudge:
         for src, dst in sec.get("copies", ()):
             self._copy(src, dst)
         scheduled = msg.get("scheduled", {})
+        missing: list[tuple] = []
         for rid, n in scheduled.items():  # before the forward: the states it starts from
             r = self.reqs[rid]
-            self.states(judge, line, rid, r, r.computed, r.computed + n, rid in first)
+            missing += self.states(judge, line, rid, r, r.computed, r.computed + n, rid in first)
         written: set[int] = set()
         for rid, n in scheduled.items():
             r = self.reqs[rid]
             self._forward(judge, line, rid, r, r.computed, r.computed + n, written)
+        self._missing_states(judge, line, missing)
         # after it: history a same-step forward wrote is there (vLLM writes every layer's KV before attending)
         for rid, n in scheduled.items():
             r = self.reqs[rid]
-            self.retention(judge, line, rid, r, r.computed, r.computed + n)
+            self.retention(judge, line, rid, r, r.computed, r.computed + n, rid in first)
         for rid, c in first.items():
             if c:
                 self.hits(judge, line, rid, self.reqs[rid], c)
@@ -350,8 +352,9 @@ class GroupJudge:
                     return
 
     # -- PEER-21 -------------------------------------------------------------------------------------------------
-    def retention(self, judge: EngineJudge, line: int, rid: str, r: _GReq, c0: int, c1: int) -> None:
-        """PEER-21: the slots this forward reads and writes are there (full: all below c1; sliding: the window)."""
+    def retention(self, judge: EngineJudge, line: int, rid: str, r: _GReq, c0: int, c1: int, hit: bool) -> None:
+        """PEER-21: the slots this forward reads and writes are there (full: all below c1; sliding: the window).
+        What a hit's window slots hold is PEER-20's (``hit``: the request's first forward after it)."""
         for g, spec in enumerate(self.groups):
             if spec.kind == "mamba":
                 continue
@@ -364,7 +367,7 @@ class GroupJudge:
                            f"table names {len(t)} blocks", request=rid, group=g, computed=c0, end=c1)
                 continue
             # full groups: the slots written here (a slot turning null is caught when the table changes)
-            lo = max(0, c0 - spec.window + 1) // bs if spec.kind == "sliding" else c0 // bs
+            lo = max(0, c0 - spec.window + 1) // bs if spec.kind == "sliding" and not hit else c0 // bs
             for i in range(lo, need):
                 blk = t[i]
                 if not blk:
@@ -373,16 +376,18 @@ class GroupJudge:
                                f"({spec.label()}) slot {i} is null ({what})", request=rid, group=g, slot=i,
                                computed=c0, end=c1)
                     break
-                if spec.kind == "sliding" and (i + 1) * bs <= c0 and not self._holds(r, blk, bs, i, c0):
+                if spec.kind == "sliding" and not hit and (i + 1) * bs <= c0 and not self._holds(r, blk, bs, i, c0):
                     judge.find("PEER-21", line, f"{rid} computes tokens [{c0}, {c1}) but its group {g} "
                                f"({spec.label()}) slot {i} names block {blk}, which no longer holds that window's "
                                "prefix block", request=rid, group=g, slot=i, block=blk, computed=c0)
                     break
 
     # -- PEER-22 -------------------------------------------------------------------------------------------------
-    def states(self, judge: EngineJudge, line: int, rid: str, r: _GReq, c0: int, c1: int, hit: bool) -> None:
+    def states(self, judge: EngineJudge, line: int, rid: str, r: _GReq, c0: int, c1: int, hit: bool) -> list[tuple]:
         """PEER-22: a forward's input state is the state after exactly c0 tokens of this request, written by an
-        earlier step; its output slot names a block."""
+        earlier step; its output slot names a block. Returns the input states not there, judged once the step's
+        forward ran (``_missing_states``: a state that same forward computes is told apart)."""
+        missing: list[tuple] = []
         for g, spec in enumerate(self.groups):
             if spec.kind != "mamba":
                 continue
@@ -405,15 +410,25 @@ class GroupJudge:
                 continue
             want = r.state(c0, self.unit, self.contents)
             have = self.state.get(blk)
-            if have is None or have[1] != want or have[0] != c0:
-                why = "holds no state" if have is None else f"holds a state after {have[0]} tokens" + (
-                    "" if have[0] != c0 else " of another prefix")
-                judge.find("PEER-22", line, f"{rid} {what} from group {g} ({spec.label()}) slot {i}, block {blk}, "
-                           f"which {why}", request=rid, group=g, slot=i, block=blk, computed=c0)
-            elif have[2] >= self._step:
-                judge.find("PEER-22", line, f"{rid} {what} from group {g} ({spec.label()}) block {blk}, whose state "
-                           "this same step computes (not written yet when the forward starts)", request=rid, group=g,
-                           slot=i, block=blk, computed=c0)
+            if have is None or have[1] != want or have[0] != c0 or have[2] >= self._step:
+                missing.append((rid, g, i, blk, c0, want, have, what))
+        return missing
+
+    def _missing_states(self, judge: EngineJudge, line: int, missing: list[tuple]) -> None:
+        """The PEER-22 findings of ``states``, after the step's forward: an input state that forward wrote is a
+        state read before it was computed."""
+        for rid, g, i, blk, c0, want, have, what in missing:
+            label = self.groups[g].label()
+            now = self.state.get(blk)
+            if now is not None and now[:2] == (c0, want) and now[2] == self._step:
+                judge.find("PEER-22", line, f"{rid} {what} from group {g} ({label}) block {blk}, whose state this same "
+                           "step computes (not written yet when the forward starts)", request=rid, group=g, slot=i,
+                           block=blk, computed=c0)
+                continue
+            why = "holds no state" if have is None else f"holds a state after {have[0]} tokens" + (
+                "" if have[0] != c0 else " of another prefix")
+            judge.find("PEER-22", line, f"{rid} {what} from group {g} ({label}) slot {i}, block {blk}, which {why}",
+                       request=rid, group=g, slot=i, block=blk, computed=c0)
 
     # -- PEER-9 per group ----------------------------------------------------------------------------------------
     def _events(self, judge: EngineJudge, msg: dict) -> None:
