@@ -68,20 +68,21 @@ def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str
 
 
 def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
-    """``synthetic:prefix-stress[:SEED]``: its rows (``--requests``, ``--max-output`` applied), its name and the
-    SHA-256 of its requests (token ids, output lengths, submission steps); None for any other workload."""
+    """``synthetic:prefix-stress[:SEED]`` or ``synthetic:hybrid-stress[:SEED]``: its rows (``--requests``,
+    ``--max-output`` applied), its name and the SHA-256 of its requests (token ids, output lengths, submission
+    steps); None for any other workload."""
     import hashlib
 
-    from kvsim.sim.peers.workload import read_prefix_stress
-    from kvsim.sim.workloads.open import prefix_stress_seed
+    from kvsim.sim.peers.workload import read_stress
+    from kvsim.sim.workloads.open import stress_spec
     from kvsim.sim.workloads.request import WorkloadInputError
     try:
-        seed = prefix_stress_seed(str(args.workload))
+        stress = stress_spec(str(args.workload))
     except WorkloadInputError as exc:
         raise InputError(str(exc)) from None
-    if seed is None:
+    if stress is None:
         return None
-    reqs = read_prefix_stress(seed, args.requests, getattr(args, "max_output", None))
+    reqs = read_stress(stress[0], stress[1], args.requests, getattr(args, "max_output", None))
     h = hashlib.sha256()
     for r in reqs:
         h.update(f"{r.id}:{r.max_new_tokens}:{r.arrival_step}:".encode())

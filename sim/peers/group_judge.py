@@ -114,8 +114,10 @@ class GroupJudge:
         self.stream: list[dict[Any, int]] = [{} for _ in groups]  # per group: live event hash -> copies
         self._step = -1
         self._shared: dict[int, int] = {}        # blocks this step's hits named, and how many times
-        self.RULES = {rid: (catalogue.get(rid).title, catalogue.get(rid).clause) for rid in RULE_IDS}
-        self.DECISIONS = {rid: catalogue.get(rid).decisions for rid in RULE_IDS}
+        kinds = [g.kind for i, g in enumerate(groups) if i != self.main]
+        applies = {"PEER-20": any(k != "mamba" for k in kinds), "PEER-21": True, "PEER-22": "mamba" in kinds}
+        self.RULES = {rid: (catalogue.get(rid).title, catalogue.get(rid).clause) for rid in RULE_IDS if applies[rid]}
+        self.DECISIONS = {rid: catalogue.get(rid).decisions for rid in self.RULES}
 
     # -- wiring --------------------------------------------------------------------------------------------------
     def attach(self, judge: EngineJudge) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from kvsim.sim.files import label, open_source
 
-__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "read_prefix_stress",
+__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "read_prefix_stress", "read_stress",
            "WorkloadError"]
 
 MOONCAKE_BLOCK = 512
@@ -101,11 +101,19 @@ def read_mooncake(path: str | Path, limit: int | None = None, max_output: int | 
 def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | None = None) -> list[Request]:
     """The first ``limit`` rows of ``synthetic:prefix-stress:SEED`` as requests ``s0, s1, ...`` (its default
     count when None), each submitted at its row's step."""
+    return read_stress("prefix-stress", seed, limit, max_output)
+
+
+def read_stress(name: str, seed: int, limit: int | None = None, max_output: int | None = None) -> list[Request]:
+    """The first ``limit`` rows of ``synthetic:NAME:SEED`` (``prefix-stress``: requests ``s0, s1, ...``;
+    ``hybrid-stress``: ``h0, h1, ...``), its default count when None, each submitted at its row's step."""
+    from kvsim.sim.workloads import hybrid_stress as hs
     from kvsim.sim.workloads import prefix_stress as ps
 
+    gen, tag = (hs, "h") if name == hs.NAME else (ps, "s")
     memo: dict[int, np.ndarray] = {}
     out: list[Request] = []
-    for row in ps.rows(ps.DEFAULT_REQUESTS if limit is None else limit, seed):
+    for row in gen.rows(gen.DEFAULT_REQUESTS if limit is None else limit, seed):
         parts = []
         for cid, start, length in row.segments:
             blk = memo.get(cid)
@@ -113,5 +121,5 @@ def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | No
                 blk = memo[cid] = block_tokens([cid], MOONCAKE_BLOCK)
             parts.append(blk[start:start + length])
         out_len = max(1, row.output if max_output is None else min(row.output, max_output))
-        out.append(Request(f"s{row.rid}", np.concatenate(parts), out_len, row.request().hash_ids, row.step))
+        out.append(Request(f"{tag}{row.rid}", np.concatenate(parts), out_len, row.request().hash_ids, row.step))
     return out
