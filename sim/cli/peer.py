@@ -91,6 +91,14 @@ def add_parser(sub: Any) -> None:
                    help="vllm/sglang/compare: usable KV blocks of the pool (default: unbounded, never evicts)")
     p.add_argument("--block-size", type=integer(1), default=None,
                    help="vllm/sglang/compare: tokens per block (default 16)")
+    p.add_argument("--offload-blocks", type=integer(1), default=None, metavar="N",
+                   help="vllm: a Host tier of N CPU chunks behind the engine (its OffloadingConnector and "
+                   "CPUOffloadingManager), kvsim playing the worker side; with --ack-delay and --seed")
+    p.add_argument("--offload-policy", choices=["lru", "arc"], default="lru",
+                   help="vllm, with --offload-blocks: the CPU offloading manager's eviction policy (default lru)")
+    p.add_argument("--fail-loads", type=float, default=0.0, metavar="R",
+                   help="vllm, with --offload-blocks: each async Host load fails with probability R (drawn from "
+                   "--seed); the engine recomputes the request")
     p.add_argument("--kv-groups", metavar="SPEC", default=None,
                    help="vllm/sglang: the engine's own hybrid cache, one group per item: full:BLOCK, "
                    "sliding:BLOCK:WINDOW, mamba:BLOCK (e.g. full:16,sliding:16:128); every group judged (PEER-20..22)")

@@ -127,7 +127,7 @@ def _group_blocks(tokens: int, groups: list) -> int:
     return sum(3 if g.kind == "mamba" else -(-tokens // g.block_size) for g in groups)
 
 
-def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
+def events_command(engine: str, record: str, bs: int, capacity: int | None) -> str:
     """The `kvsim events` command line that judges the recorded log as this run's event checker did: the
     engine's preset where ``sim.peers.events`` has one (``--engine``), else its block size."""
     from kvsim.sim.peers import events as pe
@@ -138,7 +138,8 @@ def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
             words += ["--no-reuse-reports"]
     else:
         words += ["--block-size", str(bs)]
-    words += ["--capacity", str(capacity)]
+    if capacity is not None:
+        words += ["--capacity", str(capacity)]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -158,11 +159,12 @@ def run_engine_peer(args: Any) -> int:
         bs = groups[primary_group(groups)].block_size  # the block size of the table PEER-5 ... PEER-8 read
     reqs, name, sha = _requests(args)
     cfg = engine_config(engine, reqs, args.blocks, bs, groups)
+    cfg.offload = _offload(args, engine, groups)
     why = probe(args.engine_python, engine)
     if why:
         raise InputError(f"--engine-python: {why}")
     usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
-    events = event_checker(engine, None if groups else bs, usable)
+    events = event_checker(engine, None if groups else bs, usable, args.offload_blocks or 0)
     for target in (args.record, args.json, args.html):
         if target and not Path(target).parent.exists():
             Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -207,6 +209,9 @@ def run_engine_peer(args: Any) -> int:
     if groups:
         from kvsim.sim.peers.kv_groups import describe
         stats["peer"]["kv_groups"] = describe(groups)
+    if cfg.offload:
+        stats["peer"]["host_tier"] = {**cfg.offload, "chunks_reported": out.hello.get("host_chunks"),
+                                      **out.judge.tier.summary()}
     if not args.no_timing:
         n_events = ev["stored"] + ev["removed"] + ev["cleared"]
         stats["timing"] = {
@@ -225,7 +230,8 @@ def run_engine_peer(args: Any) -> int:
     if args.blocks is not None:
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), usable * bs,
                                                    report["stats"]["scheduler"]["hit_ratio"])
-    report["stats"]["coverage"] = coverage(engine_paths(engine, groups), out.judge.paths, report["rules"],
+    report["stats"]["coverage"] = coverage(engine_paths(engine, groups, bool(cfg.offload)), out.judge.paths,
+                                           report["rules"],
                                            stress=str(args.workload).startswith("synthetic:"))
     if out.crash is not None:
         report["stats"]["engine_crash"] = out.crash
@@ -245,8 +251,9 @@ def run_engine_peer(args: Any) -> int:
     if out.interrupted:
         raise Stopped(out.interrupted)
     if args.record and not style.quiet:
+        # a Host tier's events have their own capacity (the CPU chunks): the replay leaves EV-6 unchecked then
         sys.stderr.write(f"kvsim peer: judge the recorded event log with: "
-                         f"{events_command(engine, args.record, bs, usable)}\n")
+                         f"{events_command(engine, args.record, bs, None if cfg.offload else usable)}\n")
     return verdict.exit_code
 
 
@@ -405,6 +412,26 @@ def _print_compare(result: dict, console: Console, style: Style) -> None:
     print_table(t, console, style.plain)
     for note in result["notes"]:
         console.print(note, markup=False, soft_wrap=True)
+
+
+def _offload(args: Any, engine: str, groups: list | None) -> dict | None:
+    """``--offload-blocks N`` (with ``--ack-delay``, ``--seed``, ``--offload-policy``, ``--fail-loads``) as the
+    driver's ``offload`` config; None without it."""
+    blocks = getattr(args, "offload_blocks", None)
+    if blocks is None:
+        if getattr(args, "fail_loads", 0.0):
+            raise InputError("--fail-loads: only with --offload-blocks")
+        if getattr(args, "ack_delay", 0):
+            raise InputError(f"--ack-delay: no Host jobs to delay in a {engine} run without --offload-blocks")
+        return None
+    if engine != "vllm":
+        raise InputError(f"--offload-blocks: {engine}'s Host tier is not driven by kvsim yet (vllm only)")
+    if groups:
+        raise InputError("--offload-blocks: with one full-attention group only (leave --kv-groups out)")
+    if not 0.0 <= args.fail_loads <= 1.0:
+        raise InputError(f"--fail-loads: {args.fail_loads} is not a probability in [0, 1]")
+    return {"blocks": blocks, "ack_delay": args.ack_delay, "seed": args.seed, "policy": args.offload_policy,
+            "fail_loads": args.fail_loads}
 
 
 def _kv_groups(args: Any) -> list | None:

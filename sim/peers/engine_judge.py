@@ -193,7 +193,7 @@ class EngineJudge:
                  max_findings: int = 1000, same_step_hits: bool = True,
                  parse: Callable[[Any], list] | None = None, policy: Any = None,
                  probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None,
-                 groups: Any = None):
+                 groups: Any = None, tier: Any = None):
         self.bs = block_size
         self.num_blocks = num_blocks
         self.usable = num_blocks - reserved
@@ -231,6 +231,10 @@ class EngineJudge:
         self.groups = groups
         if groups is not None:
             groups.attach(self)
+        # a Host tier behind the engine (sim.peers.host_judge.HostTierJudge): fed before and after each forward
+        self.tier = tier
+        if tier is not None:
+            tier.attach(self)
 
     # -- findings ---------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
@@ -302,6 +306,8 @@ class EngineJudge:
             r.computed = computed
             hits.append((rid, r, computed, r.seen, r.prompt + len(r.generated)))
             r.seen = True
+        if self.tier is not None:  # the Host tier's evictions, jobs and completions before the forward
+            self.tier.before(self, msg, line)
         # this step's forward: every scheduled token written into its request's blocks
         for rid, n in msg.get("scheduled", {}).items():
             r = self._req(rid)
@@ -321,6 +327,8 @@ class EngineJudge:
                 else:
                     self.content.pop(blk, None)
             r.computed = end
+        if self.tier is not None:
+            self.tier.forward(self, msg, line)
         for rid, tok in msg.get("tokens", {}).items():
             self._req(rid).generated.append(int(tok))
         # tables rewritten after the forward: computed blocks swapped to the cache's canonical copies
@@ -354,7 +362,7 @@ class EngineJudge:
         probe = msg.get("probe")
         if probe is not None and self.probe_check is not None:
             self.premise["PEER-9"] += 1
-            for message, ctx in self.probe_check(probe, self.holders):
+            for message, ctx in self.probe_check(probe, self._names()):
                 self._find("PEER-9", line, message, **ctx)
         if self.groups is not None:
             self.groups.step(self, msg, line)
@@ -478,6 +486,8 @@ class EngineJudge:
         stream, keys, contents, copies = self.stream, self.stream_keys, self.contents, self.copies
         counted = bool(getattr(self.events, "duplicate_copies", False))
         for ev in evs:
+            if getattr(ev, "medium", None) not in (None, "GPU"):
+                continue  # a Host tier's own events (medium CPU): the device view is the GPU's
             if isinstance(ev, ct.BlockStored):
                 prev = stream.get(ev.parent_block_hash, -1) if ev.parent_block_hash is not None else 0
                 bs = ev.block_size
@@ -539,11 +549,21 @@ class EngineJudge:
         if free is None:
             return
         self.premise["PEER-9"] += 1
-        named = len(self.holders)
+        named = len(self._names())
         if free + named != self.usable:
             self._find("PEER-9", line, f"the pool reports {free} free blocks and live requests name {named}: "
                        f"{free + named} of {self.usable} usable blocks accounted", free=free, named=named,
                        usable=self.usable)
+
+    def _names(self) -> dict[int, int]:
+        """Block -> names by live requests: the tables, and the blocks requests waiting for a Host load hold."""
+        held = self.tier.held if self.tier is not None else None
+        if not held:
+            return self.holders
+        out = dict(self.holders)
+        for blk, n in held.items():
+            out[blk] = out.get(blk, 0) + n
+        return out
 
     def _new_of(self, msg: dict) -> list[tuple[str, _Req, int, bool]]:
         out = []

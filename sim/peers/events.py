@@ -111,12 +111,18 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "every later one its consequence (`consequences`, `stats.consequences`), as replay's error recovery "
            "does. Reproducer: sim/peers/samples/findings/swa_orphans.* (one 700-token request, --swa-window "
            "128); the first 500 Mooncake rows give 1 hazard and 1,317 consequences where 1,318 EV-3 findings "
-           "were reported before. The fold applies when the cachetrace/1 header (or the peer run) has a "
+           "were reported before. The fold "
+           "applies when the cachetrace/1 header (or the peer run) has a "
            "non-replayable sliding or state group, or `kvsim events --folded-groups` says so; a partial-tail "
            "parent, or any orphan without such a group, stays a violation. (2) Router compatibility without a "
            "fold: after a retraction's restore TokenSpeed 0.1.42 removes the request's blocks and later stores "
            "the next tail under one of them (sim/peers/samples/README.md, restore_orphans.*): no group "
-           "explains it, so it stays a failing finding."),
+           "explains it, so it stays a failing finding."
+           " (3) Forward reference (vLLM preset): a store whose parent is stored later in the "
+           "same batch is no orphan -- vLLM's offloading connector publishes a job's completed blocks in the order "
+           "of its key set and documents its stores as self-contained (OffloadingEventsTracker: 'Events are "
+           "self-contained (own parent), so key order is free'); the batch as a whole chains, so it is counted "
+           "(forward_parents), not reported; a consumer applying events one by one sees an orphan there."),
     EvRule("EV-4", "token counts agree with the block size (a partial tail only where the engine documents it)",
            _SEED_PREFIX,
            "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "
@@ -132,7 +138,14 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "vllm_mamba_sparse_store.*) and vLLM tags every store with kv_cache_spec_kind so consumers can tell "
            "such groups apart -- but a consumer reading len(token_ids) == blocks x block_size misreads it. Only the "
            "TokenSpeed preset (--partial-tails) accepts a last block shorter than the block size: TokenSpeed "
-           "publishes its growing tail page and re-hashes it as it grows."),
+           "publishes its growing tail page and re-hashes it as it grows. A placeholder store -- block size 0, no "
+           "token ids, the hash alone -- is vLLM's offloading connector's legacy payload "
+           "(OffloadingEventsTracker: 'Other shapes retain the legacy placeholder payload so consumers can ignore "
+           "them'): counted (placeholders) and accepted for a group that is not full attention or a medium whose "
+           "stores never carried tokens; a full-attention block's placeholder in a medium whose stores describe "
+           "themselves (self_describing_kv_events) lost its payload -- vLLM's own warning says it 'indicates "
+           "missing store metadata' -- and is this rule's finding (sim/peers/samples/findings/"
+           "vllm_cpu_placeholder.*)."),
     EvRule("EV-5", "AllBlocksCleared empties everything", _SEED_EVENTS,
            "A clear of an empty cache changes nothing and is no finding: SGLang's RadixCache publishes "
            "AllBlocksCleared first in every stream (its reset() at construction), which a consumer applies "
@@ -164,6 +177,7 @@ class Preset:
     duplicate_copies: bool = False
     reuse_reports: bool = False
     sparse_stores: bool = False  # vLLM: a sparse group's store names only the blocks it keeps (EV-4's entry)
+    forward_parents: bool = False  # vLLM: a store's parent may be stored later in the same batch (EV-3's entry)
     note: str = ""
     alt_schemes: tuple[str, ...] = ()  # recognised instead when the first root block recomputes only under one
 
@@ -172,7 +186,7 @@ PRESETS: dict[str, Preset] = {
     "tokenspeed": Preset("tokenspeed", 64, "fnv1a64", True,
                          note="block size 64, growing partial tails, FNV-1a 64 event hashes"),
     "vllm": Preset("vllm", None, "vllm-sha256", False, duplicate_copies=True, reuse_reports=True,
-                   sparse_stores=True,
+                   sparse_stores=True, forward_parents=True,
                    note="block size per cache group (vLLM's default 16), sha256 over pickle with NONE_HASH "
                         "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies, "
                         "reuse reports and sparse (state-group) stores allowed", alt_schemes=("vllm-sha256-cbor",)),
@@ -229,7 +243,7 @@ class EventChecker:
                  partial_tails: bool = False, max_findings: int = 1000, *, preset: Preset | None = None,
                  group_keys: bool = True, duplicate_copies: bool = False, reuse_reports: bool = False,
                  hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None,
-                 folded_groups: bool = False) -> None:
+                 folded_groups: bool = False, capacities: dict[str, int] | None = None) -> None:
         self._candidates: tuple[str, ...] = _AUTO
         self._fallback: str | None = None
         self._pending: list[tuple] = []  # root blocks no candidate scheme reproduced, judged once one is adopted
@@ -246,9 +260,13 @@ class EventChecker:
         if hash_scheme not in HASH_SCHEMES + ("auto",):
             raise ValueError(f"hash scheme must be one of {HASH_SCHEMES}")
         self.block_size, self.capacity, self.partial_tails = block_size, capacity, partial_tails
+        self.capacities = dict(capacities or {})  # a medium's own capacity (a Host tier's chunks), else capacity
         self.preset = preset
         self.group_keys, self.duplicate_copies, self.reuse_reports = group_keys, duplicate_copies, reuse_reports
         self.sparse_stores = preset is not None and preset.sparse_stores
+        self.forward_parents = preset is not None and preset.forward_parents
+        self._later: dict[Any, int] = {}  # hash -> index of its last store in the current batch
+        self._at = 0                      # the index of the event being judged in its batch
         self._seed, self._hash_block_size = hash_seed, hash_block_size
         self._hbs_pinned = hash_block_size is not None
         self.scheme = hash_scheme
@@ -273,7 +291,9 @@ class EventChecker:
         self.grouped = False  # a store named a cache group (group_idx)
         self.stats = {"batches": 0, "stored": 0, "removed": 0, "cleared": 0, "cleared_empty": 0, "peak_live": 0,
                       "partial_blocks": 0, "recomputed": 0, "unverifiable": 0, "copies": 0, "reuse_reports": 0,
-                      "sequence_gaps": 0, "partial_entries": 0, "sparse_stores": 0}
+                      "sequence_gaps": 0, "partial_entries": 0, "sparse_stores": 0, "placeholders": 0,
+                      "forward_parents": 0}
+        self._described: set[Any] = set()  # media whose stores carried their tokens (vLLM's self-describing events)
         self.unverifiable_reasons: dict[str, int] = {}
         # EV-3's entry: with a published non-prefix-closed group folded into each prefix event, a store under a
         # parent the stream does not hold is the fold's designed orphan -- one router-compatibility hazard per
@@ -344,7 +364,10 @@ class EventChecker:
         stored = removed = cleared = False
         after_clear = bool(self.cleared)
         recomputed = self.stats["recomputed"] + len(self._deferred)
-        for ev in events:
+        if self.forward_parents:
+            self._later = {h: i for i, ev in enumerate(events) if type(ev).__name__ == "BlockStored"
+                           for h in ev.block_hashes}
+        for self._at, ev in enumerate(events):
             name = type(ev).__name__
             if name == "BlockStored":
                 stored = True
@@ -413,6 +436,11 @@ class EventChecker:
             self.grouped = True  # vLLM's stores name their cache group
         live = self.live.setdefault(where, {})
         bs = ev.block_size
+        if bs == 0:
+            self._placeholder(ev, live, where, line)
+            return
+        if ev.medium is not None:
+            self._described.add(ev.medium)
         if bs != self.block_size:
             self._size(where, bs, line)
         hashes = ev.block_hashes
@@ -430,6 +458,8 @@ class EventChecker:
                            parent=parent)
             elif parent_blk is None and self.folded_groups:
                 self._fold_orphan(line, parent)
+            elif parent_blk is None and self._later.get(parent, -1) > self._at:
+                self.stats["forward_parents"] += 1  # vLLM: its parent's store comes later in this batch
             elif parent_blk is None:
                 self._find("EV-3", line, f"store under parent {_short(parent)}, which is not a live block",
                            parent=parent)
@@ -475,9 +505,10 @@ class EventChecker:
         size = self._copies[where] = self._copies.get(where, 0) + n_new
         if size > self.stats["peak_live"]:
             self.stats["peak_live"] = size
-        if self.capacity is not None and size > self.capacity:
-            self._find("EV-6", line, f"{size} live blocks exceed the capacity {self.capacity}", live=size,
-                       capacity=self.capacity, medium=ev.medium)
+        cap = self.capacities.get(ev.medium, self.capacity)
+        if cap is not None and size > cap:
+            self._find("EV-6", line, f"{size} live blocks exceed the capacity {cap}", live=size,
+                       capacity=cap, medium=ev.medium)
 
     def _removed(self, ev: Any, line: int) -> None:
         where = self._where(ev)
@@ -629,6 +660,30 @@ class EventChecker:
             return None  # the engine's digest is unknown: its children are not judged against ours
         return want
 
+    def _placeholder(self, ev: Any, live: dict, where: Any, line: int) -> None:
+        """A store with block size 0 and no tokens: vLLM's offloading connector's legacy placeholder (EV-4's
+        entry) -- allowed for a group that is not full attention or a medium whose stores never described
+        themselves; a full-attention block's placeholder in a self-describing stream lost its payload (EV-4).
+        Its hashes become live (a removal follows), with no digest to chain from."""
+        self.stats["placeholders"] += 1
+        kind = getattr(ev, "kv_cache_spec_kind", None)
+        if kind == "full_attention" and ev.medium in self._described:
+            self._find("EV-4", line, f"a placeholder store (block size 0, no token ids) of full-attention block "
+                       f"{_short(ev.block_hashes[0]) if ev.block_hashes else '?'} in a {ev.medium} stream whose "
+                       "stores carry their tokens: its payload was lost", blocks=len(ev.block_hashes),
+                       medium=ev.medium)
+        n_new = 0
+        for h in ev.block_hashes:
+            blk = live.get(h)
+            if blk is not None:
+                blk.copies += 1
+                self.stats["copies"] += 1
+            else:
+                live[h] = _Live(True, None)
+            n_new += 1
+            self.stats["stored"] += 1
+        self._copies[where] = self._copies.get(where, 0) + n_new
+
     def _sparse_digests(self, ev: Any, parent_value: Any, prev: Any, line: int) -> list:
         """A sparse store (EV-4's entry): chain the digest through every block its tokens cover, the named hashes
         matching some of them in order; the digest of each named block (None where unknown)."""
@@ -755,7 +810,7 @@ def _check_hashes(ev: Any) -> None:
         if h is not None and not isinstance(h, (int, str, bytes)):
             raise ValueError(f"a block hash is an integer, a string or bytes, not {type(h).__name__}")
     if isinstance(ev, BlockStored):
-        if ev.block_size < 1:
+        if ev.block_size < 1 and not (ev.block_size == 0 and not ev.token_ids):  # 0 and no tokens: a placeholder
             raise ValueError(f"block_size {ev.block_size} must be at least 1")
 
 

@@ -23,6 +23,7 @@ from kvsim.spec.rules import (  # noqa: F401 — imported to register each famil
     peer_engine,
     peer_hybrid,
     peer_policy,
+    peer_tier,
     replica,
     space,
     trace,

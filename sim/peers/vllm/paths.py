@@ -34,3 +34,16 @@ def group_paths(groups: list) -> dict[str, str]:
     out = {f"g{i}.{name}": f"group {i} ({g.label()}): {what}" for i, g in enumerate(groups)
            for name, what in GROUP_PATHS[g.kind].items()}
     return {**out, **COORDINATOR_PATHS}
+
+HOST_PATHS: dict[str, str] = {
+    "host.store": "store jobs to the Host tier (GPU blocks copied to CPU chunks)",
+    "host.store_skipped": "stores the manager refused (no idle chunk to evict)",
+    "host.host_eviction": "Host chunks evicted to make room for a store",
+    "host.load": "async load-backs from the Host tier (the request waits for them)",
+    "host.load_sync": "load-backs completed before the forward that reads them",
+    "host.load_failed": "load-backs that failed (the engine recomputes the request; --fail-loads)",
+    "host.flush": "store jobs flushed before a forward that reuses their source block",
+    "host.hit_pending": "lookups of a key whose store is still in flight",
+    "host.reset": "the Host tier cleared with the cache",
+}
+"""The Host tier's paths (``--offload-blocks``), counted by ``sim/peers/vllm/offload.py`` (its ``PATHS``)."""
