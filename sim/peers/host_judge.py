@@ -5,7 +5,8 @@ the store and load jobs the connector issued (``[job, request, [[source, destina
 ``sync``), the jobs the driver -- playing the worker -- completed before this step's forward (``acks``:
 ``[job, ok]``), jobs flushed by the scheduler (``flushed``), the manager's evictions and lookups (``evicted``,
 ``lookups``: ``[key, HIT | HIT_PENDING | MISS]``) and the blocks held by requests waiting for a load (``held``).
-``EngineJudge`` calls this plug-in before each step's forward (``before``: evictions, new jobs, completions) and
+``EngineJudge`` calls this plug-in before each step's forward (``before``: lookups, loads, evictions, stores,
+completions, in the order vLLM's schedule and its worker make them) and
 after it (``forward``: what the forward wrote), and counts the held blocks in its PEER-9 accounting (``held``).
 
 It keeps every Host chunk's key, whether its store completed (the acknowledgement publishes it) and the content
@@ -93,15 +94,17 @@ class HostTierJudge:
             for b in blocks:
                 if b:
                     self.held[b] = self.held.get(b, 0) + 1
+        # vLLM's order within schedule(): lookups and loads while admitting, then the stores of
+        # build_connector_meta (prepare_store evicts first); the worker's completions after it
         for key, result in off.get("lookups", ()):
             self._lookup(judge, line, key, result)
-        for key in off.get("evicted", ()):
-            self._evict(judge, line, key)
         seen: set[tuple[str, int, int]] = set()
-        for job, rid, pairs in off.get("stores", ()):
-            self._store(judge, line, job, rid, pairs, seen)
         for job, rid, pairs, sync in off.get("loads", ()):
             self._load(judge, line, job, rid, pairs, sync, seen)
+        for key in off.get("evicted", ()):
+            self._evict(judge, line, key)
+        for job, rid, pairs in off.get("stores", ()):
+            self._store(judge, line, job, rid, pairs, seen)
         for job, ok in off.get("acks", ()):
             self._ack(judge, line, job, ok)
         if msg.get("cleared"):
@@ -176,7 +179,7 @@ class HostTierJudge:
                            f"{old.key} (never evicted)", job=job, chunk=c, key=old.key)
                 self.keys.pop(old.key, None)
             self.host[c] = _Chunk(key, job)
-            if key:
+            if key and have is None:  # a key stored twice keeps naming the chunk that held it first
                 self.keys[key] = c
             self.pinned.setdefault(blk, set()).add(job)
             j.sources.add(blk)
