@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from kvsim.sim.cli.argtypes import integer, output_path
+from kvsim.sim.cli.argtypes import integer, interpreter, output_path
 from kvsim.sim.cli.common import WRITTEN, InputError, add_output_options, open_input, output_style, progress_bar, write
 from kvsim.sim.files import atomic_path
 from kvsim.sim.report.console import Style, print_findings, print_hazards, print_verdict
@@ -85,8 +85,8 @@ def add_parser(sub: Any) -> None:
                    help="perturb the recorded plans with one named fault (sim.peers.faults), to see its rule fire")
     p.add_argument("--record", type=output_path, metavar="F", help="tokenspeed: write every plan as cachetrace/1; "
                    "vllm/sglang: write the engine's KV-event batches as a subscriber log (wire form, ts = step)")
-    p.add_argument("--engine-python", metavar="PYTHON",
-                   help="vllm/sglang: the engine venv's python (scripts/install-engine ENGINE VENV)")
+    p.add_argument("--engine-python", metavar="PYTHON", type=interpreter,
+                   help="vllm/sglang: the engine venv's python, or the venv (scripts/install-engine ENGINE VENV)")
     p.add_argument("--blocks", type=integer(1), default=None,
                    help="vllm/sglang/compare: usable KV blocks of the pool (default: unbounded, never evicts)")
     p.add_argument("--block-size", type=integer(1), default=None,
@@ -102,9 +102,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--kv-groups", metavar="SPEC", default=None,
                    help="vllm/sglang: the engine's own hybrid cache, one group per item: full:BLOCK, "
                    "sliding:BLOCK:WINDOW, mamba:BLOCK (e.g. full:16,sliding:16:128); every group judged (PEER-20..22)")
-    p.add_argument("--vllm-python", metavar="PYTHON", help="compare: vLLM's venv python (vLLM skipped without it)")
-    p.add_argument("--sglang-python", metavar="PYTHON",
-                   help="compare: SGLang's venv python (SGLang skipped without it)")
+    p.add_argument("--vllm-python", metavar="PYTHON", type=interpreter,
+                   help="compare: vLLM's venv python or venv (vLLM skipped without it)")
+    p.add_argument("--sglang-python", metavar="PYTHON", type=interpreter,
+                   help="compare: SGLang's venv python or venv (SGLang skipped without it)")
     p.add_argument("--html", type=output_path, metavar="F", help="vllm/sglang: write the report as an HTML page")
     p.add_argument("--events-log", type=output_path, metavar="F",
                    help="write the scheduler's KV events as JSON Lines batches (object form)")
