@@ -122,7 +122,10 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "same batch is no orphan -- vLLM's offloading connector publishes a job's completed blocks in the order "
            "of its key set and documents its stores as self-contained (OffloadingEventsTracker: 'Events are "
            "self-contained (own parent), so key order is free'); the batch as a whole chains, so it is counted "
-           "(forward_parents), not reported; a consumer applying events one by one sees an orphan there."),
+           "(forward_parents), not reported; a consumer applying events one by one sees an orphan there. A Host "
+           "store completing after its parent left both tiers (vLLM's CPU policy evicts an idle parent before its "
+           "in-flight child) stays a violation: the seed's index is prefix-closed (L155) and vLLM's own "
+           "left-to-right lookup can never reach that chunk (sim/peers/samples/README.md, Host tier)."),
     EvRule("EV-4", "token counts agree with the block size (a partial tail only where the engine documents it)",
            _SEED_PREFIX,
            "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "

@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 __all__ = ["HostTierJudge", "RULE_IDS"]
 
 RULE_IDS = ("TS-L2-1", "TS-L2-3", "TS-L2-4", "TS-L2-5", "PEER-23")
+PEER6_HOST = (" With a Host tier (vLLM's offloading connector), a hit served from it counts as the request's first "
+              "computed tokens too: a whole-prompt Host hit that vLLM leaves at num_tokens - 1 "
+              "(Scheduler._update_waiting_for_remote_kv: 'a full prompt hit re-computes that token'), inside a "
+              "loaded block, is this rule's finding -- a divergence from seed 002 L13 that vLLM's local path does "
+              "not make (it recomputes the whole last block), benign in effect: the forward rewrites that block's "
+              "last slot with the KV it holds (sim/peers/samples/README.md, Host tier).")
 
 
 @dataclass
@@ -82,6 +88,7 @@ class HostTierJudge:
             judge.decisions[rid] = self.DECISIONS[rid]
             judge.counts.setdefault(rid, 0)
             judge.premise.setdefault(rid, 0)
+        judge.decisions["PEER-6"] = judge.decisions["PEER-6"] + PEER6_HOST
 
     # -- before the forward ----------------------------------------------------------------------------------------
     def before(self, judge: EngineJudge, msg: dict, line: int) -> None:
