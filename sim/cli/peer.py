@@ -82,7 +82,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--l3-wait-plans", type=integer(1), default=None, metavar="N",
                    help="plans an unanswered L3 op may wait before the scheduler cancels it (default: never)")
     p.add_argument("--inject-fault", default=None, metavar="NAME",
-                   help="perturb the recorded plans with one named fault (sim.peers.faults), to see its rule fire")
+                   help="perturb the recorded plans with one named fault (sim.peers.tokenspeed.faults), to see its "
+                   "rule fire")
     p.add_argument("--record", type=output_path, metavar="F", help="tokenspeed: write every plan as cachetrace/1; "
                    "vllm/sglang: write the engine's KV-event batches as a subscriber log (wire form, ts = step)")
     p.add_argument("--engine-python", metavar="PYTHON", type=interpreter,
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if args.l3_host_blocks is not None and args.l3_host_blocks >= args.host_pages:
         raise InputError(f"kvsim peer: --l3-host-blocks: {args.l3_host_blocks} exceeds the {args.host_pages - 1} "
                          "usable Host pages")
-    from kvsim.sim.peers import faults
+    from kvsim.sim.peers.tokenspeed import faults
     if args.inject_fault is not None and args.inject_fault not in faults.NAMES:
         raise InputError(f"kvsim peer: --inject-fault: unknown fault {args.inject_fault!r} (known: "
                          f"{', '.join(sorted(faults.NAMES))})")
@@ -238,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         from kvsim.sim.cli.peer_engine import policy_gap
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), (pages - 1) * p,
                                                    report["stats"]["scheduler"]["hit_ratio"])
-    from kvsim.sim.peers.path_coverage import coverage
+    from kvsim.sim.peers.judges.path_coverage import coverage
     from kvsim.sim.peers.tokenspeed.paths import PATHS, REACH
     report["stats"]["coverage"] = coverage(PATHS, out.paths, report["rules"], REACH, stress=stress is not None)
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
@@ -287,7 +288,7 @@ def _print(report: dict, console: Console, style: Style) -> None:
                       f"{100 * g['engine_hit_ratio']:.2f} %, simulate {100 * g['simulate_hit_ratio']:.2f} %, gap "
                       f"{g['gap_points']:+.2f} points ({g['note']})", markup=False, soft_wrap=True)
     if s.get("coverage"):
-        from kvsim.sim.peers.path_coverage import coverage_line
+        from kvsim.sim.peers.judges.path_coverage import coverage_line
         console.print(coverage_line(s["coverage"]), markup=False, soft_wrap=True)
     t = s.get("timing")
     if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:
@@ -306,12 +307,12 @@ REPRODUCER = "sim/peers/samples/findings/config_gate.py"
 
 
 def _probe_config(args: argparse.Namespace) -> int:
-    """`kvsim peer tokenspeed --probe-config`: every probe of sim.peers.config_probe, one finding line per
+    """`kvsim peer tokenspeed --probe-config`: every probe of sim.peers.tokenspeed.config_probe, one finding line per
     disagreement (named `(config probe):N`, N the probe's place; its reproducer is REPRODUCER), exit 1 if any."""
     import json
 
-    from kvsim.sim.peers import config_probe
     from kvsim.sim.peers import tokenspeed as ts
+    from kvsim.sim.peers.tokenspeed import config_probe
 
     if not ts.available():
         raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")

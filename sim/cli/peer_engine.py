@@ -129,8 +129,8 @@ def _group_blocks(tokens: int, groups: list) -> int:
 
 def events_command(engine: str, record: str, bs: int, capacity: int | None) -> str:
     """The `kvsim events` command line that judges the recorded log as this run's event checker did: the
-    engine's preset where ``sim.peers.events`` has one (``--engine``), else its block size."""
-    from kvsim.sim.peers import events as pe
+    engine's preset where ``sim.peers.judges.events`` has one (``--engine``), else its block size."""
+    from kvsim.sim.peers.judges import events as pe
     words = ["kvsim", "events", record]
     if engine in getattr(pe, "PRESETS", {}):
         words += ["--engine", engine]
@@ -145,7 +145,7 @@ def events_command(engine: str, record: str, bs: int, capacity: int | None) -> s
 
 def run_engine_peer(args: Any) -> int:
     from kvsim.sim.peers.engines import ENGINES, EngineError, engine_paths, event_checker, probe, run_engine
-    from kvsim.sim.peers.path_coverage import coverage
+    from kvsim.sim.peers.judges.path_coverage import coverage
     from kvsim.sim.peers.report import add_engine_judge, build, percentiles
 
     engine = args.peer
@@ -290,7 +290,7 @@ def _print(report: dict, console: Console, style: Style) -> None:
                   f"{100 * sc['trace_bound_ratio']:.2f} %)  KV events: {kv['stored']:,} stored, {kv['removed']:,} "
                   f"removed, peak live {kv['peak_live']:,}", markup=False, soft_wrap=True)
     if s.get("coverage"):
-        from kvsim.sim.peers.path_coverage import coverage_line
+        from kvsim.sim.peers.judges.path_coverage import coverage_line
         console.print(coverage_line(s["coverage"]), markup=False, soft_wrap=True)
     if p["stalled_requests"]:
         console.print(f"stalled requests {p['stalled_requests']}", markup=False, soft_wrap=True)

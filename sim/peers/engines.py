@@ -11,11 +11,13 @@ finding, every earlier one kept), ``{"bug": {...}}`` (the driver's own code rais
 ``{"error": "..."}`` (the engine refused its setup). Each step also carries the engine paths it took (``paths``,
 named in ``sim.peers.ENGINE.paths``) and, every ``probe_every`` steps, the engine's deep counters (``probe``,
 checked by ``sim.peers.ENGINE.counters`` as PEER-9). Every step goes straight to
-``sim.peers.engine_judge.EngineJudge`` and its batches to ``sim.peers.events.EventChecker``; with ``record``
-the batches are also written as the subscriber log vLLM/SGLang would produce (wire form, ``ts`` = step).
+``sim.peers.judges.engine_judge.EngineJudge`` and its batches to ``sim.peers.judges.events.EventChecker``; with
+``record`` the batches are also written as the subscriber log vLLM/SGLang would produce (wire form, ``ts`` = step).
 
 Three clocks are kept apart, as for TokenSpeed: seconds inside engine calls (the driver's own measure), the
-judge's seconds, and everything else (pipes, JSON, the engine's import) as observation.
+judge's seconds, and everything else (pipes, JSON, the engine's import) as observation. It sits at the top of
+``sim.peers``: one runner for every block-table engine, which finds each engine's room (driver, paths, counters,
+policy) by name.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from typing import Any
 
 import msgspec
 
-from kvsim.sim.peers.engine_judge import EngineJudge
-from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.judges.engine_judge import EngineJudge
+from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.peers.workload import VOCAB, Request
 
 __all__ = ["ENGINES", "EngineSpec", "EngineConfig", "EngineOutcome", "EngineError", "DriverBug", "driver_path",
@@ -151,10 +153,10 @@ def _feed(proc: subprocess.Popen, cfg: dict, requests: list[Request]) -> None:
 
 
 def event_checker(engine: str, block_size: int | None, capacity: int, host_chunks: int = 0) -> EventChecker:
-    """The KV-event checker for an engine's stream: its preset where ``sim.peers.events`` has one (hash
+    """The KV-event checker for an engine's stream: its preset where ``sim.peers.judges.events`` has one (hash
     scheme, allowances), else block size and capacity with structure-only checks. ``block_size`` None: each
     group's first store declares its own (a ``--kv-groups`` run)."""
-    from kvsim.sim.peers import events as pe
+    from kvsim.sim.peers.judges import events as pe
     preset = getattr(pe, "PRESETS", {}).get(engine)
     checker: Any = pe.EventChecker
     if preset is not None and preset.reuse_reports:
@@ -169,8 +171,8 @@ def event_checker(engine: str, block_size: int | None, capacity: int, host_chunk
 
 
 def _checker_parse() -> Callable | None:
-    """``sim.peers.events``' own reader of a wire batch where it has one (it keeps fields such as group_idx)."""
-    from kvsim.sim.peers import events as pe
+    """``sim.peers.judges.events``' own reader of a wire batch where it has one (it keeps fields such as group_idx)."""
+    from kvsim.sim.peers.judges import events as pe
     parse = getattr(pe, "parse_batch", None)
     return None if parse is None else (lambda batch: parse(batch)[0])
 
@@ -182,11 +184,11 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     usable = cfg.num_blocks - spec.reserved_blocks
     groups = None
     if cfg.kv_groups:  # every group of a hybrid run judged by the group judge's plug-in
-        from kvsim.sim.peers.group_judge import GroupJudge
+        from kvsim.sim.peers.judges.group_judge import GroupJudge
         groups = GroupJudge(cfg.kv_groups, usable, counter_check(engine))
     tier = None
     if cfg.offload:  # the Host tier behind the engine, judged by the tier judge's plug-in
-        from kvsim.sim.peers.host_judge import HostTierJudge
+        from kvsim.sim.peers.judges.host_judge import HostTierJudge
         tier = HostTierJudge(cfg.offload["blocks"], cfg.num_blocks)
     judge = EngineJudge(cfg.block_size, cfg.num_blocks, events, reserved=spec.reserved_blocks,
                         same_step_hits=spec.same_step_hits, parse=_checker_parse(), probe_check=counter_check(engine),

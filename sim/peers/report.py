@@ -7,7 +7,8 @@ cause (``id``, ``class``, ``consequences``) and ``consequences`` its later orpha
 in ``stats.hazards`` / ``stats.consequences`` beside ``stats.findings``; the verdict fails on violations only.
 Deterministic unless the caller adds a ``timing`` section (wall-clock figures of a live run, kept apart under
 ``stats.timing``).
-This module knows the judges' findings and summaries, not how they were produced.
+This module knows the judges' findings and summaries, not how they were produced. It sits at the top of
+``sim.peers``: it reads the judges of both rooms (``cachetrace``, ``judges``) for every engine, and belongs to none.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from kvsim.sim.peers import contract as pc
-from kvsim.sim.peers import events as pe
+from kvsim.sim.peers.cachetrace import contract as pc
+from kvsim.sim.peers.judges import events as pe
 from kvsim.sim.report.verdict import stamp
 
 __all__ = ["build", "file_sha256", "percentiles"]
@@ -85,7 +86,7 @@ def add_engine_judge(report: dict, judge, trace: str) -> dict:
     """Add an ``EngineJudge``'s findings, rule counters (PEER-5 ... PEER-9, its engine's policy rule) and summary
     (``stats.scheduler``) to a report ``build`` made for the same run's event stream; the verdict fails on any
     violation."""
-    from kvsim.sim.peers import engine_judge as ej
+    from kvsim.sim.peers.judges import engine_judge as ej
 
     report["violations"] += [f.as_dict(trace) for f in judge.findings]
     report["violations"].sort(key=lambda v: (v["line"], v["rule"]))

@@ -2,7 +2,7 @@
 
 ``kvsim peer vllm|sglang --kv-groups SPEC`` builds the engine's own hybrid configuration and reports every
 request's block table in every group, as the step's forward reads it. The checkers are the group judge's
-(sim.peers.group_judge.GroupJudge, named by dotted path: the catalogue never imports sim). Quotes are from the
+(sim.peers.judges.group_judge.GroupJudge, named by dotted path: the catalogue never imports sim). Quotes are from the
 cache concepts (seed 002, which has no headings: cited by line) and from the engines' source. Aliasing across
 groups and per-group accounting extend PEER-8 and PEER-9 (their entries live with the engine judge).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvsim.spec.catalogue import transition_rule
 
-_GJ = "kvsim.sim.peers.group_judge.GroupJudge"
+_GJ = "kvsim.sim.peers.judges.group_judge.GroupJudge"
 
 transition_rule(
     "PEER-20", "A prefix hit is one every cache group can serve: no group raises the common hit",

@@ -3,7 +3,7 @@
 ``kvsim peer vllm --offload-blocks N`` puts vLLM's OffloadingConnector and its CPUOffloadingManager behind the
 scheduler, the driver playing the worker. The seed-002 Host-tier rules kvsim already had (TS-L2-1, -3, -4, -5;
 their entries in ``spec/rules/cache_l2.py`` say how each reads there) judge the jobs; this rule judges the
-manager's own answers. The checker is the tier judge's (sim.peers.host_judge.HostTierJudge, named by dotted path:
+manager's own answers. The checker is the tier judge's (sim.peers.judges.host_judge.HostTierJudge, named by dotted path:
 the catalogue never imports sim).
 """
 
@@ -20,7 +20,7 @@ transition_rule(
     'L189: "later unrelated keys LRU-evict older prompts"; vllm/v1/kv_offload/cpu/manager.py '
     'CPUOffloadingManager.lookup ("if not chunk.is_ready: return LookupResult.HIT_PENDING"), complete_store, '
     'prepare_store ("cache-policy removes only idle chunks")',
-    "kvsim.sim.peers.host_judge.HostTierJudge._lookup",
+    "kvsim.sim.peers.judges.host_judge.HostTierJudge._lookup",
     decisions="The judge keeps every Host chunk's key and whether its store completed, from the jobs the connector "
               "issues and the completions the driver (playing vLLM's worker) reports. Every lookup the manager "
               "answers while scheduling is judged against that state: HIT only for a key whose store completed and "

@@ -7,10 +7,10 @@ import copy
 import numpy as np
 import pytest
 
-from kvsim.sim.peers import events as pe
-from kvsim.sim.peers.engine_judge import EngineJudge
-from kvsim.sim.peers.events import EventChecker
-from kvsim.sim.peers.group_judge import RULE_IDS, GroupJudge
+from kvsim.sim.peers.judges import events as pe
+from kvsim.sim.peers.judges.engine_judge import EngineJudge
+from kvsim.sim.peers.judges.events import EventChecker
+from kvsim.sim.peers.judges.group_judge import RULE_IDS, GroupJudge
 from kvsim.sim.peers.kv_groups import KvGroupsError, parse_kv_groups
 
 BS, BLOCKS = 4, 40  # block 0 is the null block: 39 usable

@@ -7,10 +7,10 @@ import copy
 import numpy as np
 import pytest
 
-from kvsim.sim.peers import events as pe
-from kvsim.sim.peers.engine_judge import EngineJudge
-from kvsim.sim.peers.events import EventChecker
-from kvsim.sim.peers.host_judge import RULE_IDS, HostTierJudge
+from kvsim.sim.peers.judges import events as pe
+from kvsim.sim.peers.judges.engine_judge import EngineJudge
+from kvsim.sim.peers.judges.events import EventChecker
+from kvsim.sim.peers.judges.host_judge import RULE_IDS, HostTierJudge
 
 BS, BLOCKS, CHUNKS = 4, 10, 4
 A = np.arange(8, dtype=np.int64)

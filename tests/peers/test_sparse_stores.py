@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from kvsim.sim.cli import main
-from kvsim.sim.peers.events import PRESETS, EventChecker, parse_batch
+from kvsim.sim.peers.judges.events import PRESETS, EventChecker, parse_batch
 
 LOG = Path(__file__).resolve().parents[2] / "sim/peers/samples/findings/vllm_mamba_sparse_store.events.jsonl"
 

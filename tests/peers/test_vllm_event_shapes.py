@@ -3,7 +3,7 @@ a store whose parent comes later in the same batch (the offloading connector pub
 order) is a counted forward reference, not an orphan; a placeholder store (block size 0, no tokens) is accepted
 where vLLM documents it and is EV-4 for a full-attention block of a stream whose stores describe themselves."""
 
-from kvsim.sim.peers.events import PRESETS, EventChecker, parse_batch
+from kvsim.sim.peers.judges.events import PRESETS, EventChecker, parse_batch
 
 
 def store(h, parent, tokens, medium="CPU", kind="full_attention", bs=4):

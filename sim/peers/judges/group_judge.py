@@ -9,7 +9,7 @@ full group's table as before (PEER-5 ... PEER-8) and hands every step to this pl
 the engine judge (``find``), so the report carries one set of rule counters.
 
 The plug-in keeps, per request, its tokens, frontier and one table per group, and per block what a forward last
-wrote there: for a history block the prefix key of its last token (``sim.peers.engine_judge.Contents`` chained in
+wrote there: for a history block the prefix key of its last token (``sim.peers.judges.engine_judge.Contents`` chained in
 units of the smallest block size), for a state block the state after exactly t tokens of some prefix (the unit
 key below t and the tokens past it). It checks, citing seed 002 (catalogue ``spec/rules/peer_hybrid.py``):
 
@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvsim.sim.peers.engine_judge import Contents, frame
+from kvsim.sim.peers.judges.engine_judge import Contents, frame
 from kvsim.sim.peers.kv_groups import GroupSpec, hash_unit, primary_group
 from kvsim.spec import catalogue
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvsim.sim.peers.engine_judge import EngineJudge
+    from kvsim.sim.peers.judges.engine_judge import EngineJudge
 
 __all__ = ["GroupJudge", "RULE_IDS"]
 

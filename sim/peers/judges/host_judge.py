@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from kvsim.spec import catalogue
 
 if TYPE_CHECKING:
-    from kvsim.sim.peers.engine_judge import EngineJudge
+    from kvsim.sim.peers.judges.engine_judge import EngineJudge
 
 __all__ = ["HostTierJudge", "RULE_IDS"]
 
