@@ -153,6 +153,8 @@ def run_engine_peer(args: Any) -> int:
         raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
                          f"{engine} VENV, then pass VENV/bin/python)")
     groups = _kv_groups(args)
+    if groups and engine != "vllm":
+        raise InputError(f"--kv-groups: {engine}'s hybrid caches are not driven by kvsim yet (vllm only)")
     bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
     if groups:
         from kvsim.sim.peers.kv_groups import primary_group
