@@ -72,9 +72,10 @@ def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
     """A workload named rather than given as a Mooncake file -- ``synthetic:prefix-stress[:SEED]`` or
     ``synthetic:hybrid-stress[:SEED]`` (its rows, each submitted at its step) or any other name `kvsim simulate`
     reads (``excerpt:NAME``, ``synthetic[:SEED]``, an Azure ``.csv``) -- with ``--requests`` and ``--max-output``
-    applied, its name and a SHA-256: of the file a bundled excerpt or a CSV is, else of the requests made (token ids, output lengths, submission steps). None
-    for a Mooncake file or ``-`` (the caller reads it as a stream, hashed in the same pass). Generation is linear
-    in the requests asked for and shows progress (a bar on a terminal, plain lines in a log)."""
+    applied, its name and a SHA-256: of the file a bundled excerpt or a CSV is, else of the requests made (token
+    ids, output lengths, submission steps). None for a Mooncake file or ``-`` (the caller reads it as a stream,
+    hashed in the same pass). Generation is linear in the requests asked for and shows progress (a bar on a
+    terminal, plain lines in a log)."""
     import hashlib
 
     from kvsim.sim.peers.workload import WorkloadError, read_mooncake, read_stress, read_workload
