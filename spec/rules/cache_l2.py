@@ -1,4 +1,5 @@
-"""TS-L2-*: the Host (L2) tier, retraction snapshots and ClearCache, judged on a real scheduler's plans.
+"""TS-L2-*: the Host (L2) tier, retraction snapshots and ClearCache, judged on a real scheduler's plans (and TS-L2-1,
+-3, -4, -5 on vLLM's CPU offloading too: ``VLLM`` says how each reads there).
 
 The checkers are the peer judge's (sim.peers.cachetrace.host_tier.HostTier, named by dotted path: the catalogue never
 imports sim); they read cachetrace/1 records, so every one is evidence about the scheduler that made the
@@ -10,9 +11,27 @@ from __future__ import annotations
 from kvsim.spec.catalogue import transition_rule
 
 _HT = "kvsim.sim.peers.cachetrace.host_tier.HostTier"
+_ON_VLLM = " On vLLM (kvsim peer vllm --offload-blocks, judged by sim.peers.judges.host_judge.HostTierJudge): "
+# how each rule reads on vLLM's CPU offloading (its OffloadingConnector and CPUOffloadingManager), the same clause
+VLLM: dict[str, str] = {
+    "TS-L2-1": "a store job's GPU source blocks may not be written by a forward from the step after the one that "
+               "issued it (the worker copies them at the next step's start) until the job completes -- vLLM "
+               "flushes a job whose block it hands out again (jobs_to_flush) before that forward; a load's GPU "
+               "destinations may not be written, and its CPU chunks not evicted or stored into, before it completes.",
+    "TS-L2-3": "every store or load job carries at least one transfer, GPU block ids lie in [1, num_blocks) and CPU "
+               "chunk ids in [0, chunks), and no (source, destination) repeats among one step's jobs.",
+    "TS-L2-4": "a store job's key (the block hash and group of the OffloadKey) must not be in flight in another store "
+               "nor held on the tier already (prepare_store offers only keys it does not hold), and a chunk it fills "
+               "must hold no key that no eviction removed.",
+    "TS-L2-5": "a load job reads CPU chunks whose store completed, each under the load's key; the GPU blocks it fills "
+               "then hold the content that store copied (a failed load leaves them without content), and the "
+               "request's hit over them is PEER-7's.",
+}
 
 
 def _rule(rule_id: str, title: str, clause: str, checker: str, decisions: str) -> None:
+    if rule_id in VLLM:
+        decisions += _ON_VLLM + VLLM[rule_id]
     transition_rule(rule_id, title, clause, f"{_HT}.{checker}", decisions, scope="cache")
 
 

@@ -44,7 +44,12 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "store of two or more blocks, all live, can only be that (a new copy of a prefix's first block is "
            "impossible: blocks are cached at allocation, so a later request hits them), and changes nothing. "
            "A one-block report cannot be told from the recompute of a one-block prompt; it counts as a copy "
-           "(never a false EV-1; at worst one phantom copy). Without the preset both fire EV-2 "
+           "(never a false EV-1; at worst one phantom copy). That reading holds for one cache group only: in a "
+           "hybrid model a request whose common hit a sliding-window or state group lowered (to 0, say) "
+           "recomputes blocks live in the full group and stores second copies of them from block 0, parent-less "
+           "-- the same shape (a hybrid `kvsim peer vllm` run showed it as EV-1 false alarms). `kvsim peer vllm` "
+           "never sets the report mode and judges its stream without the reuse-report allowance; `kvsim events "
+           "--engine vllm --no-reuse-reports` does the same for a log it recorded. Without the preset both fire EV-2 "
            "(reproducers: sim/peers/samples/findings/vllm_*)."),
     EvRule("EV-3", "parent hash chains resolve to live, full blocks", _SEED_EVENTS,
            "The parent is looked up in the same medium and group first, then in any. Two classes of orphan are "
@@ -65,15 +70,38 @@ CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
            "parent, or any orphan without such a group, stays a violation. (2) Router compatibility without a "
            "fold: after a retraction's restore TokenSpeed 0.1.42 removes the request's blocks and later stores "
            "the next tail under one of them (sim/peers/samples/README.md, restore_orphans.*): no group "
-           "explains it, so it stays a failing finding."),
+           "explains it, so it stays a failing finding."
+           " (3) Forward reference (vLLM preset): a store whose parent is stored later in the "
+           "same batch is no orphan -- vLLM's offloading connector publishes a job's completed blocks in the order "
+           "of its key set and documents its stores as self-contained (OffloadingEventsTracker: 'Events are "
+           "self-contained (own parent), so key order is free'); the batch as a whole chains, so it is counted "
+           "(forward_parents), not reported; a consumer applying events one by one sees an orphan there. A Host "
+           "store completing after its parent left both tiers (vLLM's CPU policy evicts an idle parent before its "
+           "in-flight child) stays a violation: the seed's index is prefix-closed (L155) and vLLM's own "
+           "left-to-right lookup can never reach that chunk (sim/peers/samples/README.md, Host tier)."),
     EvRule("EV-4", "token counts agree with the block size (a partial tail only where the engine documents it)",
            _SEED_PREFIX,
            "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "
            "and group keeps the size its first store declared (a hybrid model may use one per group), except "
            "that a group whose blocks are wider than vLLM's hash block size may also publish a partial prefix "
-           "entry of whole hash blocks (BlockPool.cache_partial_block). Only the "
+           "entry of whole hash blocks (BlockPool.cache_partial_block), and a sparse store (vLLM preset): a "
+           "group that keeps only some of its blocks -- a Mamba state group in align mode keeps the checkpoint "
+           "block and nulls the states before it -- publishes one store whose block_hashes name the blocks it "
+           "keeps while its token_ids cover every block since the parent (BlockPool.cache_full_blocks skips "
+           "null and masked-out blocks for the hashes, not for the tokens); each named hash must be the chain "
+           "digest at one of those blocks, in order (EV-7), and the store is counted (sparse_stores). Decided: "
+           "allowed behaviour -- the event is self-consistent (reproducer sim/peers/samples/findings/"
+           "vllm_mamba_sparse_store.*) and vLLM tags every store with kv_cache_spec_kind so consumers can tell "
+           "such groups apart -- but a consumer reading len(token_ids) == blocks x block_size misreads it. Only the "
            "TokenSpeed preset (--partial-tails) accepts a last block shorter than the block size: TokenSpeed "
-           "publishes its growing tail page and re-hashes it as it grows."),
+           "publishes its growing tail page and re-hashes it as it grows. A placeholder store -- block size 0, no "
+           "token ids, the hash alone -- is vLLM's offloading connector's legacy payload "
+           "(OffloadingEventsTracker: 'Other shapes retain the legacy placeholder payload so consumers can ignore "
+           "them'): counted (placeholders) and accepted for a group that is not full attention or a medium whose "
+           "stores never carried tokens; a full-attention block's placeholder in a medium whose stores describe "
+           "themselves (self_describing_kv_events) lost its payload -- vLLM's own warning says it 'indicates "
+           "missing store metadata' -- and is this rule's finding (sim/peers/samples/findings/"
+           "vllm_cpu_placeholder.*)."),
     EvRule("EV-5", "AllBlocksCleared empties everything", _SEED_EVENTS,
            "A clear of an empty cache changes nothing and is no finding: SGLang's RadixCache publishes "
            "AllBlocksCleared first in every stream (its reset() at construction), which a consumer applies "
@@ -103,6 +131,8 @@ class Preset:
     group_keys: bool = True
     duplicate_copies: bool = False
     reuse_reports: bool = False
+    sparse_stores: bool = False  # vLLM: a sparse group's store names only the blocks it keeps (EV-4's entry)
+    forward_parents: bool = False  # vLLM: a store's parent may be stored later in the same batch (EV-3's entry)
     note: str = ""
     alt_schemes: tuple[str, ...] = ()  # recognised instead when the first root block recomputes only under one
 
@@ -111,9 +141,11 @@ PRESETS: dict[str, Preset] = {
     "tokenspeed": Preset("tokenspeed", 64, "fnv1a64", True,
                          note="block size 64, growing partial tails, FNV-1a 64 event hashes"),
     "vllm": Preset("vllm", None, "vllm-sha256", False, duplicate_copies=True, reuse_reports=True,
+                   sparse_stores=True, forward_parents=True,
                    note="block size per cache group (vLLM's default 16), sha256 over pickle with NONE_HASH "
-                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies "
-                        "and reuse reports allowed", alt_schemes=("vllm-sha256-cbor",)),
+                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies, "
+                        "reuse reports, sparse (state-group) stores and forward parents allowed",
+                   alt_schemes=("vllm-sha256-cbor",)),
     "sglang": Preset("sglang", None, "sglang-sha256", False,
                      note="block size = page size (from the first store), chained sha256 over u32 tokens"),
 }
