@@ -1,4 +1,5 @@
-"""PEER-20 ... PEER-22: the cache groups of a hybrid model (full, sliding window, state), judged on vLLM and SGLang.
+"""PEER-20 ... PEER-22, PEER-24: the cache groups of a hybrid model (full, sliding window, state), judged on vLLM and
+SGLang.
 
 ``kvsim peer vllm|sglang --kv-groups SPEC`` builds the engine's own hybrid configuration and reports every
 request's block table in every group, as the step's forward reads it. The checkers are the group judge's
@@ -72,5 +73,33 @@ transition_rule(
               "request's own tokens, written by a forward of an earlier step (a state the same step computes is "
               "not there yet), and that the output slot names a block. Which boundaries an engine keeps "
               "(Endpoint, Promoted, block-aligned checkpoints) is not judged: a hit lost because no checkpoint was "
-              "kept there is allowed behaviour (vllm issue 45238's symptom is a miss, not a wrong hit).",
+              "kept there is allowed behaviour (vllm issue 45238's symptom is a miss, not a wrong hit). SGLang's "
+              "reading (UnifiedRadixCache's Mamba component: one running state slot per request, a cached state "
+              "copied into it on a hit, copies donated to the tree): no position names a state, so the driver, "
+              "playing the model, writes each state as a tag into SGLang's own state tensor "
+              "(sim.peers.judges.state_tags) and the rule is judged on what each forward reads: starting at c0 > 0, "
+              "the state after exactly c0 tokens of the request's own sequence (any request's with that prefix), "
+              "written by a forward of an earlier step; starting at 0, the zeroed state (SGLang clears a fresh "
+              "request's slot).",
+    scope="cache")
+
+transition_rule(
+    "PEER-24", "A state group publishes into its index only the state a forward wrote at exactly the node's "
+    "boundary",
+    'cache concepts L76: "Computed state publication requires an Endpoint or Promoted boundary and checkpoint '
+    'provenance at that exact prefix boundary ... Allocated slots and completed hashes alone are not proof"; L74: '
+    '"publishing an unwritten intermediate checkpoint would break position identity"; L83: "An internal '
+    'checkpoint written at floor(after/P)*P is a valid publication source"; '
+    'sglang/srt/mem_cache/unified_cache/components/mamba.py MambaComponent.prepare_for_caching_req ("Donate the '
+    'mamba index to the radix cache"), commit_insert_component_data; unified_radix_cache.py checkpoint_into_tree '
+    '(the key truncated to the effective cache length, then page-aligned)',
+    "kvsim.sim.peers.judges.state_tags.StateTags.step",
+    decisions="Where a state group keeps its cached states in a radix tree (SGLang's UnifiedRadixCache), a "
+              "checkpoint hands the tree one state per node: PEER-22 judges it only when a later hit reads it, so a "
+              "wrong state published and evicted unread, or read by no request whose check could tell, goes "
+              "unseen. Judged at each insert that leaves the tree holding the request's state (not when the node "
+              "already had one): the state in the slot the tree takes, as its tag says (sim.peers.judges."
+              "state_tags), is the state after exactly L tokens of that request's sequence, L being the length of "
+              "the key the node ends at. Which boundaries get a state (every checkpoint with no_buffer, the track "
+              "grid with extra_buffer) is not judged.",
     scope="cache")

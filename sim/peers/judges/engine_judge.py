@@ -232,6 +232,10 @@ class EngineJudge:
             r = self._req(rid)
             self._drop_table(r)
             r.computed = 0
+        # tables a checkpoint rewrote before this step allocated (SGLang checkpoints a chunked request before its
+        # next chunk): computed blocks swapped to the cache's canonical copies, the duplicates freed for reuse
+        for rid, table in msg.get("swaps", ()):
+            self._swap(rid, self._req(rid), list(table), line)
         # (request, hit, resumed, tokens it had before this step produced one: a hit must leave the last to compute)
         hits: list[tuple[str, _Req, int, bool, int]] = []
         # in the scheduler's order: running requests' blocks, then the waiting queue, whose head holds the

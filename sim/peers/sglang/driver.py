@@ -107,7 +107,8 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
         if fn.startswith(package + os.sep):
             engine = f"{os.path.relpath(fn, root)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}"
             break
-    here = frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__)
+    here = frames and os.path.dirname(os.path.abspath(frames[-1].tb_frame.f_code.co_filename)) == os.path.dirname(
+        os.path.abspath(__file__))  # this script or a part of it (unified.py, hybrid.py)
     if isinstance(exc, EngineFault):
         t = frames[-1]
         engine = f"{os.path.basename(__file__)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name} (the driver found it)"
@@ -189,6 +190,19 @@ def probe(tree: Any, locks: list) -> dict:
             "evictable": tree.evictable_size_, "protected": tree.protected_size_, "lock_mismatch": wrong,
             "lock_mismatch_nodes": bad, "locks_off_tree": len(want), "leaves_walk": len(leaves),
             "leaves_listed": len(listed), "leaves_differ": len(leaves ^ listed)}
+
+
+def sibling(name: str) -> Any:
+    """A module of this driver's own folder (``unified.py``, ``hybrid.py``), loaded by path: the driver imports
+    nothing of kvsim."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"kvsim_sglang_{name}", os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), f"{name}.py"))
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load the driver's {name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def token(rid: str, pos: int, vocab: int) -> int:
@@ -367,19 +381,23 @@ def main() -> int:
     package = ""
     try:
         cfg = json.loads(sys.stdin.readline())
-        given: list = []          # (arrive, request) in workload order
+        rows: list = []           # (arrive, id, tokens, max new tokens) in workload order
         for line in sys.stdin:
             msg = json.loads(line)
             if "end" in msg:
                 break
             q = msg["request"]
-            given.append((q.get("arrive", 0), Req(q["id"], q["tokens"], q["max_new_tokens"])))
+            rows.append((q.get("arrive", 0), q["id"], q["tokens"], q["max_new_tokens"]))
         if not os.environ.get("TORCH_EXTENSIONS_DIR"):  # SGLang's hash extension: built once per venv
             os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "torch-extensions")
         t0 = time.perf_counter()
         use_standins()
         import sglang
         package = os.path.dirname(os.path.abspath(sglang.__file__))
+        if cfg.get("kv_groups"):  # SGLang's unified hybrid cache, driven by unified.py
+            return sibling("unified").run(cfg, rows, send, where, lambda rid, pos: token(rid, pos, cfg["vocab"]),
+                                           sibling, t0)
+        given = [(a, Req(rid, toks, n)) for a, rid, toks, n in rows]
         d = Driver(cfg)
         warm_up(d.ps)
         import_s = time.perf_counter() - t0
