@@ -192,7 +192,8 @@ class EngineJudge:
     def __init__(self, block_size: int, num_blocks: int, events: EventChecker, reserved: int = 1,
                  max_findings: int = 1000, same_step_hits: bool = True,
                  parse: Callable[[Any], list] | None = None, policy: Any = None,
-                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None):
+                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None,
+                 act: Any = None):
         self.bs = block_size
         self.num_blocks = num_blocks
         self.usable = num_blocks - reserved
@@ -214,6 +215,12 @@ class EngineJudge:
         self.policy = policy
         self.rules = dict(RULES) | (policy.RULES if policy is not None else {})
         self.decisions = dict(DECISIONS) | (policy.DECISIONS if policy is not None else {})
+        # frames, structure checks and recovery (sim.peers.actionable), for a real engine's run
+        self.act = act
+        if act is not None:
+            self.rules |= act.rules
+            self.decisions |= act.decisions
+            events.on_finding = act.event_finding
         self.counts = {r: 0 for r in self.rules}
         self.premise = {r: 0 for r in self.rules}
         self.stats = {"requests": 0, "steps": 0, "prompt_tokens": 0, "hit_tokens": 0, "hits": 0, "bound_tokens": 0,
@@ -230,6 +237,8 @@ class EngineJudge:
     # -- findings ---------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
+        if self.act is not None:
+            message = self.act.finding(rule, line, self._step, message, ctx)
         if len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, self._step, f"step {self._step}: {message}", ctx))
 
@@ -254,14 +263,17 @@ class EngineJudge:
         for i in range(r.prompt // bs):
             self.seen_keys.add(r.key(i, bs, self.contents))  # type: ignore[arg-type]
 
-    def step(self, msg: dict, before: int) -> None:
+    def step(self, msg: dict, before: int, at: int | None = None) -> None:
         """One driver step: tables, writes, hits, events, then the engine's own statistics.
 
-        Findings name lines of the engine's event log (one line per published batch, as ``--record`` writes
-        it): ``before`` batches came earlier, an EV finding names its batch's line, a PEER finding the line of
-        the step's last batch (the stream as of that step) and says which step in its message."""
+        Findings name lines of the engine's event log (one line per published batch): ``before`` batches came
+        earlier, an EV finding names its batch's line, a PEER finding the line of the step's last batch (the
+        stream as of that step) and says which step in its message. With ``at``, every finding of the step
+        names that line instead (the step's own line in a ``kvsim-peer/1`` record, ``sim.peers.peer_log``)."""
         self._step = msg["step"]
-        line = before + len(msg.get("batches", ()))
+        line = before + len(msg.get("batches", ())) if at is None else at
+        if self.act is not None:
+            self.act.begin(msg)
         self.stats["steps"] += 1
         self.premise["PEER-11"] += 1  # the engine completed this step's calls
         bs = self.bs
@@ -325,8 +337,8 @@ class EngineJudge:
         for k, batch in enumerate(msg.get("batches", ())):
             evs = batch_events(batch)
             if sequence is not None and k < len(seqs):
-                sequence(seqs[k], before + k + 1)
-            self.events.batch(self.parse(batch) if self.parse else evs, before + k + 1)
+                sequence(seqs[k], before + k + 1 if at is None else at)
+            self.events.batch(self.parse(batch) if self.parse else evs, before + k + 1 if at is None else at)
             self._stream(evs)
         # prefix hits of the requests first scheduled (or resumed) in this step
         for rid, r, hit, again, known in hits:
@@ -339,6 +351,8 @@ class EngineJudge:
             r = self._req(rid)
             self._drop_table(r)
             del self.reqs[rid]
+        if self.act is not None:  # the engine's structures as the step left them, before the counters they explain
+            self.act.end(self, msg, line)
         self._free(msg, line)
         for k, v in (msg.get("paths") or {}).items():
             self.paths[k] = self.paths.get(k, 0) + v
@@ -354,6 +368,10 @@ class EngineJudge:
         if live > self.usable:
             self._find("PEER-5", line, f"live requests name {live} blocks, the pool holds {self.usable}", live=live,
                        capacity=self.usable)
+
+    def tables_changed(self) -> list[str]:
+        """The requests whose block table the last step changed (named anew or added to)."""
+        return list(self._start)
 
     # -- pieces -----------------------------------------------------------------------------------------------
     def _req(self, rid: str) -> _Req:
@@ -542,19 +560,24 @@ class EngineJudge:
                 out.append((rid, r, computed, False))
         return out
 
-    def crashed(self, facts: dict, line: int) -> None:
-        """PEER-11: the engine raised while stepping; the run ends here, every earlier finding stays."""
+    def crashed(self, facts: dict, line: int, msg: dict | None = None) -> None:
+        """PEER-11: the engine raised while stepping; the run ends here, every earlier finding stays. ``msg``: the
+        driver's crash message, with the structures as the engine left them (judged first, where it has them)."""
         self.crash = facts
         self.premise["PEER-11"] += 1
         if facts.get("step") is not None:
             self._step = facts["step"]
+        if self.act is not None and msg is not None:
+            self.act.begin(msg)
+            self.act.end(self, msg, line, crashed=True)
         rid = facts.get("request")
         frame = facts.get("frame") or "no engine frame"
         self._find("PEER-11", line, f"the engine raised {facts.get('type')}: {facts.get('message') or '(no message)'} "
                    f"at {frame}" + (f" while processing {rid}" if rid else "") +
                    (f" ({facts['phase']})" if facts.get("phase") else ""),
                    exception=facts.get("type"), frame=facts.get("frame"), request=rid,
-                   traceback=list(facts.get("traceback") or ()))
+                   traceback=list(facts.get("traceback") or ()),
+                   **({"block": facts["block"]} if facts.get("block") is not None else {}))
 
     def finish(self) -> None:
         """End of the run (nothing to close: unfinished requests are the runner's to report)."""

@@ -44,7 +44,7 @@ events, not schedulers.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,10 +268,15 @@ class EventChecker:
         self.consequence_count = 0
 
     # -- findings ----------------------------------------------------------------------------------------------
+    on_finding: Callable[[str, int, str, dict], None] | None = None
+    """Called with every finding as it is made (listed or not): a peer run's recovery (sim.peers.peer_recovery)."""
+
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
         if len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, message, ctx))
+        if self.on_finding is not None:
+            self.on_finding(rule, line, message, ctx)
 
     def _fold_orphan(self, line: int, parent: Any) -> None:
         """A store under a parent the stream does not hold, where the engine folds a sliding-window or state

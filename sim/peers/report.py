@@ -84,21 +84,42 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
 def add_engine_judge(report: dict, judge, trace: str) -> dict:
     """Add an ``EngineJudge``'s findings, rule counters (PEER-5 ... PEER-9, its engine's policy rule) and summary
     (``stats.scheduler``) to a report ``build`` made for the same run's event stream; the verdict fails on any
-    violation."""
+    violation. A judge with recovery (``sim.peers.actionable``) lists root causes only: ``violations`` are the
+    roots (each with ``id``), ``consequences`` the first consequence per entity (each with ``of``), both counted
+    in ``stats`` (``findings``, ``consequences``); a rule's ``violated`` counts its roots."""
     from kvsim.sim.peers import engine_judge as ej
 
-    report["violations"] += [f.as_dict(trace) for f in judge.findings]
-    report["violations"].sort(key=lambda v: (v["line"], v["rule"]))
+    act = getattr(judge, "act", None)
+    if act is None:
+        report["violations"] += [f.as_dict(trace) for f in judge.findings]
+    else:
+        rec = act.recovery
+        report["violations"] = [r.as_dict(trace) for r in rec.roots]
+        for v in report["violations"]:
+            v["consequences"] = rec.per_root.get(v["id"], 0)
+        report["consequences"] = [{**c, "trace": trace} for c in rec.first]
+        for rid, cell in report["rules"].items():  # the event stream's rules: their roots only
+            if rid in judge.events.counts:
+                cell["violated"] = rec.rule_roots.get(rid, 0)
+                cell["consequences"] = judge.events.counts[rid] - cell["violated"]
+    report["violations"].sort(key=lambda v: (v["line"], v.get("id", 0), v["rule"]))
     steps = judge.stats["steps"]
     for rid, (title, clause) in getattr(judge, "rules", ej.RULES).items():
         decisions = getattr(judge, "decisions", ej.DECISIONS)[rid]
+        violated = judge.counts[rid] if act is None else act.recovery.rule_roots.get(rid, 0)
         report["rules"][rid] = {"title": title, "clause": clause, "decisions": decisions, "checked": steps,
-                                "exercised": judge.premise[rid], "violated": judge.counts[rid]}
+                                "exercised": judge.premise[rid], "violated": violated}
+        if act is not None:
+            report["rules"][rid]["consequences"] = judge.counts[rid] - violated
     report["stats"]["scheduler"] = judge.summary()
-    total = sum(r["violated"] for r in report["rules"].values())
-    listed = len(report["violations"])
     report["stats"].pop("violations_not_listed", None)
-    if total > listed:
-        report["stats"]["violations_not_listed"] = total - listed
+    if act is not None:
+        report["stats"]["findings"] = len(act.recovery.roots)
+        report["stats"]["consequences"] = act.recovery.suppressed
+    else:
+        total = sum(r["violated"] for r in report["rules"].values())
+        listed = len(report["violations"])
+        if total > listed:
+            report["stats"]["violations_not_listed"] = total - listed
     stamp(report)
     return report

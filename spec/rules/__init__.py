@@ -22,6 +22,7 @@ from kvsim.spec.rules import (  # noqa: F401 — imported to register each famil
     page,
     peer_engine,
     peer_policy,
+    peer_structure,
     replica,
     space,
     trace,
