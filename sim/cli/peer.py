@@ -84,7 +84,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--inject-fault", default=None, metavar="NAME",
                    help="perturb the recorded plans with one named fault (sim.peers.faults), to see its rule fire")
     p.add_argument("--record", type=output_path, metavar="F", help="tokenspeed: write every plan as cachetrace/1; "
-                   "vllm/sglang: write the engine's KV-event batches as a subscriber log (wire form, ts = step)")
+                   "vllm/sglang: write the run as a kvsim-peer/1 log (every step the driver reported), which "
+                   "`kvsim replay F` re-judges without the engine")
     p.add_argument("--engine-python", metavar="PYTHON",
                    help="vllm/sglang: the engine venv's python (scripts/install-engine ENGINE VENV)")
     p.add_argument("--blocks", type=integer(1), default=None,
@@ -96,7 +97,17 @@ def add_parser(sub: Any) -> None:
                    help="compare: SGLang's venv python (SGLang skipped without it)")
     p.add_argument("--html", type=output_path, metavar="F", help="vllm/sglang: write the report as an HTML page")
     p.add_argument("--events-log", type=output_path, metavar="F",
-                   help="write the scheduler's KV events as JSON Lines batches (object form)")
+                   help="write the scheduler's KV events as JSON Lines batches (tokenspeed: object form; vllm/sglang: "
+                   "the engine's wire form, ts = step), for `kvsim events`")
+    p.add_argument("--shrink", action="store_true",
+                   help="reduce a failing run to a small one failing with the same root rule (fewest requests, "
+                   "shortest prompts and outputs, smallest pool; every trial in one engine process); writes "
+                   "NAME.min.jsonl and prints the one command that reproduces it")
+    p.add_argument("--shrink-out", type=output_path, metavar="F",
+                   help="with --shrink: where the minimal workload goes (default: NAME.min.jsonl in the current "
+                   "folder, NAME from WORKLOAD)")
+    p.add_argument("--shrink-trials", type=integer(1), default=400, metavar="N",
+                   help="with --shrink: the most trial runs it may take (default 400)")
     p.add_argument("--json", type=output_path, metavar="F", help="write the kvreport/1-style report")
     p.add_argument("--no-timing", action="store_true", help="leave wall-clock figures out of the report")
     add_output_options(p)

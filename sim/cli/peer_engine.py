@@ -51,7 +51,7 @@ TS_PAGE = 64  # TokenSpeed's prefix_granularity and `kvsim simulate`'s page (tok
 
 def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str]:
     """The workload's first ``--requests`` rows (token ids expanded as for TokenSpeed), its name and SHA-256."""
-    from kvsim.sim.peers.workload import WorkloadError, read_mooncake
+    from kvsim.sim.peers.workload import WorkloadError, is_requests_header, read_mooncake, read_requests
     stress = stress_requests(args)
     if stress is not None:
         return stress
@@ -59,7 +59,10 @@ def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str
         raise InputError("kvsim peer compare: WORKLOAD: standard input cannot feed several engines; give a file")
     src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
     try:
-        reqs = read_mooncake(src.name, args.requests, getattr(args, "max_output", None), src)
+        if is_requests_header(src.first_line()):  # token ids as given (what --shrink writes)
+            reqs = read_requests(src, args.requests, getattr(args, "max_output", None))
+        else:
+            reqs = read_mooncake(src.name, args.requests, getattr(args, "max_output", None), src)
     except WorkloadError as exc:
         raise InputError(str(exc)) from None
     if not reqs:
@@ -110,8 +113,8 @@ def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int)
 
 
 def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
-    """The `kvsim events` command line that judges the recorded log as this run's event checker did: the
-    engine's preset where ``sim.peers.events`` has one (``--engine``), else its block size."""
+    """The `kvsim events` command line that judges a KV-event log (``--events-log``) as this run's event checker
+    did: the engine's preset where ``sim.peers.events`` has one (``--engine``), else its block size."""
     from kvsim.sim.peers import events as pe
     words = ["kvsim", "events", record]
     if engine in getattr(pe, "PRESETS", {}):
@@ -122,65 +125,34 @@ def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def run_engine_peer(args: Any) -> int:
-    from kvsim.sim.peers.engines import ENGINES, EngineError, engine_paths, event_checker, probe, run_engine
+def run_facts(engine: str, name: str, sha: str, n: int, python: str | None) -> dict:
+    """What a report and a kvsim-peer/1 header say about how the run was made: the exact command line, kvsim's
+    version, the engine's python and the workload's name, SHA-256 and size (the engine's version is added from
+    its driver's hello)."""
+    from kvsim.sim.cli.outputs import command_line
+    from kvsim.sim.cli.parser import kvsim_version
+    return {"command": command_line(), "kvsim": kvsim_version(), "engine_python": python,
+            "workload": {"name": name, "sha256": sha, "requests": n}}
+
+
+def engine_report(engine: str, out: Any, trace: str, inputs: list[dict], cfg: EngineConfig, workload: str,
+                  n_requests: int, bounded: bool, timing: bool, run: dict, gap: bool = True) -> dict:
+    """The kvreport/1 report of one judged engine run, live or re-judged from its log (the same roots); ``gap``:
+    put the hit ratio beside `kvsim simulate`'s (a bounded pool, the workload at hand)."""
+    from kvsim.sim.peers.engines import ENGINES, engine_paths
     from kvsim.sim.peers.path_coverage import coverage
     from kvsim.sim.peers.report import add_engine_judge, build, percentiles
 
-    engine = args.peer
-    if not args.engine_python:
-        raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
-                         f"{engine} VENV, then pass VENV/bin/python)")
-    bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
-    reqs, name, sha = _requests(args)
-    cfg = engine_config(engine, reqs, args.blocks, bs)
-    why = probe(args.engine_python, engine)
-    if why:
-        raise InputError(f"--engine-python: {why}")
+    events = out.events
+    bs = cfg.block_size
     usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
-    events = event_checker(engine, bs, usable)
-    for target in (args.record, args.json, args.html):
-        if target and not Path(target).parent.exists():
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-    err = Console(stderr=True)
-    try:
-        # the event log is written under a temporary name, renamed into place when complete (sim.files)
-        with atomic_path(args.record) if args.record else contextlib.nullcontext() as record:
-            if err.is_terminal and not getattr(args, "quiet", False):
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-                with Progress(TextColumn(f"{engine} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), console=err, transient=True) as prog:
-                    task = prog.add_task("requests finished", total=len(reqs))
-                    out = run_engine(engine, args.engine_python, reqs, cfg, events, record=record,
-                                     progress=lambda done, total: prog.update(task, completed=done))
-            else:
-                plain = plain_progress(f"{engine} requests finished", "requests")
-                with plain if plain is not None else contextlib.nullcontext():
-                    key = plain.add_task("requests", total=len(reqs)) if plain is not None else 0
-                    out = run_engine(engine, args.engine_python, reqs, cfg, events, record=record,
-                                     progress=(lambda done, total: plain.update(key, completed=done))
-                                     if plain is not None else None)
-            if out.interrupted:  # leave the block: the event log is not renamed into place, half written
-                raise _Cut(out)
-    except _Cut as cut:
-        out = cut.out
-        if args.record:
-            err.print(f"{args.record}: not written (interrupted)", markup=False, highlight=False, soft_wrap=True)
-    except EngineError as exc:
-        raise InputError(f"--engine-python: {exc}") from None
-    except OSError as exc:
-        temporary = exc.filename is None or str(exc.filename).endswith(".part")
-        raise InputError(f"{args.record if args.record and temporary else exc.filename}:0: cannot write: "
-                         f"{exc.strerror or exc}") from None
-    if args.record and not out.interrupted:
-        WRITTEN.append(args.record)
     ev = events.summary()
-    stats: dict = {"peer": {"engine": out.hello.get("engine", engine), "requests": len(reqs), "block_size": bs,
+    stats: dict = {"peer": {"engine": out.hello.get("engine", engine), "requests": n_requests, "block_size": bs,
                             "num_blocks": cfg.num_blocks, "usable_blocks": usable,
-                            "capacity_tokens": usable * bs, "pool": "unbounded" if args.blocks is None else "bounded",
+                            "capacity_tokens": usable * bs, "pool": "bounded" if bounded else "unbounded",
                             "hash_algo": out.hello.get("hash_algo"), "event_hash_check": events.scheme,
                             "steps": out.steps, "stalled_requests": len(out.stalled)}}
-    if not args.no_timing:
+    if timing:
         n_events = ev["stored"] + ev["removed"] + ev["cleared"]
         stats["timing"] = {
             "engine_s": round(out.engine_s, 3), "judge_s": round(out.judge_s, 3), "probe_s": round(out.probe_s, 3),
@@ -192,16 +164,80 @@ def run_engine_peer(args: Any) -> int:
             else None,
             "events_per_s_engine": round(n_events / out.engine_s) if out.engine_s else None,
             "events_per_s_judge": round(n_events / out.judge_s) if out.judge_s else None}
-    trace = args.record or f"({engine} event stream)"  # findings name lines of the recorded event log
-    inputs = [{"path": name, "sha256": sha, "events": out.steps}]
     report = add_engine_judge(build(inputs, trace, None, events, stats), out.judge, trace)
-    if args.blocks is not None:
-        report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), usable * bs,
+    report["run"] = {**run, "engine": out.hello.get("engine", engine)}
+    if bounded and gap:
+        report["stats"]["policy_gap"] = policy_gap(workload, n_requests, usable * bs,
                                                    report["stats"]["scheduler"]["hit_ratio"])
     report["stats"]["coverage"] = coverage(engine_paths(engine), out.judge.paths, report["rules"],
-                                           stress=str(args.workload).startswith("synthetic:prefix-stress"))
+                                           stress=workload.startswith("synthetic:prefix-stress"))
     if out.crash is not None:
         report["stats"]["engine_crash"] = out.crash
+    return report
+
+
+def run_engine_peer(args: Any) -> int:
+    from kvsim.sim.peers.engines import ENGINES, EngineError, event_checker, probe, run_engine
+
+    engine = args.peer
+    if not args.engine_python:
+        raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
+                         f"{engine} VENV, then pass VENV/bin/python)")
+    bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
+    reqs, name, sha = _requests(args)
+    cfg = engine_config(engine, reqs, args.blocks, bs)
+    why = probe(args.engine_python, engine)
+    if why:
+        raise InputError(f"--engine-python: {why}")
+    if getattr(args, "shrink", False):
+        from kvsim.sim.cli.peer_shrink import run_shrink
+        return run_shrink(args, reqs, name, sha, cfg)
+    usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
+    events = event_checker(engine, bs, usable)
+    for target in (args.record, args.json, args.html, args.events_log):
+        if target and not Path(target).parent.exists():
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+    err = Console(stderr=True)
+    run = run_facts(engine, name, sha, len(reqs), args.engine_python)
+    try:
+        # the run's log is written under a temporary name, renamed into place when complete (sim.files)
+        with atomic_path(args.record) if args.record else contextlib.nullcontext() as record, \
+                atomic_path(args.events_log) if args.events_log else contextlib.nullcontext() as wire:
+            go: dict[str, Any] = dict(record=record, run=run, wire=wire)
+            if err.is_terminal and not getattr(args, "quiet", False):
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+                with Progress(TextColumn(f"{engine} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=err, transient=True) as prog:
+                    task = prog.add_task("requests finished", total=len(reqs))
+                    out = run_engine(engine, args.engine_python, reqs, cfg, events,
+                                     progress=lambda done, total: prog.update(task, completed=done), **go)
+            else:
+                plain = plain_progress(f"{engine} requests finished", "requests")
+                with plain if plain is not None else contextlib.nullcontext():
+                    key = plain.add_task("requests", total=len(reqs)) if plain is not None else 0
+                    out = run_engine(engine, args.engine_python, reqs, cfg, events,
+                                     progress=(lambda done, total: plain.update(key, completed=done))
+                                     if plain is not None else None, **go)
+            if out.interrupted:  # leave the block: the logs are not renamed into place, half written
+                raise _Cut(out)
+    except _Cut as cut:
+        out = cut.out
+        for target in (args.record, args.events_log):
+            if target:
+                err.print(f"{target}: not written (interrupted)", markup=False, highlight=False, soft_wrap=True)
+    except EngineError as exc:
+        raise InputError(f"--engine-python: {exc}") from None
+    except OSError as exc:
+        temporary = exc.filename is None or str(exc.filename).endswith(".part")
+        target = args.record or args.events_log
+        raise InputError(f"{target if target and temporary else exc.filename}:0: cannot write: "
+                         f"{exc.strerror or exc}") from None
+    if not out.interrupted:
+        WRITTEN.extend(t for t in (args.record, args.events_log) if t)
+    trace = args.record or f"({engine} run)"  # findings name lines of the run's kvsim-peer/1 log
+    inputs = [{"path": name, "sha256": sha, "events": out.steps}]
+    report = engine_report(engine, out, trace, inputs, cfg, str(args.workload), len(reqs), args.blocks is not None,
+                           not args.no_timing, run)
     if out.interrupted:
         report[PARTIAL_KEY] = partial_mark(out.interrupted)
     verdict = stamp(report)  # stalled requests make an incomplete run, never a pass
@@ -217,10 +253,22 @@ def run_engine_peer(args: Any) -> int:
     print_verdict(verdict, console, style, f"kvsim peer {engine}")
     if out.interrupted:
         raise Stopped(out.interrupted)
-    if args.record and not style.quiet:
-        sys.stderr.write(f"kvsim peer: judge the recorded event log with: "
-                         f"{events_command(engine, args.record, bs, usable)}\n")
+    if not style.quiet:
+        if args.record:
+            sys.stderr.write(f"kvsim peer: re-judge the recorded run without the engine: "
+                             f"{shlex.join(['kvsim', 'replay', args.record])}\n")
+        if args.events_log:
+            sys.stderr.write(f"kvsim peer: judge the KV-event log with: "
+                             f"{events_command(engine, args.events_log, bs, usable)}\n")
+        if not verdict.passed and not out.interrupted:
+            sys.stderr.write(f"kvsim peer: shrink it to a minimal reproducer: {shlex.join(['kvsim', *_argv()])} "
+                             "--shrink\n")
     return verdict.exit_code
+
+
+def _argv() -> list[str]:
+    from kvsim.sim.cli.outputs import ARGV
+    return list(ARGV)
 
 
 GAP_NOTE = ("a soft signal, never a violation: kvsim simulate's scheduler and 64-token pages are not the engine's; "
