@@ -37,7 +37,7 @@ from kvsim.sim.cli.common import (
     write,
 )
 from kvsim.sim.files import atomic_path
-from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
+from kvsim.sim.report.console import Style, print_consequences, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import PARTIAL_KEY, stamp
 
@@ -322,6 +322,14 @@ def _print(report: dict, console: Console, style: Style) -> None:
                       f"{t['events_per_s_engine'] or 0:,} block events/s (engine), {t['events_per_s_judge'] or 0:,} "
                       f"(judge); step cost {cost}", markup=False, soft_wrap=True)
     print_findings(report["violations"], console, style, 20)
+    crash = s.get("engine_crash")
+    if crash:
+        after = next((c for c in report.get("consequences", ()) if c.get("rule") == "PEER-11"), None)
+        console.print(f"the engine raised {crash.get('type')} at {crash.get('frame')} in step {crash.get('step')}"
+                      + (f": a consequence of finding #{after['of']}" if after else ""), markup=False,
+                      soft_wrap=True, highlight=False)
+    if report.get("consequences"):
+        print_consequences(report, console, style, 3)
 
 
 # -- compare ----------------------------------------------------------------------------------------------------

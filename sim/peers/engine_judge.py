@@ -353,14 +353,14 @@ class EngineJudge:
             del self.reqs[rid]
         if self.act is not None:  # the engine's structures as the step left them, before the counters they explain
             self.act.end(self, msg, line)
-        self._free(msg, line)
         for k, v in (msg.get("paths") or {}).items():
             self.paths[k] = self.paths.get(k, 0) + v
-        probe = msg.get("probe")
+        probe = msg.get("probe")  # the deep counters name what they find off: before the pool-wide accounting
         if probe is not None and self.probe_check is not None:
             self.premise["PEER-9"] += 1
             for message, ctx in self.probe_check(probe, self.holders):
                 self._find("PEER-9", line, message, **ctx)
+        self._free(msg, line)
         live = len(self.holders)
         if live > self.stats["peak_live_blocks"]:
             self.stats["peak_live_blocks"] = live
@@ -577,7 +577,7 @@ class EngineJudge:
                    (f" ({facts['phase']})" if facts.get("phase") else ""),
                    exception=facts.get("type"), frame=facts.get("frame"), request=rid,
                    traceback=list(facts.get("traceback") or ()),
-                   **({"block": facts["block"]} if facts.get("block") is not None else {}))
+                   **{k: facts[k] for k in ("block", "node") if facts.get(k) is not None})
 
     def finish(self) -> None:
         """End of the run (nothing to close: unfinished requests are the runner's to report)."""

@@ -192,9 +192,9 @@ def feed(out: EngineOutcome, msg: dict, line: int) -> str | None:
     judge = out.judge
     if "step" in msg:
         out.steps += 1
-        out.engine_s += msg["engine_s"]
+        out.engine_s += msg.get("engine_s", 0.0)
         out.probe_s += msg.get("probe_s", 0.0)
-        out.step_costs_ms.append(msg["engine_s"] * 1e3)
+        out.step_costs_ms.append(msg.get("engine_s", 0.0) * 1e3)
         judge.step(msg, 0, at=line)
         return None
     if "hello" in msg:
@@ -308,7 +308,7 @@ class Session:
                     break
                 t0 = clock()
                 msg = dec.decode(raw)
-                line = log.raw(raw)
+                line = log.message(msg)
                 if wire is not None:
                     for b in msg.get("batches", ()):
                         wire.write(enc.encode(b) + b"\n")

@@ -80,7 +80,13 @@ class Frames:
     def describe(self, ctx: dict, aspect: str | None = None) -> tuple[str, str] | None:
         """(sentence, frame text) naming where the engine last changed the finding's subject: ``block 47 was
         last freed by vllm/v1/core/block_pool.py:816 in free_blocks, called from ...``. ``aspect`` ``queue``
-        names vLLM's last free-queue operation on the block instead of its last pool call."""
+        names vLLM's last free-queue operation on the block instead of its last pool call. A context that names the
+        frame itself (``frame_id``: the change the finding is about, e.g. an eviction) is said as it is."""
+        fid = ctx.pop("frame_id", None)
+        if fid is not None and fid in self.text:
+            key = next((k for k in ("block", "node", "request") if ctx.get(k) is not None), None)
+            text = self.text[fid]
+            return (f"{key} {ctx[key]} was {text}" if key else text), text
         if aspect == "queue" and ctx.get("block") is not None:
             text = self.of("queue", ctx["block"])
             if text is not None:

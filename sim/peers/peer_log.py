@@ -8,9 +8,9 @@ events -- with the same roots and consequences, the engine gone. JSON Lines:
   config (block size, pool, limits), the judge's parameters, and ``run``: the exact command line, the engine's and
   kvsim's versions and the workload's name and SHA-256;
 * one ``{"request": {"id", "tokens", "max_new_tokens"[, "arrive"]}}`` line per request, as the driver got it;
-* every line the engine's driver wrote, verbatim and in order: ``hello``, one ``step`` per engine step (its
-  decisions, its KV-event batches, the ledger of frames and structures, its counters), ``stalled``, ``crash``,
-  ``done``.
+* every line the engine's driver wrote, in order, less its wall-clock fields (``engine_s``, ``probe_s``,
+  ``import_s``: the same run writes the same bytes): ``hello``, one ``step`` per engine step (its decisions, its
+  KV-event batches, the ledger of frames and structures, its counters), ``stalled``, ``crash``, ``done``.
 
 Findings name lines of this file (a step's findings its step line), with or without ``--record``: a live run
 names ``(vllm run):LINE``, the lines the same deterministic run writes.
@@ -27,7 +27,7 @@ import msgspec
 __all__ = ["FORMAT", "Writer", "is_peer_log", "read"]
 
 FORMAT = "kvsim-peer/1"
-
+TIMING = frozenset({"engine_s", "probe_s", "import_s"})  # wall-clock fields a log leaves out
 
 def is_peer_log(first_line: bytes) -> bool:
     """Whether a file's first line is a kvsim-peer/1 header (a look, not a parse)."""
@@ -54,11 +54,15 @@ class Writer:
             self.stream.write(self._enc.encode(obj) + b"\n")
         return self.line
 
-    def raw(self, line: bytes) -> int:
-        """A driver's line, as it came (newline included)."""
+    def message(self, msg: dict) -> int:
+        """A driver's message, without its wall-clock fields (the same run writes the same bytes)."""
         self.line += 1
         if self.stream is not None:
-            self.stream.write(line if line.endswith(b"\n") else line + b"\n")
+            if "step" in msg:
+                msg = {k: v for k, v in msg.items() if k not in TIMING}
+            elif "hello" in msg:
+                msg = {"hello": {k: v for k, v in msg["hello"].items() if k not in TIMING}}
+            self.stream.write(self._enc.encode(msg) + b"\n")
         return self.line
 
 

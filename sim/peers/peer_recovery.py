@@ -8,14 +8,18 @@ queue drifts from the engine's. Reported as they come, one planted ref-count lea
 - a finding becomes a **root** (numbered ``id``, 1-based) unless it follows from an earlier one; a root marks
   the *entities* it concerns (blocks, pages, radix nodes, requests, event hashes) and its *mechanism*;
 - a later finding that names a marked entity, or has the mechanism of an earlier root, is a **consequence** of
-  that root: counted (``suppressed``, per root), the first per (root, entity) listed with ``of``, its own
-  entities marked in turn (their state follows from the same cause); it is never a violation;
+  that root: counted (``suppressed``, per root), the first per (root, entity) listed with ``of`` (an engine crash,
+  PEER-11, always), its own entities marked in turn (their state follows from the same cause); it is never a
+  violation;
 - a finding on unmarked entities with a new mechanism is a new root: a different cause.
 
-The mechanism is the rule, the finding's message with every number and hash blanked (``s#'s block # is ...``),
-and, where the driver's ledger knows it, the engine function that last changed the finding's subject
-(``sim.peers.frames.site``): the same check failing again where the same engine function left a block is the
-same cause, however many blocks it reaches. Pure bookkeeping over finding objects (``rule``, ``line``,
+The mechanism is the rule, the check, the finding's message up to its first colon with every number and hash
+blanked (``s#'s block # is ...``), and, where the driver's ledger knows it, the engine function that last
+changed the finding's subject (``sim.peers.frames.site``): the same check failing again where the same engine
+function left a block is the same cause, however many blocks it reaches. Besides the entities a finding names,
+a check reads and breaks whole structures (``entities``: the free queue, the radix tree, the pool, the event
+stream): a broken queue explains every later statement about it, broken pool structures the pool-wide counters
+and a later engine crash. Pure bookkeeping over finding objects (``rule``, ``line``,
 ``message``, ``context``); it knows nothing of engines or report formats.
 """
 
@@ -40,27 +44,64 @@ def _ids(value: Any) -> list:
     return [value] if isinstance(value, (int, str)) and not isinstance(value, bool) else []
 
 
-def entities(f: Any) -> list[Key]:
-    """The entities a finding's context names: blocks (SGLang's pages too), nodes and requests for an engine
-    finding (PEER-*, TS-*); event hashes for a KV-event finding (EV-*)."""
+# What a finding's check depends on beyond the entities it names (looked up) and what a root's check breaks for
+# later checks (marked): a broken free queue or radix tree explains every later statement about that structure,
+# broken pool structures explain the pool-wide counters (PEER-9), the stream's capacity (EV-6) and an engine crash
+# (PEER-11: the engine tripping over what was found broken), and a wrong event stream explains a hit found not
+# live in it (PEER-7's stream check).
+_QUEUE = frozenset({"links", "ends", "dangling", "cycle", "queue_lost", "lost", "queued_referenced", "walk"})
+_TREE = frozenset({"tree_links", "tree_value", "tree_negative", "stale_leaf", "tree_walk"})
+_PAGES = frozenset({"owned_twice", "leaked"})
+
+
+def entities(f: Any) -> tuple[list[Key], list[Key]]:
+    """(looked up, marked): the entities a finding's context names -- blocks (SGLang's pages too), nodes and
+    requests for an engine finding (PEER-*, TS-*), event hashes for a KV-event finding (EV-*) -- and the
+    structures its check reads or breaks (``_QUEUE`` ...)."""
     ctx = f.context or {}
-    out: list[Key] = []
-    if f.rule.startswith("EV-"):
+    own: list[Key] = []
+    rule = f.rule
+    if rule.startswith("EV-"):
         for k in _EVENT_KEYS:
-            out += [("hash", str(h)) for h in _ids(ctx.get(k))]
-        return out
+            own += [("hash", str(h)) for h in _ids(ctx.get(k))]
+        return own + ([("pool",)] if rule == "EV-6" else []), own + [("stream",)]
     for k, kind in _ENGINE_KEYS:
-        out += [(kind, v) for v in _ids(ctx.get(k))]
-    return out
+        own += [(kind, v) for v in _ids(ctx.get(k))]
+    check = ctx.get("check")
+    lookup, mark = list(own), list(own)
+    if rule in ("PEER-14", "PEER-15"):
+        mark.append(("pool",))
+        if check in _QUEUE:
+            lookup.append(("queue",))
+            mark.append(("queue",))
+        elif check in _TREE:
+            lookup.append(("tree",))
+            mark.append(("tree",))
+        elif check in _PAGES:
+            lookup.append(("tree",))
+    elif rule == "PEER-9":
+        lookup.append(("pool",))
+        mark.append(("pool",))
+        if "event stream" in f.message:
+            lookup.append(("stream",))
+    elif rule == "PEER-11":
+        lookup += [("pool",), ("queue",), ("tree",)]
+    elif rule == "PEER-7" and "event stream" in f.message:
+        lookup.append(("stream",))
+    return lookup, mark
 
 
 def mechanism(f: Any, place: str = "", base: str | None = None) -> Key:
-    """The finding's mechanism: rule, message (``base`` where given) with the step prefix dropped and every
-    number and hash blanked, and the engine function that last changed its subject (``place``, may be empty)."""
+    """The finding's mechanism: rule, its check, the message (``base`` where given) up to its first colon with the
+    step prefix dropped and every number and hash blanked, the engine function that last changed its subject
+    (``place``, may be empty), and for a crash the engine frame that raised."""
     text = f.message if base is None else base
     if text.startswith("step ") and ": " in text:
         text = text.split(": ", 1)[1]
-    return (f.rule, _BLANK.sub("#", text)[:160], place)
+    text = text.split(": ", 1)[0]
+    ctx = f.context or {}
+    return (f.rule, ctx.get("check"), _BLANK.sub("#", text)[:160], place,
+            ctx.get("frame") if f.rule == "PEER-11" else None)
 
 
 class Record:
@@ -101,22 +142,22 @@ class PeerRecovery:
         """File one finding: its root id when it is a new cause (``f.id`` set), None when it is a consequence.
         ``place``: the engine function that last changed its subject; ``base``: its message before the frame
         sentence was added (the mechanism reads it)."""
-        ents = entities(f)
+        lookup, marked = entities(f)
         mech = mechanism(f, place, base)
-        of, via = self._cause(ents, mech)
+        of, via = self._cause(lookup, mech)
         if of is None:
             n = len(self.roots) + 1
             f.id = n
             self.roots.append(f)
             self.rule_roots[f.rule] = self.rule_roots.get(f.rule, 0) + 1
             self.causes[mech] = n
-            self._mark(ents, n)
+            self._mark(marked, n)
             return n
         self.suppressed += 1
         self.per_root[of] = self.per_root.get(of, 0) + 1
-        self._mark(ents, of)
+        self._mark(marked, of)
         self.causes.setdefault(mech, of)
-        if (of, via) not in self.seen and len(self.first) < self.max_listed:
+        if ((of, via) not in self.seen or f.rule == "PEER-11") and len(self.first) < self.max_listed:
             self.seen.add((of, via))
             entity = " ".join(map(str, via)) if via[0] != "mechanism" else "the same check, at the same place"
             self.first.append({"rule": f.rule, "event": f.line if f.step is None else f.step, "line": f.line,

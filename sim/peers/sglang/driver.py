@@ -90,10 +90,13 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
         frames.append(tb)
         tb = tb.tb_next
     engine = None
+    node = None
     for t in reversed(frames):
         fn = t.tb_frame.f_code.co_filename
         if fn.startswith(package + os.sep):
             engine = f"{os.path.relpath(fn, root)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}"
+            got = t.tb_frame.f_locals.get("node")
+            node = got.id if isinstance(getattr(got, "id", None), int) else None  # the node it was handling
             break
     here = frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__)
     if isinstance(exc, EngineFault):
@@ -108,7 +111,7 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
         tail.append(f"{shown}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}")
     return {"type": type(exc).__name__, "message": " ".join(str(exc).split())[:300], "frame": engine,
             "step": where.get("step"), "request": where.get("request"), "phase": where.get("phase"),
-            "traceback": tail}
+            "traceback": tail, "node": node}
 
 
 COUNTS: list = [None]   # the path counts of the trial running now (the wrappers are installed once per process)

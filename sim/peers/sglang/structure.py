@@ -33,8 +33,21 @@ def check(msg: dict, holders: dict[int, int], block_size: int) -> list[Found]:
     if not walk:
         return out
     if "error" in walk:
-        return out + [("PEER-14", f"SGLang's tree and allocator cannot be read: {walk['error']}", {"check": "walk"},
-                       "block")]
+        return out + [("PEER-14", f"SGLang's tree and allocator cannot be read: {walk['error']}",
+                       {"check": "tree_walk"}, "block")]
+    for node in walk.get("bad_links", ()):
+        out.append(("PEER-14", f"tree node {node} is not linked both ways: its parent field or its key in its "
+                    "parent's children disagrees with where the tree holds it", {"node": node, "check": "tree_links"},
+                    "node"))
+    for node in walk.get("bad_len", ()):
+        out.append(("PEER-14", f"tree node {node}'s value is not as long as its key (or was dropped)",
+                    {"node": node, "check": "tree_value"}, "node"))
+    for node in walk.get("negative", ()):
+        out.append(("PEER-14", f"tree node {node} has a negative lock_ref", {"node": node, "check": "tree_negative"},
+                    "node"))
+    for node in walk.get("listed_off_tree", ()):
+        out.append(("PEER-14", f"evictable_leaves lists node {node}, which is no longer in the tree",
+                    {"node": node, "check": "stale_leaf"}, "node"))
     for page, free, tree, rows in walk.get("double", ()):
         where = [f"{n}x {what}" for n, what in ((free, "free in the allocator"), (tree, "in the radix tree"),
                                                   (rows, "private to a running request")) if n]
@@ -47,19 +60,6 @@ def check(msg: dict, holders: dict[int, int], block_size: int) -> list[Found]:
         out.append(("PEER-14", f"{walk.get('lost_n', len(lost))} pages are neither free, in the tree nor in a running "
                     f"request's row (leaked): {', '.join(map(str, lost))}" + (f" and {more} more" if more > 0 else ""),
                     {"block": lost[0], "blocks": lost, "check": "leaked"}, "block"))
-    for node in walk.get("bad_links", ()):
-        out.append(("PEER-14", f"tree node {node} is not linked both ways: its parent field or its key in its "
-                    "parent's children disagrees with where the tree holds it", {"node": node, "check": "links"},
-                    "node"))
-    for node in walk.get("bad_len", ()):
-        out.append(("PEER-14", f"tree node {node}'s value is not as long as its key (or was dropped)",
-                    {"node": node, "check": "value"}, "node"))
-    for node in walk.get("negative", ()):
-        out.append(("PEER-14", f"tree node {node} has a negative lock_ref", {"node": node, "check": "negative"},
-                    "node"))
-    for node in walk.get("listed_off_tree", ()):
-        out.append(("PEER-14", f"evictable_leaves lists node {node}, which is no longer in the tree",
-                    {"node": node, "check": "stale_leaf"}, "node"))
     return out
 
 

@@ -68,6 +68,7 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
     tb = exc.__traceback__
     frames = []
     rid = None
+    block = None
     while tb is not None:
         frames.append(tb)
         tb = tb.tb_next
@@ -80,6 +81,9 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
             req = t.tb_frame.f_locals.get("request")
             if rid is None and req is not None and isinstance(getattr(req, "request_id", None), str):
                 rid = req.request_id
+            blk = t.tb_frame.f_locals.get("block")
+            if block is None and isinstance(getattr(blk, "block_id", None), int) and blk.block_id >= 0:
+                block = blk.block_id  # the block the innermost engine frame was handling
     if frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__):
         engine = None  # raised in this script's own code: the driver's bug, whatever called it
     tail = []
@@ -89,7 +93,7 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
         tail.append(f"{shown}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}")
     return {"type": type(exc).__name__, "message": " ".join(str(exc).split())[:300], "frame": engine,
             "step": where.get("step"), "request": rid or where.get("request"), "phase": where.get("phase"),
-            "traceback": tail}
+            "traceback": tail, "block": block}
 
 
 class Paths:
@@ -244,6 +248,9 @@ class Subscriber:
                 break
         else:
             raise RuntimeError("no batch came back from vLLM's ZMQ publisher")
+        # the publisher numbered every probe: the scheduler's own batches are numbered from 0 on the wire kvsim
+        # sees, however many probes a loaded machine needed (the same run, the same sequence numbers)
+        self.offset = i + 1
         real = pub.publish
 
         def counting(batch: Any) -> None:
@@ -265,7 +272,7 @@ class Subscriber:
             self.received += 1
             b[0] = step
             batches.append(b)
-            seqs.append(int.from_bytes(seq, "big"))
+            seqs.append(int.from_bytes(seq, "big") - self.offset)
         return batches, seqs
 
 

@@ -70,22 +70,25 @@ class Ledger:
             self.fresh.append([fid, text])
         return fid
 
-    def queue_frame(self, verb: str, depth: int = 2) -> int:
-        """The id of a free-queue operation: the line that asked for it and that line's caller."""
+    def queue_frame(self, verb: str, func: Any, depth: int = 2) -> int:
+        """The id of a free-queue operation: the queue method (``func``), the line that asked for it and that
+        line's caller."""
         f: Any = sys._getframe(depth)
         while f is not None and f.f_code.co_filename in HERE:
             f = f.f_back
         up: Any = f.f_back if f is not None else None
         while up is not None and up.f_code.co_filename in HERE:
             up = up.f_back
-        key = (verb, None if f is None else f.f_code, 0 if f is None else f.f_lineno,
+        key = (verb, func, None if f is None else f.f_code, 0 if f is None else f.f_lineno,
                None if up is None else up.f_code, 0 if up is None else up.f_lineno)
         fid = self.ids.get(key)
         if fid is None:
             fid = self.ids[key] = len(self.ids)
-            text = verb if f is None else f"{verb} at {self._where(f.f_code, f.f_lineno)}"
+            text = f"{verb} by {self._where(func, func.co_firstlineno)}"
+            if f is not None:
+                text += f", called from {self._where(f.f_code, f.f_lineno)}"
             if up is not None:
-                text += f", called from {self._where(up.f_code, up.f_lineno)}"
+                text += f" (from {self._where(up.f_code, up.f_lineno)})"
             self.fresh.append([fid, text])
         return fid
 
@@ -218,6 +221,8 @@ def install() -> None:
 
     def queue_op(name: str, verb: str, kind: str) -> None:
         orig = getattr(queue_cls, name)
+        code = orig.__code__
+        nearby = f"re-linked (a free-queue neighbour {verb.split(' ', 1)[0]})"
 
         def wrapper(self: Any, *args: Any) -> Any:
             led = CURRENT[0]
@@ -243,12 +248,16 @@ def install() -> None:
                 led.popped.update(b.block_id for b in blocks)
             else:
                 blocks = args[0] if kind == "many" else [args[0]]
-            for n in around:
-                if n is not None and n.block_id >= 0:
-                    led.near.add(n.block_id)
             led.changes += 1
+            moved = {b.block_id for b in blocks}
+            side = [n.block_id for n in around if n is not None and n.block_id >= 0 and n.block_id not in moved]
+            if side:  # their links changed too: the last operation on their links is this one
+                fid = led.queue_frame(nearby, code)
+                for b in side:
+                    led.queue[b] = fid
+                    led.near.add(b)
             if blocks:
-                fid = led.queue_frame(verb)
+                fid = led.queue_frame(verb, code)
                 for b in blocks:
                     if b.block_id >= 0:
                         led.queue[b.block_id] = fid

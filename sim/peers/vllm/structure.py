@@ -24,9 +24,12 @@ Found = tuple[str, str, dict, str]  # (rule, message, context, frame aspect: "bl
 
 def check(msg: dict, holders: dict[int, int], block_size: int) -> list[Found]:
     """The PEER-14 / PEER-15 findings of one step (or crash) message; ``holders`` maps each block the live
-    requests' tables name to how many name it, after the step."""
+    requests' tables name to how many name it, after the step. A crash message comes from inside a step whose
+    tables the judge never saw: its blocks' reference counts are not compared with the tables, only the
+    structure itself is judged."""
     out: list[Found] = []
     facts = msg.get("ledger") or {}
+    whole = "crash" not in msg
     for b, ref, queued, links, _hashed, _f, _q in facts.get("blocks", ()):
         want = holders.get(b, 0)
         if not links:
@@ -42,23 +45,23 @@ def check(msg: dict, holders: dict[int, int], block_size: int) -> list[Found]:
         elif not queued and ref == 0:
             out.append(("PEER-14", f"block {b} has ref_cnt 0 but is not in vLLM's free queue: lost to the pool",
                         {"block": b, "check": "lost"}, "block"))
-        if ref >= 0 and ref != want:
+        if whole and ref >= 0 and ref != want:
             out.append(("PEER-14", f"block {b} has ref_cnt {ref}; the live requests' tables name it {want} times",
                         {"block": b, "ref_cnt": ref, "named": want, "check": "ref_cnt"}, "block"))
     if facts and not facts.get("ends_ok", True):
         out.append(("PEER-14", "vLLM's free-queue sentinels are broken: the head's first block or the tail's last "
                     "does not point back at them", {"check": "ends"}, "queue"))
-    for b, _fid in (facts.get("evictions") or {}).get("stray", ()):
+    for b, fid in (facts.get("evictions") or {}).get("stray", ()):
         out.append(("PEER-15", f"block {b}'s cached hash was removed (an eviction) though vLLM did not hand the block "
                     "out: its free queue evicts only the blocks an allocation pops from its head",
-                    {"block": b, "check": "stray_eviction"}, "block"))
+                    {"block": b, "check": "stray_eviction", "frame_id": fid}, "block"))
     walk = msg.get("walk")
     if walk:
-        out += _walk(walk, holders)
+        out += _walk(walk, holders if whole else None)
     return out
 
 
-def _walk(walk: dict, holders: dict[int, int]) -> list[Found]:
+def _walk(walk: dict, holders: dict[int, int] | None) -> list[Found]:
     """The whole queue and map, read every probe: what the per-step rows cannot see (blocks no call touched)."""
     out: list[Found] = []
     if "error" in walk:
@@ -77,12 +80,12 @@ def _walk(walk: dict, holders: dict[int, int]) -> list[Found]:
         more = walk.get("lost_n", len(lost)) - len(lost)
         out.append(("PEER-14", f"{walk.get('lost_n', len(lost))} blocks with ref_cnt 0 are not in vLLM's free queue "
                     f"(lost to the pool): {', '.join(map(str, lost))}" + (f" and {more} more" if more > 0 else ""),
-                    {"block": lost[0], "blocks": lost, "check": "lost"}, "block"))
+                    {"block": lost[0], "blocks": lost, "check": "queue_lost"}, "block"))
     for b in walk.get("unmapped", ()):
         out.append(("PEER-14", f"block {b} carries a hash that vLLM's cached-block map does not hold for it",
                     {"block": b, "check": "unmapped"}, "block"))
     refs = walk.get("refs")
-    if refs is not None:
+    if refs is not None and holders is not None:
         have = dict(zip(refs[::2], refs[1::2], strict=True))
         off = sorted(b for b in set(have) | set(holders) if have.get(b, 0) != holders.get(b, 0))
         for b in off[:8]:
