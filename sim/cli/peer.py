@@ -123,11 +123,14 @@ def run(args: argparse.Namespace) -> int:
     if args.workload is None:
         raise InputError(f"kvsim peer {args.peer}: WORKLOAD is required (a Mooncake JSON Lines file, '-' for stdin)")
     if args.peer in ("vllm", "sglang", "compare"):
-        from kvsim.sim.cli.peer_engine import run_compare, run_engine_peer
+        from kvsim.sim.cli.peer_engine import prepare, run_compare, run_engine_peer
+        if args.shrink and args.peer != "compare":
+            from kvsim.sim.cli.peer_shrink import run_shrink
+            return run_shrink(args, *prepare(args))
         return run_compare(args) if args.peer == "compare" else run_engine_peer(args)
     from kvsim.sim.peers import tokenspeed as ts
-    from kvsim.sim.peers.report import build, percentiles
-    from kvsim.sim.peers.workload import WorkloadError, read_mooncake
+    from kvsim.sim.peers.report import build, percentiles, recover
+    from kvsim.sim.peers.workload import WorkloadError, is_requests_header, read_mooncake, read_requests
 
     if not ts.available():
         raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")
@@ -138,7 +141,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
         try:
-            reqs = read_mooncake(src.name, args.requests, args.max_output, src)
+            if is_requests_header(src.first_line()):  # token ids as given (what --shrink writes)
+                reqs = read_requests(src, args.requests, args.max_output)
+            else:
+                reqs = read_mooncake(src.name, args.requests, args.max_output, src)
         except WorkloadError as exc:
             raise InputError(str(exc)) from None
         if not reqs:
@@ -186,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
                        max_scheduled_tokens=args.max_scheduled_tokens)
     meta = {"workload": Path(name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
+    if args.shrink:
+        from kvsim.sim.cli.peer_shrink import run_ts_shrink
+        return run_ts_shrink(args, reqs, name, sha, cfg)
     prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
     with contextlib.ExitStack() as stack:  # outputs written under temporary names, renamed when complete
         record = stack.enter_context(atomic_path(args.record)) if args.record else None
@@ -232,7 +241,10 @@ def run(args: argparse.Namespace) -> int:
     # violations name lines of the run's cachetrace/1 record: the file --record wrote, or, unrecorded, the record
     # the same (deterministic) run would write -- never the workload, whose lines are requests
     trace = args.record or "(tokenspeed run)"
-    report = build(inputs, trace, out.contract, out.events, stats)
+    report = recover(build(inputs, trace, out.contract, out.events, stats))  # one cause, one finding
+    from kvsim.sim.cli.peer_engine import run_facts
+    report["run"] = {**run_facts("tokenspeed", name, sha, len(reqs), None), "engine": f"tokenspeed-scheduler "
+                                                                                     f"{ts.version()}"}
     if args.pages is not None:  # beside kvsim simulate at the same capacity: a soft signal, never a violation
         from kvsim.sim.cli.peer_engine import policy_gap
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), (pages - 1) * p,

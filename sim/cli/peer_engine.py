@@ -92,7 +92,7 @@ def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
     return reqs, str(args.workload), h.hexdigest()
 
 
-def _blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
+def blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
     """The most blocks one request needs (prompt and output) and which request that is."""
     need, who = max(((-(-(len(r.tokens) + r.max_new_tokens) // bs), r.id) for r in reqs), key=lambda x: x[0])
     return need, who
@@ -102,7 +102,7 @@ def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int)
     """The pool: ``blocks`` usable blocks (plus the engine's reserved ones); unbounded (never evicts) if None."""
     from kvsim.sim.peers.engines import ENGINES, EngineConfig
     spec = ENGINES[engine]
-    need, who = _blocks_needed(reqs, bs)
+    need, who = blocks_needed(reqs, bs)
     if blocks is None:
         blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
     elif blocks < need:
@@ -176,8 +176,9 @@ def engine_report(engine: str, out: Any, trace: str, inputs: list[dict], cfg: En
     return report
 
 
-def run_engine_peer(args: Any) -> int:
-    from kvsim.sim.peers.engines import ENGINES, EngineError, event_checker, probe, run_engine
+def prepare(args: Any) -> tuple[list[Request], str, str, EngineConfig]:
+    """The run's requests, the workload's name and SHA-256, and the engine's config; the engine venv checked."""
+    from kvsim.sim.peers.engines import ENGINES, probe
 
     engine = args.peer
     if not args.engine_python:
@@ -189,9 +190,15 @@ def run_engine_peer(args: Any) -> int:
     why = probe(args.engine_python, engine)
     if why:
         raise InputError(f"--engine-python: {why}")
-    if getattr(args, "shrink", False):
-        from kvsim.sim.cli.peer_shrink import run_shrink
-        return run_shrink(args, reqs, name, sha, cfg)
+    return reqs, name, sha, cfg
+
+
+def run_engine_peer(args: Any) -> int:
+    from kvsim.sim.peers.engines import ENGINES, EngineError, event_checker, run_engine
+
+    engine = args.peer
+    reqs, name, sha, cfg = prepare(args)
+    bs = cfg.block_size
     usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
     events = event_checker(engine, bs, usable)
     for target in (args.record, args.json, args.html, args.events_log):

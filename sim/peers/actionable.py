@@ -51,11 +51,12 @@ def rules() -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
 class Actionable:
     """Frames, structure checks and recovery for one engine run (see the module docstring)."""
 
-    def __init__(self, block_size: int, structure: Structure | None = None, exact_tables: bool = False) -> None:
+    def __init__(self, block_size: int, structure: Structure | None = None, exact_tables: bool = False,
+                 unit: str = "block") -> None:
         self.bs = block_size
         self.structure = structure
         self.exact_tables = exact_tables
-        self.frames = Frames()
+        self.frames = Frames(unit)
         self.recovery = PeerRecovery()
         self.rules, self.decisions = rules()
         # blocks whose engine state was last seen disagreeing with the tables (PEER-14): the pool-wide counters
@@ -80,8 +81,12 @@ class Actionable:
         return text
 
     def event_finding(self, rule: str, line: int, message: str, ctx: dict) -> None:
-        """File a finding of the event stream (``EventChecker.on_finding``)."""
-        self.recovery.add(Record(rule, line, message, dict(ctx), None, op="kv"))
+        """File a finding of the event stream (``EventChecker.on_finding``), naming the engine frame that built
+        the event where the ledger knows it. (The checker keeps its own message; the report shows this one.)"""
+        said = self.frames.published(ctx)
+        text, frame = (f"{message} ({said[0]})", said[1]) if said is not None else (message, None)
+        self.recovery.add(Record(rule, line, text, dict(ctx), None, op="kv", frame=frame), site(frame),
+                          base=message)
 
     # -- the step ----------------------------------------------------------------------------------------------
     def begin(self, msg: dict) -> None:

@@ -180,7 +180,8 @@ def make_judge(engine: str, block_size: int, num_blocks: int, events: EventCheck
     deep counters, eviction policy, and the frames, structure checks and recovery of ``sim.peers.actionable``."""
     from kvsim.sim.peers.actionable import Actionable
     spec = ENGINES[engine]
-    act = Actionable(block_size, structure=structure_check(engine), exact_tables=True)
+    act = Actionable(block_size, structure=structure_check(engine), exact_tables=True,
+                     unit="page" if engine == "sglang" else "block")
     return EngineJudge(block_size, num_blocks, events, reserved=spec.reserved_blocks,
                        same_step_hits=spec.same_step_hits, parse=_checker_parse(), probe_check=counter_check(engine),
                        policy=policy_checker(engine, num_blocks - spec.reserved_blocks), act=act)

@@ -29,14 +29,16 @@ class Frames:
     """Per block (or page), node and request: the id of the engine frame that last changed it, and each id's
     text. ``queue`` keeps vLLM's last free-queue operation per block apart (the structure findings name it)."""
 
-    __slots__ = ("text", "block", "queue", "node", "request")
+    __slots__ = ("text", "block", "queue", "node", "request", "hash", "unit")
 
-    def __init__(self) -> None:
+    def __init__(self, unit: str = "block") -> None:
         self.text: dict[int, str] = {}
         self.block: dict[int, int] = {}
         self.queue: dict[int, int] = {}
         self.node: dict[int, int] = {}
         self.request: dict[str, int] = {}
+        self.hash: dict[int, int] = {}   # event hash -> the frame that built its BlockStored event
+        self.unit = unit                 # what the engine calls a block in its own words ("page" for SGLang)
 
     def update(self, facts: dict | None) -> None:
         """Adopt one step's ledger facts (vLLM: ``blocks`` rows ``[block, ref, queued, links, hashed, frame,
@@ -56,6 +58,8 @@ class Frames:
             self.node[node] = fid
         for rid, fid in facts.get("requests", ()):
             self.request[rid] = fid
+        for h, fid in facts.get("hashes", ()):
+            self.hash[h] = fid
 
     def of(self, kind: str, ident: Any) -> str | None:
         """The text of the frame that last changed ``ident`` (``kind``: block, queue, node, request)."""
@@ -74,7 +78,7 @@ class Frames:
                 continue
             text = self.of(kind, ident)
             if text is not None:
-                return key if key != "ahead" else "block", ident, text
+                return self.unit if key in ("block", "ahead") else key, ident, text
         return None
 
     def describe(self, ctx: dict, aspect: str | None = None) -> tuple[str, str] | None:
@@ -86,13 +90,23 @@ class Frames:
         if fid is not None and fid in self.text:
             key = next((k for k in ("block", "node", "request") if ctx.get(k) is not None), None)
             text = self.text[fid]
-            return (f"{key} {ctx[key]} was {text}" if key else text), text
+            return (f"{self.unit if key == 'block' else key} {ctx[key]} was {text}" if key else text), text
         if aspect == "queue" and ctx.get("block") is not None:
-            text = self.of("queue", ctx["block"])
-            if text is not None:
-                return f"block {ctx['block']} was last {text}", text
+            queued = self.of("queue", ctx["block"])
+            if queued is not None:
+                return f"{self.unit} {ctx['block']} was last {queued}", queued
         got = self.subject(ctx)
         if got is None:
             return None
         key, ident, text = got
         return f"{key} {ident} was last {text}", text
+
+    def published(self, ctx: dict) -> tuple[str, str] | None:
+        """For a KV-event finding: where the engine built the event that stored the hash it names (its
+        ``block``, else its ``parent``), where the driver's ledger knows it."""
+        for key in ("block", "parent"):
+            h = ctx.get(key)
+            fid = self.hash.get(h) if isinstance(h, int) else None
+            if fid is not None and fid in self.text:
+                return f"hash {h} was {self.text[fid]}", self.text[fid]
+        return None

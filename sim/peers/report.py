@@ -123,3 +123,35 @@ def add_engine_judge(report: dict, judge, trace: str) -> dict:
             report["stats"]["violations_not_listed"] = total - listed
     stamp(report)
     return report
+
+
+def recover(report: dict) -> dict:
+    """One cause, one finding (``sim.peers.peer_recovery``) for a report whose judge listed every finding
+    (TokenSpeed's contract and its events): its violations become the roots (each with ``id`` and its
+    ``consequences`` count), the rest go to ``consequences`` (the first per entity) and ``stats``; a rule's
+    ``violated`` counts its roots. Findings a judge counted without listing them stay counted apart."""
+    from kvsim.sim.peers.peer_recovery import PeerRecovery, Record
+
+    rec = PeerRecovery()
+    roots: list[dict] = []
+    for v in sorted(report["violations"], key=lambda v: (v["line"], v["rule"])):
+        r = Record(v["rule"], v["line"], v["message"], dict(v.get("context") or {}), v.get("event"),
+                   op=v.get("op") or "plan")
+        if rec.add(r) is not None:
+            roots.append({**v, "id": r.id})
+    for v in roots:
+        v["consequences"] = rec.per_root.get(v["id"], 0)
+    trace = roots[0]["trace"] if roots else ""
+    report["violations"] = roots
+    if rec.first:
+        report["consequences"] = list(report.get("consequences") or []) + [{**c, "trace": trace} for c in rec.first]
+    for rid, cell in report["rules"].items():
+        after = cell["violated"] - rec.rule_roots.get(rid, 0) if cell["violated"] else 0
+        if after > 0:
+            cell["consequences"] = after
+            cell["violated"] -= after
+    stats = report["stats"]
+    stats["findings"] = len(roots)
+    stats["consequences"] = int(stats.get("consequences", 0) or 0) + rec.suppressed
+    stamp(report)
+    return report

@@ -95,8 +95,8 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
         fn = t.tb_frame.f_code.co_filename
         if fn.startswith(package + os.sep):
             engine = f"{os.path.relpath(fn, root)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}"
-            got = t.tb_frame.f_locals.get("node")
-            node = got.id if isinstance(getattr(got, "id", None), int) else None  # the node it was handling
+            got = getattr(t.tb_frame.f_locals.get("node"), "id", None)
+            node = got if isinstance(got, int) else None  # the node the innermost engine frame was handling
             break
     here = frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__)
     if isinstance(exc, EngineFault):

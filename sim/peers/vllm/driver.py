@@ -81,9 +81,9 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
             req = t.tb_frame.f_locals.get("request")
             if rid is None and req is not None and isinstance(getattr(req, "request_id", None), str):
                 rid = req.request_id
-            blk = t.tb_frame.f_locals.get("block")
-            if block is None and isinstance(getattr(blk, "block_id", None), int) and blk.block_id >= 0:
-                block = blk.block_id  # the block the innermost engine frame was handling
+            got = getattr(t.tb_frame.f_locals.get("block"), "block_id", None)
+            if block is None and isinstance(got, int) and got >= 0:
+                block = got  # the block the innermost engine frame was handling
     if frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__):
         engine = None  # raised in this script's own code: the driver's bug, whatever called it
     tail = []
@@ -239,6 +239,7 @@ class Subscriber:
         self.sock.connect(endpoint)
         self.published = 0
         self.received = 0
+        self.offset = 0
         pub = sched.kv_event_publisher
         # PUB/SUB drops what is sent before the subscription arrives: publish empty probes (negative ts, no
         # events; the scheduler never publishes an empty batch) until one comes back; later ones are skipped

@@ -44,6 +44,7 @@ class Ledger:
         self.popped: set[int] = set()         # blocks the free queue handed out since ``take``
         self.evicted: list[int] = []          # blocks whose cached hash was removed since ``take``
         self.stray: list[list] = []           # [block, frame] evictions of blocks not handed out
+        self.published: list[list] = []       # [event hash, frame] of the BlockStored events built since ``take``
         self.changes = 0                      # pool calls and queue operations so far (the walk's trigger)
         self.clearing = False                 # inside reset_prefix_cache (its evictions are the ClearCache)
         self.cost = 0.0                       # seconds spent in this bookkeeping (a judge cost, not vLLM's)
@@ -118,7 +119,9 @@ class Ledger:
         out: dict = {"blocks": rows, "requests": sorted([r, self.req[r]] for r in self.dirty_req if r in self.req),
                      "frames": self.fresh, "ends_ok": ends,
                      "evictions": {"handed": len(self.popped), "evicted": len(self.evicted), "stray": self.stray}}
-        self.fresh, self.stray, self.evicted = [], [], []
+        if self.published:
+            out["hashes"] = self.published
+        self.fresh, self.stray, self.evicted, self.published = [], [], [], []
         self.dirty, self.near, self.dirty_req, self.popped = set(), set(), set(), set()
         self.cost += time.perf_counter() - t0
         return out
@@ -272,6 +275,23 @@ def install() -> None:
     queue_op("append", "appended to the free queue", "one")
     queue_op("append_n", "appended to the free queue", "many")
     queue_op("prepend_n", "prepended to the free queue", "many")
+
+    build = getattr(pool_cls, "_build_block_stored_event", None)
+    if build is not None:  # the event a router sees: which vLLM frame built each stored hash (and its parent)
+        build_code = build.__code__
+
+        def build_watched(self: Any, *args: Any, **kw: Any) -> Any:
+            event = build(self, *args, **kw)
+            led = CURRENT[0]
+            if led is not None:
+                t0 = clock()
+                fid = led.frame("published (its BlockStored event built)", build_code)
+                for h in getattr(event, "block_hashes", None) or ():
+                    if isinstance(h, int):
+                        led.published.append([h, fid])
+                led.cost += clock() - t0
+            return event
+        pool_cls._build_block_stored_event = build_watched
 
     def request_call(name: str, verb: str) -> None:
         orig = getattr(mgr_cls, name)
