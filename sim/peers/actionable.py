@@ -133,7 +133,8 @@ class Actionable:
             if len(r.table) > need:
                 judge.find("PEER-15", line, f"{rid} holds {len(r.table)} blocks after the step; its {r.computed} "
                            f"computed tokens need {need}: an allocation took more than the tokens it was for",
-                           request=rid, block=r.table[-1], held=len(r.table), need=need, check="over_allocation")
+                           request=rid, block=r.table[-1], held=len(r.table), need=need, check="over_allocation",
+                           aspect="request")
 
 
 def attach(judge: Any, act: Actionable) -> None:

@@ -84,14 +84,24 @@ class Frames:
     def describe(self, ctx: dict, aspect: str | None = None) -> tuple[str, str] | None:
         """(sentence, frame text) naming where the engine last changed the finding's subject: ``block 47 was
         last freed by vllm/v1/core/block_pool.py:816 in free_blocks, called from ...``. ``aspect`` ``queue``
-        names vLLM's last free-queue operation on the block instead of its last pool call. A context that names the
-        frame itself (``frame_id``: the change the finding is about, e.g. an eviction) is said as it is."""
+        names vLLM's last free-queue operation on the block instead of its last pool call (or, where the neighbour
+        whose link went stale is named, that neighbour's); ``request`` the engine's last call for the request. A
+        context that names the frame itself (``frame_id``: the change the finding is about, e.g. an eviction) is
+        said as it is."""
         fid = ctx.pop("frame_id", None)
         if fid is not None and fid in self.text:
             key = next((k for k in ("block", "node", "request") if ctx.get(k) is not None), None)
             text = self.text[fid]
             return (f"{self.unit if key == 'block' else key} {ctx[key]} was {text}" if key else text), text
+        if aspect == "request" and ctx.get("request") is not None:  # what the engine's manager last did for it
+            asked = self.of("request", ctx["request"])
+            if asked is not None:
+                return f"request {ctx['request']} was last {asked}", asked
         if aspect == "queue" and ctx.get("block") is not None:
+            near = ctx.get("neighbour")
+            stale = self.of("queue", near) if near is not None else None
+            if stale is not None:  # the neighbour whose link went stale: its last queue operation
+                return f"{self.unit} {near} was last {stale}", stale
             queued = self.of("queue", ctx["block"])
             if queued is not None:
                 return f"{self.unit} {ctx['block']} was last {queued}", queued

@@ -33,9 +33,9 @@ __all__ = ["PeerRecovery", "Record", "entities", "mechanism"]
 
 Key = tuple
 _BLANK = re.compile(r"0x[0-9a-f]+|[0-9a-f]{12}\.\.\.[0-9a-f]{8}|[0-9a-f]{16,}|\d+")
-_ENGINE_KEYS = (("block", "block"), ("blocks", "block"), ("ahead", "block"), ("page", "block"), ("pages", "block"),
-                ("node", "node"), ("nodes", "node"), ("request", "request"), ("requests", "request"),
-                ("op_id", "op"))
+_ENGINE_KEYS = (("block", "block"), ("blocks", "block"), ("ahead", "block"), ("neighbour", "block"),
+                ("page", "block"), ("pages", "block"), ("node", "node"), ("nodes", "node"), ("request", "request"),
+                ("requests", "request"), ("op_id", "op"))
 _EVENT_KEYS = ("block", "parent", "hash", "hashes")
 
 

@@ -316,3 +316,20 @@ def test_structure_checks_copy_safe():
     before = copy.deepcopy(steps[1])
     vst.check(steps[1], {1: 1}, BS)
     assert steps[1] == before
+
+
+def test_a_broken_link_names_the_neighbour_whose_pointer_went_stale():
+    """Block 3's previous link names block 7, which no longer points back (a remove that did not repair its
+    neighbours): the finding names block 7's last queue operation, where the link went stale."""
+    msg = {"ledger": ledger([(3, 0, 1, 0, 0, 1, 2, 7, 0, -1, 1)], frames=(
+        (1, FREED), (2, "appended to the free queue by kv_cache_utils.py:459 in append_n, called from a.py:1 in f"),
+        (3, "taken out of the free queue by sitecustomize.py:3 in remove, called from block_pool.py:807 in touch")))}
+    msg["ledger"]["blocks"].append([7, 1, 0, 1, 0, 1, 3])
+    ((rule, message, ctx, aspect),) = [f for f in vst.check(msg, {7: 1}, BS) if f[2]["check"] == "links"]
+    assert message == "block 3's free-queue links are broken: its previous link names block 7, which does not " \
+                      "point back at it" and ctx["neighbour"] == 7
+    act = Actionable(BS)
+    act.begin(msg)
+    text = act.finding(rule, 4, 0, message, dict(ctx, aspect=aspect))
+    assert text.endswith("(block 7 was last taken out of the free queue by sitecustomize.py:3 in remove, called "
+                         "from block_pool.py:807 in touch)")

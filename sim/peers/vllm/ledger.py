@@ -11,7 +11,8 @@ called it -- and the last free-queue operation (``FreeKVCacheBlockQueue.popleft*
 (``vllm/v1/core/block_pool.py:816 in free_blocks``); steps carry frame ids.
 
 At the end of each step ``take`` reports every block changed in it (and every block whose free-queue neighbour
-changed) as it stands: ``[block, ref_cnt, queued, links_ok, hashed, pool frame, queue frame]`` -- the facts the
+changed) as it stands: ``[block, ref_cnt, queued, links_ok, hashed, pool frame, queue frame]`` (a block whose
+links are broken adds ``prev, prev points back, next, next points back``, -1 a sentinel, -2 none) -- the facts the
 engine's own asserts rely on (``get_new_blocks`` asserts ``ref_cnt == 0`` of what the queue hands out; ``remove``
 raises on a block without neighbours) -- and the step's evictions: blocks the queue handed out, blocks whose
 hash was removed, and evictions of blocks the step did not hand out. kvsim judges them (PEER-14 .. PEER-16);
@@ -109,8 +110,12 @@ class Ledger:
             queued = prev is not None or nxt is not None
             links = (prev is None and nxt is None) or (prev is not None and nxt is not None
                                                        and prev.next_free_block is blk and nxt.prev_free_block is blk)
-            rows.append([b, blk.ref_cnt, int(queued), int(links), int(blk.block_hash is not None),
-                         self.block.get(b, NO_FRAME), self.queue.get(b, NO_FRAME)])
+            row = [b, blk.ref_cnt, int(queued), int(links), int(blk.block_hash is not None),
+                   self.block.get(b, NO_FRAME), self.queue.get(b, NO_FRAME)]
+            if not links:  # which neighbour disagrees: its own last queue operation is likely the cause
+                row += [-2 if prev is None else prev.block_id, int(prev is not None and prev.next_free_block is blk),
+                        -2 if nxt is None else nxt.block_id, int(nxt is not None and nxt.prev_free_block is blk)]
+            rows.append(row)
         q = pool.free_block_queue
         head, tail = q.fake_free_list_head, q.fake_free_list_tail
         first, last = head.next_free_block, tail.prev_free_block

@@ -30,11 +30,11 @@ def check(msg: dict, holders: dict[int, int], block_size: int) -> list[Found]:
     out: list[Found] = []
     facts = msg.get("ledger") or {}
     whole = "crash" not in msg
-    for b, ref, queued, links, _hashed, _f, _q in facts.get("blocks", ()):
+    for row in facts.get("blocks", ()):
+        b, ref, queued, links = row[:4]
         want = holders.get(b, 0)
         if not links:
-            out.append(("PEER-14", f"block {b}'s free-queue links are broken: a neighbour does not point back at it",
-                        {"block": b, "check": "links"}, "queue"))
+            out.append(_links(row))
         if ref < 0:
             out.append(("PEER-14", f"block {b} has ref_cnt {ref}", {"block": b, "ref_cnt": ref, "check": "negative"},
                         "block"))
@@ -59,6 +59,24 @@ def check(msg: dict, holders: dict[int, int], block_size: int) -> list[Found]:
     if walk:
         out += _walk(walk, holders if whole else None)
     return out
+
+
+def _links(row: list) -> Found:
+    """A block whose free-queue neighbours do not point back at it, naming the neighbour that does not (its own
+    last queue operation is where the link went stale)."""
+    b = row[0]
+    ctx: dict = {"block": b, "check": "links"}
+    if len(row) < 11:
+        return ("PEER-14", f"block {b}'s free-queue links are broken: a neighbour does not point back at it", ctx,
+                "queue")
+    prev, prev_ok, nxt, nxt_ok = row[7:11]
+    side = [(n, what) for n, ok, what in ((prev, prev_ok, "previous"), (nxt, nxt_ok, "next")) if not ok]
+    n, what = side[0] if side else (prev, "previous")
+    shown = {-1: "a sentinel", -2: "nothing"}.get(n, f"block {n}")
+    if n >= 0:
+        ctx["neighbour"] = n
+    return ("PEER-14", f"block {b}'s free-queue links are broken: its {what} link names {shown}, which does not "
+            "point back at it", ctx, "queue")
 
 
 def _walk(walk: dict, holders: dict[int, int] | None) -> list[Found]:
