@@ -11,7 +11,9 @@ step, on each finding, and when the engine raised):
 * **structure and amounts** (PEER-14, PEER-15; per engine in ``sim.peers.ENGINE.structure``): the engine's own
   free queue, tree, allocator and reference counts as its driver read them after the step (and as it left them
   when it raised), and how much each allocation and eviction took; plus, engine-neutral, no request's table
-  holding more blocks than its computed tokens need (``exact_tables``: engines that allocate per step);
+  holding more blocks than its computed tokens need (``exact_tables``: engines that allocate per step). A
+  structure finding that says exactly what it said at the previous step is not filed again (the state has not
+  moved; it would only be counted as its own consequence);
 * **recovery** (``sim.peers.peer_recovery``): every finding, the event stream's included, is filed as a root or
   as a consequence of an earlier root.
 
@@ -62,6 +64,7 @@ class Actionable:
         # blocks whose engine state was last seen disagreeing with the tables (PEER-14): the pool-wide counters
         # (PEER-9) that disagree while they do are explained by them, and name them
         self.off: dict[int, None] = {}
+        self._said: set[tuple] = set()  # the structure findings of the last step, not filed again unchanged
 
     # -- findings ----------------------------------------------------------------------------------------------
     def finding(self, rule: str, line: int, step: int, message: str, ctx: dict) -> str:
@@ -98,9 +101,14 @@ class Actionable:
         if self.structure is not None:
             found = self.structure(msg, judge.holders, self.bs)
             self._track(msg, found)
+            now: set[tuple] = set()
             for rule, message, ctx, aspect in found:
                 judge.premise[rule] += 1
-                judge.find(rule, line, message, aspect=aspect, **ctx)
+                same = (rule, message)  # the same statement as at the last step: the state has not moved
+                now.add(same)
+                if same not in self._said:
+                    judge.find(rule, line, message, aspect=aspect, **ctx)
+            self._said = now
             if msg.get("ledger") is not None or msg.get("walk") is not None:
                 judge.premise["PEER-14"] += 1
         if self.exact_tables and not crashed:
