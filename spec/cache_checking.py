@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 def cache_rules() -> list:
     """The TS-* state rules (predicates over a CacheState), in catalogue order; the TS-L2 transition rules are
-    judged on cachetrace/1 by sim.peers.host_tier."""
+    judged on cachetrace/1 by sim.peers.cachetrace.host_tier."""
     return [r for r in all_rules() if r.scope == "cache" and r.kind == "state"]
 
 

@@ -1,6 +1,8 @@
 """The package's import graph (read from the source with ast, imports inside functions included) has no
 cycle, and no module imports a private name (`from x import _name`) from another module. Imports under
-`if TYPE_CHECKING:` are annotations for the type checker, never executed: they are no edge of the graph."""
+`if TYPE_CHECKING:` are annotations for the type checker, never executed: they are no edge of the graph -- except
+inside `sim.peers`, where a module never imports the module that owns it, not even for annotations (the
+cachetrace contract's parts read it through `view`)."""
 
 from __future__ import annotations
 
@@ -29,13 +31,14 @@ def _is_type_checking(test: ast.expr) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(name: str, path: Path, modules: dict) -> list[tuple[str, str, int, list[str]]]:
-    """(imported module, how, line, names) for every import statement of one module."""
+def _imports(name: str, path: Path, modules: dict, typing: bool = False) -> list[tuple[str, str, int, list[str]]]:
+    """(imported module, how, line, names) for every import statement of one module (``typing``: those under
+    ``if TYPE_CHECKING:`` too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: list[tuple[str, str, int, list[str]]] = []
     tree = ast.parse(path.read_text(encoding="utf-8"))
     typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
-                   for stmt in block.body for n in ast.walk(stmt)}
+                   for stmt in block.body for n in ast.walk(stmt)} if not typing else set()
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
@@ -52,13 +55,13 @@ def _imports(name: str, path: Path, modules: dict) -> list[tuple[str, str, int, 
     return out
 
 
-def _graph():
+def _graph(typing: bool = False):
     modules = _modules()
     g = nx.DiGraph()
     private = []
     for name, path in modules.items():
         g.add_node(name)
-        for target, _how, line, names in _imports(name, path, modules):
+        for target, _how, line, names in _imports(name, path, modules, typing):
             if target in modules and target != name:
                 g.add_edge(name, target, line=line)
                 private += [f"{path.relative_to(ROOT)}:{line}: from {target} import {n}" for n in names
@@ -81,6 +84,30 @@ def test_no_import_cycle():
 def test_no_private_name_imported_across_modules():
     _, private = _graph()
     assert not private, private
+
+
+def test_no_peer_module_imports_its_owner():
+    """Inside sim.peers no cycle even through annotations: a part never imports the module that owns it (the
+    cachetrace contract imports its parts; they read it through `cachetrace.view`, never `cachetrace.contract`)."""
+    g, _ = _graph(typing=True)
+    peers = g.subgraph(n for n in g if n.startswith("kvsim.sim.peers."))
+    cycles = sorted(sorted(c) for c in nx.simple_cycles(peers))
+    assert not cycles, "import cycles in sim.peers (annotations included): " + "; ".join(
+        " -> ".join(c) for c in cycles[:5])
+    owner = "kvsim.sim.peers.cachetrace.contract"
+    parts = [m for m in g.successors(owner) if m.startswith("kvsim.sim.peers.cachetrace.")]
+    assert {"kvsim.sim.peers.cachetrace.host_tier", "kvsim.sim.peers.cachetrace.state_group"} <= set(parts)
+    assert not [m for m in parts if g.has_edge(m, owner)]
+    assert all(g.has_edge(m, "kvsim.sim.peers.cachetrace.view") for m in parts if m.rpartition(".")[2] in
+               ("host_tier", "state_group", "store_policy", "capacity", "l3_reads", "eviction", "hits"))
+
+
+def test_no_peer_module_over_600_lines():
+    """sim/peers keeps rooms a reader takes in whole: no module (drivers and sample generators included) over 600
+    lines -- a module that grows past it is split by concern."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "sim" / "peers").rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 600}
+    assert not long, long
 
 
 def test_layers_point_one_way():

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 __all__ = ["KvsimParser", "DefaultsFormatter", "integer", "real", "byte_size", "input_file", "output_path",
-           "folder", "STDIN", "parse_byte_size"]
+           "folder", "interpreter", "STDIN", "parse_byte_size"]
 
 STDIN = "-"
 """The name of standard input wherever a file is expected."""
@@ -170,6 +170,18 @@ def output_path(text: str) -> str:
         raise argparse.ArgumentTypeError(f"no such folder: {parent}")
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"is a folder, not a file: {text}")
+    return text
+
+
+def interpreter(text: str) -> str:
+    """A Python interpreter: a file, or a venv's folder (its ``bin/python`` is taken, as ``scripts/install-engine
+    ENGINE VENV`` builds it). Whether it runs and holds the engine is checked when the run starts."""
+    if os.path.isdir(text):
+        inside = os.path.join(text, "bin", "python")
+        if os.path.isfile(inside):
+            return inside
+        raise argparse.ArgumentTypeError(f"is a folder without bin/python: {text} (give the venv's interpreter, "
+                                         "VENV/bin/python, or the VENV that scripts/install-engine built)")
     return text
 
 

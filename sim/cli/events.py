@@ -3,10 +3,10 @@
 kv lines): every finding as ``file:line: RULE message`` (live: ``endpoint:seq: RULE message``).
 
 ``--engine tokenspeed|vllm|sglang`` presets block size, hash scheme, tail policy, per-group keys and the
-engine-documented allowances (``sim.peers.events.PRESETS``; the rule entries argue each allowance).
+engine-documented allowances (``sim.peers.judges.events.PRESETS``; the rule entries argue each allowance).
 Without it, ``events`` learns each group's block size from its first store, recognises the hash scheme
 when the stream's first root blocks recompute under exactly one, and says on stderr which flags it
-guessed and which it needs. ``--hash`` names a scheme (``sim.peers.block_hash``): ``fnv1a64`` and
+guessed and which it needs. ``--hash`` names a scheme (``sim.peers.judges.block_hash``): ``fnv1a64`` and
 ``sha256`` are TokenSpeed's event and prefix hashes, ``vllm-sha256`` / ``vllm-sha256-cbor`` vLLM's,
 ``sglang-sha256`` SGLang's; ``none`` checks structure only.
 
@@ -40,8 +40,8 @@ from kvsim.sim.report.verdict import stamp
 
 
 def add_parser(sub: Any) -> None:
-    from kvsim.sim.peers.block_hash import SCHEMES
-    from kvsim.sim.peers.events import PRESETS
+    from kvsim.sim.peers.judges.block_hash import SCHEMES
+    from kvsim.sim.peers.judges.events import PRESETS
 
     p = sub.add_parser("events", help="judge KV-event logs or a live stream (BlockStored / BlockRemoved / "
                                       "AllBlocksCleared)")
@@ -82,7 +82,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _checker(args: Any) -> Any:
-    from kvsim.sim.peers.events import PRESETS, EventChecker
+    from kvsim.sim.peers.judges.events import PRESETS, EventChecker
 
     preset = PRESETS[args.engine] if args.engine else None
     scheme = args.hash if args.hash is not None else (None if preset is not None else "auto")
@@ -142,7 +142,7 @@ def run(args: Any) -> int:
     _validate(args)
     if args.zmq:
         return _run_live(args)
-    from kvsim.sim.peers.events import EventLogError, read_event_log_seq
+    from kvsim.sim.peers.judges.events import EventLogError, read_event_log_seq
     from kvsim.sim.peers.report import build
 
     reports = []
@@ -205,7 +205,7 @@ def run(args: Any) -> int:
 
 
 def _run_live(args: Any) -> int:
-    from kvsim.sim.peers import live
+    from kvsim.sim.peers.judges import live
     from kvsim.sim.peers.report import build
 
     checker = _checker(args)

@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from kvsim.sim.cli.argtypes import integer, output_path
+from kvsim.sim.cli.argtypes import integer, interpreter, output_path
 from kvsim.sim.cli.common import WRITTEN, InputError, add_output_options, open_input, output_style, progress_bar, write
 from kvsim.sim.files import atomic_path
 from kvsim.sim.report.console import Style, print_findings, print_hazards, print_verdict
@@ -82,19 +82,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--l3-wait-plans", type=integer(1), default=None, metavar="N",
                    help="plans an unanswered L3 op may wait before the scheduler cancels it (default: never)")
     p.add_argument("--inject-fault", default=None, metavar="NAME",
-                   help="perturb the recorded plans with one named fault (sim.peers.faults), to see its rule fire")
+                   help="perturb the recorded plans with one named fault (sim.peers.tokenspeed.faults), to see its "
+                   "rule fire")
     p.add_argument("--record", type=output_path, metavar="F", help="tokenspeed: write every plan as cachetrace/1; "
                    "vllm/sglang: write the run as a kvsim-peer/1 log (every step the driver reported), which "
                    "`kvsim replay F` re-judges without the engine")
-    p.add_argument("--engine-python", metavar="PYTHON",
-                   help="vllm/sglang: the engine venv's python (scripts/install-engine ENGINE VENV)")
+    p.add_argument("--engine-python", metavar="PYTHON", type=interpreter,
+                   help="vllm/sglang: the engine venv's python, or the venv (scripts/install-engine ENGINE VENV)")
     p.add_argument("--blocks", type=integer(1), default=None,
                    help="vllm/sglang/compare: usable KV blocks of the pool (default: unbounded, never evicts)")
     p.add_argument("--block-size", type=integer(1), default=None,
                    help="vllm/sglang/compare: tokens per block (default 16)")
-    p.add_argument("--vllm-python", metavar="PYTHON", help="compare: vLLM's venv python (vLLM skipped without it)")
-    p.add_argument("--sglang-python", metavar="PYTHON",
-                   help="compare: SGLang's venv python (SGLang skipped without it)")
+    p.add_argument("--vllm-python", metavar="PYTHON", type=interpreter,
+                   help="compare: vLLM's venv python or venv (vLLM skipped without it)")
+    p.add_argument("--sglang-python", metavar="PYTHON", type=interpreter,
+                   help="compare: SGLang's venv python or venv (SGLang skipped without it)")
     p.add_argument("--html", type=output_path, metavar="F", help="vllm/sglang: write the report as an HTML page")
     p.add_argument("--events-log", type=output_path, metavar="F",
                    help="write the scheduler's KV events as JSON Lines batches (tokenspeed: object form; vllm/sglang: "
@@ -176,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     if args.l3_host_blocks is not None and args.l3_host_blocks >= args.host_pages:
         raise InputError(f"kvsim peer: --l3-host-blocks: {args.l3_host_blocks} exceeds the {args.host_pages - 1} "
                          "usable Host pages")
-    from kvsim.sim.peers import faults
+    from kvsim.sim.peers.tokenspeed import faults
     if args.inject_fault is not None and args.inject_fault not in faults.NAMES:
         raise InputError(f"kvsim peer: --inject-fault: unknown fault {args.inject_fault!r} (known: "
                          f"{', '.join(sorted(faults.NAMES))})")
@@ -249,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
         from kvsim.sim.cli.peer_engine import policy_gap
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), (pages - 1) * p,
                                                    report["stats"]["scheduler"]["hit_ratio"])
-    from kvsim.sim.peers.path_coverage import coverage
+    from kvsim.sim.peers.judges.path_coverage import coverage
     from kvsim.sim.peers.tokenspeed.paths import PATHS, REACH
     report["stats"]["coverage"] = coverage(PATHS, out.paths, report["rules"], REACH, stress=stress is not None)
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
@@ -298,7 +300,7 @@ def _print(report: dict, console: Console, style: Style) -> None:
                       f"{100 * g['engine_hit_ratio']:.2f} %, simulate {100 * g['simulate_hit_ratio']:.2f} %, gap "
                       f"{g['gap_points']:+.2f} points ({g['note']})", markup=False, soft_wrap=True)
     if s.get("coverage"):
-        from kvsim.sim.peers.path_coverage import coverage_line
+        from kvsim.sim.peers.judges.path_coverage import coverage_line
         console.print(coverage_line(s["coverage"]), markup=False, soft_wrap=True)
     t = s.get("timing")
     if s["peer"]["stalled_requests"] or s["peer"]["rejected_requests"]:
@@ -317,12 +319,12 @@ REPRODUCER = "sim/peers/samples/findings/config_gate.py"
 
 
 def _probe_config(args: argparse.Namespace) -> int:
-    """`kvsim peer tokenspeed --probe-config`: every probe of sim.peers.config_probe, one finding line per
+    """`kvsim peer tokenspeed --probe-config`: every probe of sim.peers.tokenspeed.config_probe, one finding line per
     disagreement (named `(config probe):N`, N the probe's place; its reproducer is REPRODUCER), exit 1 if any."""
     import json
 
-    from kvsim.sim.peers import config_probe
     from kvsim.sim.peers import tokenspeed as ts
+    from kvsim.sim.peers.tokenspeed import config_probe
 
     if not ts.available():
         raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")

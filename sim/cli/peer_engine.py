@@ -114,8 +114,8 @@ def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int)
 
 def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
     """The `kvsim events` command line that judges a KV-event log (``--events-log``) as this run's event checker
-    did: the engine's preset where ``sim.peers.events`` has one (``--engine``), else its block size."""
-    from kvsim.sim.peers import events as pe
+    did: the engine's preset where ``sim.peers.judges.events`` has one (``--engine``), else its block size."""
+    from kvsim.sim.peers.judges import events as pe
     words = ["kvsim", "events", record]
     if engine in getattr(pe, "PRESETS", {}):
         words += ["--engine", engine]
@@ -140,7 +140,7 @@ def engine_report(engine: str, out: Any, trace: str, inputs: list[dict], cfg: En
     """The kvreport/1 report of one judged engine run, live or re-judged from its log (the same roots); ``gap``:
     put the hit ratio beside `kvsim simulate`'s (a bounded pool, the workload at hand)."""
     from kvsim.sim.peers.engines import ENGINES, engine_paths
-    from kvsim.sim.peers.path_coverage import coverage
+    from kvsim.sim.peers.judges.path_coverage import coverage
     from kvsim.sim.peers.report import add_engine_judge, build, percentiles
 
     events = out.events
@@ -311,7 +311,7 @@ def _print(report: dict, console: Console, style: Style) -> None:
                   f"{100 * sc['trace_bound_ratio']:.2f} %)  KV events: {kv['stored']:,} stored, {kv['removed']:,} "
                   f"removed, peak live {kv['peak_live']:,}", markup=False, soft_wrap=True)
     if s.get("coverage"):
-        from kvsim.sim.peers.path_coverage import coverage_line
+        from kvsim.sim.peers.judges.path_coverage import coverage_line
         console.print(coverage_line(s["coverage"]), markup=False, soft_wrap=True)
     if p["stalled_requests"]:
         console.print(f"stalled requests {p['stalled_requests']}", markup=False, soft_wrap=True)

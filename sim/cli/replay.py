@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{r.path}:1: no events after the header: nothing to judge")
     report = build_report(results)
     if cache:
-        from kvsim.sim.peers.judge import merge_cachetraces
+        from kvsim.sim.peers.cachetrace.judge import merge_cachetraces
         merge_cachetraces(report, [(label(t), s) for t, s in cache])
     verdict = stamp(report)  # the one verdict: exit code, console line and every report say the same
     write_reports(report, timelines(results), args.json, args.junit, args.markdown, args.html)

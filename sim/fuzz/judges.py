@@ -3,11 +3,11 @@ streams; a single fault is planted; the judge must report exactly that fault, at
 and nothing on a clean stream.
 
 * `judge-events` (`EventsJudgeMachine`): the engine's KV-event batches, with sequence numbers, go through
-  `sim.peers.events.EventChecker` (block size, hash scheme and, where the fault allows, capacity pinned).
+  `sim.peers.judges.events.EventChecker` (block size, hash scheme and, where the fault allows, capacity pinned).
   One stream fault of `sim.fuzz.event_faults` (or none, one example in four) is planted after the run: the
   findings must equal the fault's implied (rule, line) list, or agree with it up to its line where the
   fault has consequences.
-* `judge-engine` (`EngineJudgeMachine`): the driver step messages go through `sim.peers.engine_judge`'s
+* `judge-engine` (`EngineJudgeMachine`): the driver step messages go through `sim.peers.judges.engine_judge`'s
   EngineJudge (with its EventChecker). One engine bug of `refengine.ENGINE_FAULTS` fires at the first
   occasion from a drawn step: no finding before that step, the bug's rule at it (with `SAME_STEP`'s
   consequences at most), none at all when it never fired.
@@ -163,7 +163,7 @@ class EventsJudgeMachine(_RefMachine):
     faults = tuple(STREAM_FAULTS)
 
     def judge(self) -> None:
-        from kvsim.sim.peers.events import EventChecker, parse_batch
+        from kvsim.sim.peers.judges.events import EventChecker, parse_batch
         clean = [(s, evs) for _tag, *rest in self.log if _tag == "step"
                  for s, evs in zip(rest[0]["seqs"], (b[1] for b in rest[0]["batches"]), strict=True)]
         scheme, usable = self.cfg["scheme"], self.cfg["num_blocks"] - 1
@@ -214,8 +214,8 @@ class EngineJudgeMachine(_RefMachine):
     def judge(self) -> None:
         import numpy as np
 
-        from kvsim.sim.peers.engine_judge import EngineJudge
-        from kvsim.sim.peers.events import EventChecker, parse_batch
+        from kvsim.sim.peers.judges.engine_judge import EngineJudge
+        from kvsim.sim.peers.judges.events import EventChecker, parse_batch
         bs, blocks = self.cfg["block_size"], self.cfg["num_blocks"]
         ev = EventChecker(block_size=bs, hash_scheme=self.cfg["scheme"], capacity=blocks - 1)
         j = EngineJudge(bs, blocks, ev, same_step_hits=self.same_step, parse=lambda b: parse_batch(b)[0])

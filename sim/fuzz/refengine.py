@@ -11,7 +11,7 @@ visible prefix event"; l.309: an independent block hash for external events). Re
 their lifetime at admission (``lazy`` False) or one at a time as decode needs it (``lazy`` True); admission
 waits until the whole lifetime fits, so nothing is ever preempted.
 
-Every step yields a driver step message (the form ``sim.peers.engine_judge`` reads: new / cached tables,
+Every step yields a driver step message (the form ``sim.peers.judges.engine_judge`` reads: new / cached tables,
 scheduled tokens, produced tokens, finished requests, prefix-cache stats, free and cached block counts, the
 step's KV-event batch with its sequence number). Event hashes are written here from the engines' published
 definitions (research/kv-events.md): ``fnv1a64`` (TokenSpeed: FNV-1a 64 over a has-parent byte, the parent

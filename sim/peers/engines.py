@@ -11,11 +11,13 @@ finding, every earlier one kept), ``{"bug": {...}}`` (the driver's own code rais
 ``{"error": "..."}`` (the engine refused its setup). Each step also carries the engine paths it took (``paths``,
 named in ``sim.peers.ENGINE.paths``) and, every ``probe_every`` steps, the engine's deep counters (``probe``,
 checked by ``sim.peers.ENGINE.counters`` as PEER-9). Every step goes straight to
-``sim.peers.engine_judge.EngineJudge`` and its batches to ``sim.peers.events.EventChecker``; with ``record``
-the batches are also written as the subscriber log vLLM/SGLang would produce (wire form, ``ts`` = step).
+``sim.peers.judges.engine_judge.EngineJudge`` and its batches to ``sim.peers.judges.events.EventChecker``; with
+``record`` the batches are also written as the subscriber log vLLM/SGLang would produce (wire form, ``ts`` = step).
 
 Three clocks are kept apart, as for TokenSpeed: seconds inside engine calls (the driver's own measure), the
-judge's seconds, and everything else (pipes, JSON, the engine's import) as observation.
+judge's seconds, and everything else (pipes, JSON, the engine's import) as observation. It sits at the top of
+``sim.peers``: one runner for every block-table engine, which finds each engine's room (driver, paths, counters,
+policy) by name.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from typing import Any
 
 import msgspec
 
-from kvsim.sim.peers.engine_judge import EngineJudge
-from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.judges.engine_judge import EngineJudge
+from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.peers.workload import VOCAB, Request
 
 __all__ = ["ENGINES", "EngineSpec", "EngineConfig", "EngineOutcome", "EngineError", "DriverBug", "Session",
@@ -149,9 +151,9 @@ def _feed(stdin: Any, lines: list[bytes]) -> None:
 
 
 def event_checker(engine: str, block_size: int, capacity: int) -> EventChecker:
-    """The KV-event checker for an engine's stream: its preset where ``sim.peers.events`` has one (hash
+    """The KV-event checker for an engine's stream: its preset where ``sim.peers.judges.events`` has one (hash
     scheme, allowances), else block size and capacity with structure-only checks."""
-    from kvsim.sim.peers import events as pe
+    from kvsim.sim.peers.judges import events as pe
     preset = getattr(pe, "PRESETS", {}).get(engine)
     checker: Any = pe.EventChecker
     if preset is not None:
@@ -160,8 +162,8 @@ def event_checker(engine: str, block_size: int, capacity: int) -> EventChecker:
 
 
 def _checker_parse() -> Callable | None:
-    """``sim.peers.events``' own reader of a wire batch where it has one (it keeps fields such as group_idx)."""
-    from kvsim.sim.peers import events as pe
+    """``sim.peers.judges.events``' own reader of a wire batch where it has one (it keeps fields such as group_idx)."""
+    from kvsim.sim.peers.judges import events as pe
     parse = getattr(pe, "parse_batch", None)
     return None if parse is None else (lambda batch: parse(batch)[0])
 
@@ -177,8 +179,8 @@ def structure_check(engine: str) -> Callable | None:
 
 def make_judge(engine: str, block_size: int, num_blocks: int, events: EventChecker) -> EngineJudge:
     """The step judge of one run of ``engine`` (live or re-judged from its kvsim-peer/1 log): decisions, events,
-    deep counters, eviction policy, and the frames, structure checks and recovery of ``sim.peers.actionable``."""
-    from kvsim.sim.peers.actionable import Actionable
+    deep counters, eviction policy, and the frames, structure checks and recovery of ``sim.peers.judges.actionable``."""
+    from kvsim.sim.peers.judges.actionable import Actionable
     spec = ENGINES[engine]
     act = Actionable(block_size, structure=structure_check(engine), exact_tables=True,
                      unit="page" if engine == "sglang" else "block")

@@ -7,7 +7,8 @@ cause (``id``, ``class``, ``consequences``) and ``consequences`` its later orpha
 in ``stats.hazards`` / ``stats.consequences`` beside ``stats.findings``; the verdict fails on violations only.
 Deterministic unless the caller adds a ``timing`` section (wall-clock figures of a live run, kept apart under
 ``stats.timing``).
-This module knows the judges' findings and summaries, not how they were produced.
+This module knows the judges' findings and summaries, not how they were produced. It sits at the top of
+``sim.peers``: it reads the judges of both rooms (``cachetrace``, ``judges``) for every engine, and belongs to none.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from kvsim.sim.peers import contract as pc
-from kvsim.sim.peers import events as pe
+from kvsim.sim.peers.cachetrace import contract as pc
+from kvsim.sim.peers.judges import events as pe
 from kvsim.sim.report.verdict import stamp
 
 __all__ = ["build", "file_sha256", "percentiles"]
@@ -84,10 +85,10 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
 def add_engine_judge(report: dict, judge, trace: str) -> dict:
     """Add an ``EngineJudge``'s findings, rule counters (PEER-5 ... PEER-9, its engine's policy rule) and summary
     (``stats.scheduler``) to a report ``build`` made for the same run's event stream; the verdict fails on any
-    violation. A judge with recovery (``sim.peers.actionable``) lists root causes only: ``violations`` are the
+    violation. A judge with recovery (``sim.peers.judges.actionable``) lists root causes only: ``violations`` are the
     roots (each with ``id``), ``consequences`` the first consequence per entity (each with ``of``), both counted
     in ``stats`` (``findings``, ``consequences``); a rule's ``violated`` counts its roots."""
-    from kvsim.sim.peers import engine_judge as ej
+    from kvsim.sim.peers.judges import engine_judge as ej
 
     act = getattr(judge, "act", None)
     if act is None:
@@ -126,11 +127,11 @@ def add_engine_judge(report: dict, judge, trace: str) -> dict:
 
 
 def recover(report: dict) -> dict:
-    """One cause, one finding (``sim.peers.peer_recovery``) for a report whose judge listed every finding
+    """One cause, one finding (``sim.peers.judges.peer_recovery``) for a report whose judge listed every finding
     (TokenSpeed's contract and its events): its violations become the roots (each with ``id`` and its
     ``consequences`` count), the rest go to ``consequences`` (the first per entity) and ``stats``; a rule's
     ``violated`` counts its roots. Findings a judge counted without listing them stay counted apart."""
-    from kvsim.sim.peers.peer_recovery import PeerRecovery, Record
+    from kvsim.sim.peers.judges.peer_recovery import PeerRecovery, Record
 
     rec = PeerRecovery()
     roots: list[dict] = []

@@ -5,7 +5,8 @@ equal ids at the same position are a shared prefix. Block i becomes 512 tokens d
 (id, j), truncated to ``input_length``: a well-mixed generator, so distinct ids never alias (a weak formula
 inflates hit ratios). ``synthetic:prefix-stress[:SEED]`` rows (``sim.workloads.prefix_stress``) are expanded
 segment by segment with the same generator: ``length`` tokens of content block ``id`` from ``start``, so a
-segment copied after another prefix repeats its tokens exactly. Knows nothing of schedulers.
+segment copied after another prefix repeats its tokens exactly. Knows nothing of schedulers. It sits at the top of
+``sim.peers``: every engine room is given the same token ids, so none owns it.
 """
 
 from __future__ import annotations

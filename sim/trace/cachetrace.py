@@ -23,7 +23,7 @@ its runtime, never by its internals. cachetrace/1 records exactly that, one JSON
 Integers are JSON integers; an unknown field or op is an input error. The JSON Schema
 (``spec/cachetrace.schema.json``) is generated from the Structs below (``python -m
 kvsim.sim.trace.cachetrace --write-schema``). This module knows the shape of a line, not what it means: the
-rules live in ``sim.peers.contract``.
+rules live in ``sim.peers.cachetrace`` (its ``contract`` and the parts it owns).
 """
 
 from __future__ import annotations

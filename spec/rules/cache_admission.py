@@ -2,7 +2,7 @@
 TS-ADM-2: each retraction adds admission headroom to its victim's next admission.
 
 The TS-ADM-1 checker recounts the fit from the recorded shadow counts with its own arithmetic and re-sorts the
-recorded candidates; it does not call the planner. TS-ADM-2 is the peer judge's (sim.peers.retraction, named
+recorded candidates; it does not call the planner. TS-ADM-2 is the peer judge's (sim.peers.cachetrace.retraction, named
 by dotted path: the catalogue never imports sim), read from a real scheduler's cachetrace/1 plans.
 """
 
@@ -89,7 +89,7 @@ transition_rule(
     "generation",
     'cache concepts L254: "what stops an overcommitted workload from repeatedly rebuilding, briefly decoding and '
     're-retracting the same prompt is the escalating admission headroom each retraction adds to the victim\'s next '
-    'admission"', "kvsim.sim.peers.retraction.Headroom.admit",
+    'admission"', "kvsim.sim.peers.cachetrace.retraction.Headroom.admit",
     decisions="An admission's headroom is what its first full-history table row secures beyond the tokens the "
               "request holds (prompt plus produced): len(row) x block_granularity - tokens, whole blocks and any "
               "constant reserve included. A retraction is a SnapshotOp naming the request; its readmission is the "
@@ -108,7 +108,7 @@ transition_rule(
     'it does not enumerate eviction candidates"; L199: "first check whether existing local holes plus empty parents '
     'fit with zero eviction; otherwise select eviction candidates until the plan fits ... yielding a minimal '
     'eviction set"; L36: "A parent with zero occupants is unbound, so its capacity belongs to the global '
-    'empty-parent FIFO"', "kvsim.sim.peers.ts_eviction.check",
+    'empty-parent FIFO"', "kvsim.sim.peers.cachetrace.eviction.check",
     decisions="Judged by the peer contract on a real scheduler's plans, before each plan's fresh pages (zeroed or "
               "copied into) drop their content: a fresh page whose computed content key sits in no other page and "
               "that no live table names is an eviction; if any page that was free and empty at the plan's start "

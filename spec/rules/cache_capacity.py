@@ -1,11 +1,11 @@
 """TS-ADM-3 and TS-POOL-5: the scheduler's single-request bound and its per-plan page gauge, judged on a real
-scheduler's plans (sim.peers.capacity.Capacity, named by dotted path: the catalogue never imports sim)."""
+scheduler's plans (sim.peers.cachetrace.capacity.Capacity, named by dotted path: the catalogue never imports sim)."""
 
 from __future__ import annotations
 
 from kvsim.spec.catalogue import transition_rule
 
-_C = "kvsim.sim.peers.capacity.Capacity"
+_C = "kvsim.sim.peers.cachetrace.capacity.Capacity"
 
 transition_rule(
     "TS-ADM-3", "A request is refused at submission exactly when it exceeds the CapacityModel's single-request bound",

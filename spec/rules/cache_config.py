@@ -1,12 +1,12 @@
 """TS-GEO-3..7: the released scheduler's configuration gate against the cache concepts' configuration clauses,
-probed through its bindings (sim.peers.config_probe, named by dotted path: the catalogue never imports sim;
+probed through its bindings (sim.peers.tokenspeed.config_probe, named by dotted path: the catalogue never imports sim;
 `kvsim peer tokenspeed --probe-config`)."""
 
 from __future__ import annotations
 
 from kvsim.spec.catalogue import transition_rule
 
-_P = "kvsim.sim.peers.config_probe.run_probes"
+_P = "kvsim.sim.peers.tokenspeed.config_probe.run_probes"
 
 
 def _rule(rule_id: str, title: str, clause: str, decisions: str, checker: str = _P) -> None:
@@ -49,4 +49,4 @@ _rule("TS-GEO-7", "No page_size, row or checkpoint vocabulary in the scheduler's
       'type names"', "The installed package is scanned: every binding object's names and docstrings (classes, "
       "methods, properties, to depth 4) and the bytes of every file of the package (the extension module "
       "included). A class whose name contains 'Paged' fires too. csrc and the tests are not shipped in the wheel, "
-      "so only the bindings half of the grep is judged.", "kvsim.sim.peers.config_probe.vocabulary")
+      "so only the bindings half of the grep is judged.", "kvsim.sim.peers.tokenspeed.config_probe.vocabulary")

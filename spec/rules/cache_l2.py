@@ -1,6 +1,6 @@
 """TS-L2-*: the Host (L2) tier, retraction snapshots and ClearCache, judged on a real scheduler's plans.
 
-The checkers are the peer judge's (sim.peers.host_tier.HostTier, named by dotted path: the catalogue never
+The checkers are the peer judge's (sim.peers.cachetrace.host_tier.HostTier, named by dotted path: the catalogue never
 imports sim); they read cachetrace/1 records, so every one is evidence about the scheduler that made the
 plans. Quotes are from the cache concepts (seed 002), with its line numbers.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kvsim.spec.catalogue import transition_rule
 
-_HT = "kvsim.sim.peers.host_tier.HostTier"
+_HT = "kvsim.sim.peers.cachetrace.host_tier.HostTier"
 
 
 def _rule(rule_id: str, title: str, clause: str, checker: str, decisions: str) -> None:
@@ -121,7 +121,7 @@ transition_rule(
     'full-attention pages ... The first decode admission from PrefillDone applies the same policy to the final '
     'prompt boundary"; "At finish or retraction, eligible non-state Device pages ... are queued before request '
     'ownership is released. Ordinary sliding-window entries always stream when published"',
-    "kvsim.sim.peers.store_policy.StorePolicy.check",
+    "kvsim.sim.peers.cachetrace.store_policy.StorePolicy.check",
     decisions="With a Host tier: a whole page a prefill forward computed (full-attention or non-replayable sliding "
               "group) is published at the request's next admission (its next chunk or first decode) and must be "
               "stored by the end of that plan; pages a decode computed, and prefill pages still owed, by the end of "

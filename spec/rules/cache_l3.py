@@ -1,11 +1,11 @@
 """TS-L2-13 and TS-L2-14: what an L3 prefetch may read, judged on a real scheduler's plans
-(sim.peers.l3_reads.L3Reads, named by dotted path: the catalogue never imports sim)."""
+(sim.peers.cachetrace.l3_reads.L3Reads, named by dotted path: the catalogue never imports sim)."""
 
 from __future__ import annotations
 
 from kvsim.spec.catalogue import transition_rule
 
-_R = "kvsim.sim.peers.l3_reads.L3Reads.plan"
+_R = "kvsim.sim.peers.cachetrace.l3_reads.L3Reads.plan"
 
 transition_rule(
     "TS-L2-13", "An L3 get names only keys a query answered earlier found to exist",

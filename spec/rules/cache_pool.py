@@ -154,8 +154,8 @@ def naive_placement(snap: tuple, group: int, num: int, table_ids: Iterable[int])
             decisions="Checked: no acquired (fresh, to-be-zeroed) id is 0 or beyond the virtual block count "
                       "1 + N·D·K; every occupied block translates to an owner < D and a local page in "
                       "[1, 1 + N·K), distinct per owner, and a replicated group's local id is its own id. On a "
-                      "scheduler's plans (sim.peers.contract) a full-attention table never names block 0, holds "
-                      "-1 only as trailing padding and never loses a slot of a live row (seed 002 L165 \"full "
+                      "scheduler's plans (sim.peers.cachetrace.contract) a full-attention table never names block 0, "
+                      "holds -1 only as trailing padding and never loses a slot of a live row (seed 002 L165 \"full "
                       "attention never expires\"; fault full-row-hole).")
 def ts_pool_4(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False

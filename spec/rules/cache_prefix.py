@@ -138,7 +138,7 @@ transition_rule(
     'as a sparse private suffix from the replay window\'s first token"; L185: "Replayable groups ... skip publication '
     'on both tiers -- never registered"; L66: "replayable, set only on a sliding History group"; "the window the '
     'scheduler re-feeds is the retention window itself rather than a second declared number"',
-    "kvsim.sim.peers.contract.Contract._replayable_rows",
+    "kvsim.sim.peers.cachetrace.hits.PrefixHits.replayable_rows",
     decisions="Judged by the peer contract on a real scheduler's plans, at a request's first extend: it re-feeds "
               "exactly min(W, hit) tokens, W the largest sliding_window_tokens of the replayable groups (TokenSpeed's "
               "ReplayTokens(P) = min(W, P)); the replay window's first token is where the forward's input starts "

@@ -1,8 +1,8 @@
 """TS-ST-*: snapshot-state groups (seed 002 "Snapshot-state prefill checkpoints", L72-L90, and the coordinator's
 publication and Host-tier clauses, L185, L187), judged on a real scheduler's plans.
 
-The checkers are the peer judge's (sim.peers.state_group.StateGroups, named by dotted path: the catalogue never
-imports sim); they read cachetrace/1 records, so every finding is evidence about the scheduler that made the
+The checkers are the peer judge's (sim.peers.cachetrace.state_group.StateGroups, named by dotted path: the catalogue
+never imports sim); they read cachetrace/1 records, so every finding is evidence about the scheduler that made the
 plans. ``kvsim peer tokenspeed --state-group`` drives the wheel with its State group.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kvsim.spec.catalogue import transition_rule
 
-_SG = "kvsim.sim.peers.state_group.StateGroups"
+_SG = "kvsim.sim.peers.cachetrace.state_group.StateGroups"
 
 
 def _rule(rule_id: str, title: str, clause: str, checker: str, decisions: str) -> None:

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
             decisions="A block in several table slots (of one or several requests) must be published, and every "
                       "such slot must be the slot its key covers; without an observed index, aliased slots must "
                       "at least be the same slot. Liveness comes from the pool or the observed live set. On a "
-                      "scheduler's plans (sim.peers.contract) a hit's whole prefix pages name the published block "
-                      "itself: a fresh copy of a published block at a hit slot fires (seed 002 L154 \"registration "
-                      "neither allocates nor copies physical storage\"; fault hit-served-as-copy).")
+                      "scheduler's plans (sim.peers.cachetrace.contract) a hit's whole prefix pages name the published "
+                      "block itself: a fresh copy of a published block at a hit slot fires (seed 002 L154 "
+                      "\"registration neither allocates nor copies physical storage\"; fault hit-served-as-copy).")
 def ts_tbl_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     groups = len(st.config.groups)

@@ -1,9 +1,9 @@
 """PEER-11: the engine under test (vLLM, SGLang) completes every call without raising.
 
-The checker is the block-table judge's (sim.peers.engine_judge.EngineJudge.crashed, named by dotted path: the
+The checker is the block-table judge's (sim.peers.judges.engine_judge.EngineJudge.crashed, named by dotted path: the
 catalogue never imports sim); the driver in the engine's venv classifies the exception from its traceback
 (sim/peers/vllm/driver.py, sim/peers/sglang/driver.py: ``crash_facts``). PEER-5 ... PEER-9 are the same judge's
-and live in its RULES table; TokenSpeed's internal error is PEER-10 (sim.peers.contract).
+and live in its RULES table; TokenSpeed's internal error is PEER-10 (sim.peers.cachetrace.contract).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ transition_rule(
     'cache concepts L112: "The scheduler asserts both when batching a plan\'s ops ... neither side dedups or '
     'invents an acknowledgement"; L319: "the pools and the coordinator assert on the same fields" -- an '
     "engine's own asserts guard the invariants the contract states, so an engine that raises has broken one",
-    "kvsim.sim.peers.engine_judge.EngineJudge.crashed",
+    "kvsim.sim.peers.judges.engine_judge.EngineJudge.crashed",
     decisions="An exception raised while the engine steps (its own assert included) is a finding of the engine "
               "under test when the traceback has a frame inside the engine's package and the innermost frame is "
               "not the driver script's own code: the finding names the exception type, its message, the "

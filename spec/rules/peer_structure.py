@@ -3,7 +3,7 @@
 The checkers are the peer judges' (named by dotted path: the catalogue never imports sim): per engine
 ``sim/peers/ENGINE/structure.py`` over what the engine's driver reads from its own structures after every step
 and when it raised (``sim/peers/ENGINE/ledger.py``, run inside the engine's process), and the engine-neutral
-table check of ``sim/peers/actionable.py``. Each rests on what the engine's own code asserts or documents, and on
+table check of ``sim/peers/judges/actionable.py``. Each rests on what the engine's own code asserts or documents, and on
 the cache concepts' pool invariants; a bug that corrupts a structure silently is reported at the step it broke,
 not steps later when the engine trips over it (PEER-11).
 """
@@ -34,7 +34,7 @@ transition_rule(
               "allocator, in one tree node's value, or private to one running request's row past its tree-owned "
               "part -- every tree node is its parent's child under the key SGLang files it by, its value as long as "
               "its key, its lock_ref never negative, and evictable_leaves lists only nodes in the tree. The finding "
-              "names the block, page or node and the engine frame that last changed it (sim.peers.frames).",
+              "names the block, page or node and the engine frame that last changed it (sim.peers.judges.frames).",
     scope="cache")
 
 transition_rule(
@@ -44,7 +44,7 @@ transition_rule(
     '(_maybe_evict_cached_block); sglang/srt/mem_cache/radix_cache.py evict: "while num_evicted < num_tokens and '
     'len(eviction_heap)"; cache concepts L199 ("a minimal eviction set"), L40 ("first check whether existing local '
     'holes plus empty parents fit with zero eviction")',
-    "kvsim.sim.peers.actionable.Actionable.end",
+    "kvsim.sim.peers.judges.actionable.Actionable.end",
     decisions="A request's table, after any step that changed it, holds at most ceil(computed tokens / block size) "
               "blocks (both engines allocate per step for the tokens scheduled; no lookahead here). vLLM "
               "(sim.peers.vllm.structure.check): a block's cached hash is removed only as the free queue hands the "

@@ -13,8 +13,8 @@ from kvsim.sim.fuzz import event_faults, refengine
 from kvsim.sim.fuzz.campaign import MACHINES, run_campaign
 from kvsim.sim.fuzz.event_faults import STREAM_FAULTS, plant
 from kvsim.sim.fuzz.refengine import RefEngine, fnv1a64
-from kvsim.sim.peers import block_hash
-from kvsim.sim.peers.events import EventChecker, parse_batch
+from kvsim.sim.peers.judges import block_hash
+from kvsim.sim.peers.judges.events import EventChecker, parse_batch
 
 
 @pytest.mark.parametrize("mod", [refengine, event_faults], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
@@ -100,7 +100,7 @@ def test_a_short_campaign_on_the_clean_tree_passes(machine, tmp_path):
 
 
 def test_judge_events_finds_a_checker_that_ignores_repeated_sequence_numbers(monkeypatch, tmp_path):
-    from kvsim.sim.peers.events import EventChecker as EC
+    from kvsim.sim.peers.judges.events import EventChecker as EC
     orig = EC.sequence
 
     def lenient(self, seq, line):
@@ -116,7 +116,7 @@ def test_judge_events_finds_a_checker_that_ignores_repeated_sequence_numbers(mon
 
 
 def test_judge_engine_finds_a_judge_blind_to_aliased_blocks(monkeypatch, tmp_path):
-    from kvsim.sim.peers import engine_judge
+    from kvsim.sim.peers.judges import engine_judge
     monkeypatch.setattr(engine_judge.EngineJudge, "_name", _name_without_alias_check(engine_judge.EngineJudge._name))
     r = run_campaign("judge-engine", budget_s=60.0, seed=0, rounds=40, found_dir=tmp_path)
     assert r.failed and r.failures[0]["rule"] == "PEER-8", r.failures

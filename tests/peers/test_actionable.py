@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from kvsim.sim.peers import engines
-from kvsim.sim.peers.actionable import Actionable
-from kvsim.sim.peers.engine_judge import EngineJudge
-from kvsim.sim.peers.events import EventChecker
-from kvsim.sim.peers.frames import Frames, site
+from kvsim.sim.peers.judges.actionable import Actionable
+from kvsim.sim.peers.judges.engine_judge import EngineJudge
+from kvsim.sim.peers.judges.events import EventChecker
+from kvsim.sim.peers.judges.frames import Frames, site
+from kvsim.sim.peers.judges.peer_recovery import PeerRecovery, Record, entities, mechanism
 from kvsim.sim.peers.peer_log import Writer, is_peer_log, read
-from kvsim.sim.peers.peer_recovery import PeerRecovery, Record, entities, mechanism
 from kvsim.sim.peers.sglang import structure as sgl
 from kvsim.sim.peers.shrink import Case, Shrinker, size
 from kvsim.sim.peers.vllm import structure as vst

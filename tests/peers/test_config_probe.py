@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.sim.peers import config_probe as cp
+from kvsim.sim.peers.tokenspeed import config_probe as cp
 
 REPRODUCER = Path(__file__).resolve().parents[2] / "sim" / "peers" / "samples" / "findings" / "config_gate.py"
 RULES = ("TS-GEO-3", "TS-GEO-4", "TS-GEO-5", "TS-GEO-6", "TS-GEO-7")

@@ -5,7 +5,7 @@ test says so. Request a computes two pages (blocks 1, 2); b shares a's first pag
 
 import pytest
 
-from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.trace import cachetrace as ct
 
 A = [1, 2, 3, 4, 5, 6, 7, 8, 9]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from kvsim.sim.cli import main
-from kvsim.sim.peers import block_hash as bh
-from kvsim.sim.peers.events import CATALOGUE, PRESETS, EventChecker, read_event_log
+from kvsim.sim.peers.judges import block_hash as bh
+from kvsim.sim.peers.judges.events import CATALOGUE, PRESETS, EventChecker, read_event_log
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sim" / "peers" / "samples"
 FINDINGS = SAMPLES / "findings"
@@ -174,7 +174,7 @@ def test_sglang_wide_tokens_and_signed_event_value():
 
 
 def test_unverifiable_blocks_are_counted_not_found():
-    from kvsim.sim.peers.events import parse_event
+    from kvsim.sim.peers.judges.events import parse_event
     c = EventChecker(hash_scheme="vllm-sha256")
     c.batch([parse_event({"type": "BlockStored", "block_hashes": [5], "parent_block_hash": None,
                           "token_ids": [1, 2], "block_size": 2, "lora_name": "adapter"})], 1)
@@ -219,7 +219,7 @@ def test_a_pythonhashseed_engine_needs_its_seed(capsys):
 
 
 def test_data_parallel_ranks_keep_their_own_caches():
-    from kvsim.sim.peers.events import parse_batch
+    from kvsim.sim.peers.judges.events import parse_batch
 
     def store(rank):
         return parse_batch([1.0, [{"type": "BlockStored", "block_hashes": [7], "parent_block_hash": None,
@@ -238,7 +238,7 @@ def test_data_parallel_ranks_keep_their_own_caches():
 def test_a_partial_prefix_entry_of_whole_hash_blocks_is_accepted_in_a_wide_group():
     """vLLM's cache_partial_block publishes a prompt tail ending inside a 32-token block as one 16-token entry
     chained onto the wide block's hash (its last hash block)."""
-    from kvsim.sim.peers.events import parse_event
+    from kvsim.sim.peers.judges.events import parse_event
     s = bh.scheme("vllm-sha256", hash_block_size=16)
     toks = list(range(1, 49))
     wide = s.digest(None, toks[:32], {"first": True})
@@ -255,7 +255,7 @@ def test_a_partial_prefix_entry_of_whole_hash_blocks_is_accepted_in_a_wide_group
 
 
 def test_every_ev_rule_has_a_catalogue_entry_citing_the_seed():
-    from kvsim.sim.peers.events import RULES
+    from kvsim.sim.peers.judges.events import RULES
     assert sorted(CATALOGUE) == sorted(RULES) == [f"EV-{i}" for i in range(1, 9)]
     for rule in CATALOGUE.values():
         assert "seed 002" in rule.clause and rule.title and rule.decisions

@@ -6,8 +6,8 @@ import copy
 import numpy as np
 import pytest
 
-from kvsim.sim.peers.engine_judge import DECISIONS, RULES, EngineJudge, batch_events
-from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.judges.engine_judge import DECISIONS, RULES, EngineJudge, batch_events
+from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.trace import cachetrace as ct
 
 BS, BLOCKS = 4, 10  # block 0 reserved: 9 usable

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from kvsim.sim.peers.engine_judge import EngineJudge
-from kvsim.sim.peers.events import EventChecker
-from kvsim.sim.peers.path_coverage import STRESS_HINT, coverage, coverage_line
+from kvsim.sim.peers.judges.engine_judge import EngineJudge
+from kvsim.sim.peers.judges.events import EventChecker
+from kvsim.sim.peers.judges.path_coverage import STRESS_HINT, coverage, coverage_line
 from kvsim.sim.peers.sglang import counters as sglang_counters
 from kvsim.sim.peers.sglang import paths as sglang_paths
 from kvsim.sim.peers.vllm import counters as vllm_counters

@@ -14,7 +14,7 @@ import pytest
 
 from kvsim.sim.cli import main
 from kvsim.sim.cli.peer_engine import events_command
-from kvsim.sim.peers import events as pe
+from kvsim.sim.peers.judges import events as pe
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "sim" / "peers" / "samples" / "tiny_workload.jsonl"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvsim.sim.cli import main
-from kvsim.sim.peers.events import EventChecker, fnv1a64, read_event_log_seq
+from kvsim.sim.peers.judges.events import EventChecker, fnv1a64, read_event_log_seq
 from kvsim.sim.trace import cachetrace as ct
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sim" / "peers" / "samples"
@@ -100,7 +100,7 @@ def test_bad_lines_are_input_errors(tmp_path, capsys, text, reason):
 def test_fnv1a64_bulk_equals_one_by_one_and_finds_a_bad_hash():
     import random
 
-    from kvsim.sim.peers.events import fnv1a64_many
+    from kvsim.sim.peers.judges.events import fnv1a64_many
     rng = random.Random(7)
     parents = [None if rng.random() < 0.3 else rng.randrange(2**64) for _ in range(200)]
     tokens = [[rng.randrange(-2**31, 2**31) for _ in range(rng.choice([4, 4, 3, 0]))] for _ in parents]

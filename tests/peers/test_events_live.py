@@ -16,8 +16,8 @@ import pytest
 import zmq
 
 from kvsim.sim.cli import main
-from kvsim.sim.peers import live
-from kvsim.sim.peers.events import PRESETS, EventChecker
+from kvsim.sim.peers.judges import live
+from kvsim.sim.peers.judges.events import PRESETS, EventChecker
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINES = REPO / "sim" / "peers" / "samples" / "engines"

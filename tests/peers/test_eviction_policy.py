@@ -6,8 +6,8 @@ import copy
 import numpy as np
 import pytest
 
-from kvsim.sim.peers.engine_judge import EngineJudge
-from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.judges.engine_judge import EngineJudge
+from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.peers.sglang import policy as sgl
 from kvsim.sim.peers.vllm import policy as vpol
 

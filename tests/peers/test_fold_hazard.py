@@ -1,10 +1,10 @@
-"""EV-3's two classes of orphan (the entry in sim/peers/events.py): where an engine folds a sliding-window or state
-group into each prefix event (seed 002 L193), a store under a parent the stream does not hold is designed -- one
-router-compatibility hazard per stream, every later orphan its consequence, counted apart, the verdict passing;
+"""EV-3's two classes of orphan (the entry in sim/peers/judges/event_rules.py): where an engine folds a sliding-window
+or state group into each prefix event (seed 002 L193), a store under a parent the stream does not hold is designed --
+one router-compatibility hazard per stream, every later orphan its consequence, counted apart, the verdict passing;
 without such a group, or under a partial-tail parent, it stays a violation. No engine needed."""
 
-from kvsim.sim.peers.events import EventChecker, parse_event
-from kvsim.sim.peers.judge import folds_groups
+from kvsim.sim.peers.cachetrace.judge import folds_groups
+from kvsim.sim.peers.judges.events import EventChecker, parse_event
 from kvsim.sim.peers.report import build
 from kvsim.sim.trace import cachetrace as ct
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from kvsim.kvmodel.cache.prefix_hash import prefix_hashes
-from kvsim.sim.peers import store_policy
-from kvsim.sim.peers.contract import Contract
-from kvsim.sim.peers.host_tier import RULES
+from kvsim.sim.peers.cachetrace import store_policy
+from kvsim.sim.peers.cachetrace.contract import Contract
+from kvsim.sim.peers.cachetrace.host_tier import RULES
 from kvsim.sim.trace import cachetrace as ct
 from kvsim.spec.catalogue import all_rules
 
@@ -80,7 +80,7 @@ def found(c, rule=None):
 
 
 def test_every_l2_rule_is_catalogued_and_tested_both_ways():
-    from kvsim.sim.peers import l3_reads
+    from kvsim.sim.peers.cachetrace import l3_reads
     from tests.peers import test_scheduler_clauses  # TS-L2-13/14 and the Host room of L3 prefetches
     ids = {r.id for r in all_rules() if r.id.startswith("TS-L2-")}
     assert ids == set(RULES) | set(store_policy.RULES) | set(l3_reads.RULES)
@@ -534,8 +534,8 @@ def test_injected_fault_fires_its_rule_on_the_wheel(name):
     pytest.importorskip("tokenspeed_scheduler")
     from pathlib import Path
 
-    from kvsim.sim.peers import faults
     from kvsim.sim.peers import tokenspeed as T
+    from kvsim.sim.peers.tokenspeed import faults
     from kvsim.sim.peers.workload import read_mooncake
 
     reqs = read_mooncake(Path(__file__).resolve().parents[2] / "sim" / "peers" / "samples" / "tiny_workload.jsonl")

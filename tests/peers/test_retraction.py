@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.sim.peers.contract import RULES, Contract
+from kvsim.sim.peers.cachetrace.contract import RULES, Contract
 from kvsim.sim.trace import cachetrace as ct
 from kvsim.spec.catalogue import all_rules
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.trace import cachetrace as ct
 from tests.peers.test_host_tier import GET, PUT, QUERY, A, B, contract, fetched, found, l3, plan, prefix, run
 
@@ -159,7 +159,7 @@ def _run(workload, **kw):
 @pytest.mark.parametrize("name", sorted(FAULT_RUNS))
 def test_injected_fault_fires_its_rule_on_the_wheel(name):
     pytest.importorskip("tokenspeed_scheduler")
-    from kvsim.sim.peers import faults
+    from kvsim.sim.peers.tokenspeed import faults
 
     workload, kw = FAULT_RUNS[name]
     clean, bad = _run(workload, **kw), _run(workload, **kw, fault=name)
@@ -227,7 +227,7 @@ def test_refused_submissions_are_recorded_and_replay_the_same(tmp_path):
 
 
 def test_every_rule_here_is_catalogued_and_tested_both_ways():
-    from kvsim.sim.peers import capacity, l3_reads
+    from kvsim.sim.peers.cachetrace import capacity, l3_reads
     from kvsim.spec.catalogue import all_rules
 
     ids = set(capacity.RULES) | set(l3_reads.RULES)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kvsim.kvmodel.cache.prefix_hash import prefix_hashes
-from kvsim.sim.peers import state_group
-from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.cachetrace import state_group
+from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.trace import cachetrace as ct
 from kvsim.spec.catalogue import all_rules
 
@@ -238,8 +238,8 @@ def test_injected_state_fault_fires_its_rule_on_the_wheel(name):
     """state_workload.jsonl with a 512-token chunk budget is clean on the wheel (whole-page hits on Endpoints, no
     partial tails reused); each fault breaks its rule there."""
     pytest.importorskip("tokenspeed_scheduler")
-    from kvsim.sim.peers import faults
     from kvsim.sim.peers import tokenspeed as T
+    from kvsim.sim.peers.tokenspeed import faults
     from kvsim.sim.peers.workload import read_mooncake
 
     reqs = read_mooncake(SAMPLES / "state_workload.jsonl")

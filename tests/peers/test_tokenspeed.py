@@ -18,7 +18,9 @@ from kvsim.kvmodel.cache.group_spec import full, state  # noqa: E402
 from kvsim.kvmodel.cache.prefix_hash import hashed_pages, prefix_hashes  # noqa: E402
 from kvsim.sim.cli import main  # noqa: E402
 from kvsim.sim.peers import tokenspeed as T  # noqa: E402
-from kvsim.sim.peers.judge import judge_cachetrace  # noqa: E402
+from kvsim.sim.peers.cachetrace.judge import judge_cachetrace  # noqa: E402
+from kvsim.sim.peers.tokenspeed.config import scheduler_config  # noqa: E402
+from kvsim.sim.peers.tokenspeed.translate import output_token  # noqa: E402
 from kvsim.sim.peers.workload import Request, read_mooncake  # noqa: E402
 from kvsim.spec.cache_checking import check_cache  # noqa: E402
 
@@ -92,7 +94,7 @@ def test_mooncake_excerpt_hits_match_the_trace_bound():
 # -- differential: our model against the wheel ------------------------------------------------------------
 
 def wheel(p=16, pages=1000):
-    return ts.Scheduler(T._config(T.RunConfig(pages=pages, prefix_granularity=p)))
+    return ts.Scheduler(scheduler_config(T.RunConfig(pages=pages, prefix_granularity=p)))
 
 
 @pytest.mark.parametrize("p", [16, 64])
@@ -143,7 +145,7 @@ def test_hit_lengths_equal_the_model_matchers(seed):
 def test_single_request_capacity_equals_the_model_plus_the_tail_copy_page(pages, p):
     """The wheel sizes one request as the model's GroupGeometry does plus one page: the first decode's
     copy of the partial last page (pages_to_copy) needs a destination while the source is still held."""
-    cm = ts.CapacityModel(T._config(T.RunConfig(pages=pages, prefix_granularity=p)))
+    cm = ts.CapacityModel(scheduler_config(T.RunConfig(pages=pages, prefix_granularity=p)))
     geo = GroupGeometry(full("full", p))
     for tokens in (1, p - 1, p, p + 1, 3 * p, 7 * p + 5):
         assert cm.single_request_group_pages(tokens) == [geo.slots_for_tokens(tokens) + 1]
@@ -190,7 +192,7 @@ def test_admission_and_eviction_equal_the_model_under_a_tight_pool(seed, pages):
         probe = model.probe(x)
         assert model.admit(r.id, x, len(x), m, probe=probe) is not None
         hits[r.id] = probe.hit_tokens
-        model.publish(r.id, x + [T._token(r.id, i) for i in range(m)], len(x) + m - 1)
+        model.publish(r.id, x + [output_token(r.id, i) for i in range(m)], len(x) + m - 1)
         model.free(r.id)
     assert out.contract.hits == hits
 
@@ -228,7 +230,7 @@ def test_lcm_parents_needed_equal_the_models():
     rng = random.Random(11)
     for _ in range(20):
         packing = (rng.randrange(1, 5), rng.randrange(1, 5))
-        c = T._config(T.RunConfig(pages=65, prefix_granularity=64))
+        c = scheduler_config(T.RunConfig(pages=65, prefix_granularity=64))
         c.cache_groups = [ts.CacheGroupConfig("full", 64, 65, ts.AttnKind.Full, None, packing[0]),
                           ts.CacheGroupConfig("swa", 64, 65, ts.AttnKind.SlidingWindow, 128, packing[1])]
         cm = ts.CapacityModel(c)
@@ -320,7 +322,7 @@ def test_hit_lengths_with_a_sliding_group_equal_the_models(seed, window):
     want = {}
     for r, x in zip(reqs, prompts):
         want[r.id] = c.probe(x).hit_tokens
-        seq = x + [T._token(r.id, i) for i in range(m)]
+        seq = x + [output_token(r.id, i) for i in range(m)]
         assert c.admit(r.id, seq, len(x), m) is not None
         for computed in (len(x), len(x) + m - 1):
             c.reclaim_expired(r.id, computed - computed % p)

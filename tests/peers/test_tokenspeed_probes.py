@@ -5,6 +5,7 @@ inconsistency planted in what the bindings report or in one call."""
 import pytest
 
 from kvsim.sim.peers.tokenspeed import counters, paths
+from kvsim.sim.peers.tokenspeed.wheel import Guarded
 from kvsim.sim.peers.workload import read_mooncake
 
 from .test_engines import TINY
@@ -60,7 +61,7 @@ class _Raising:
 def test_any_exception_the_wheel_raises_is_peer_10(monkeypatch):
     """An IndexError out of advance on the fifth answer, through the adapter's own guard: PEER-10 names the call
     and the type; the run stops there."""
-    getattr_ = ts._Guarded.__getattr__
+    getattr_ = Guarded.__getattr__
     calls = {"n": 0}
 
     def failing(self, name):
@@ -71,10 +72,10 @@ def test_any_exception_the_wheel_raises_is_peer_10(monkeypatch):
         def advance(event):
             calls["n"] += 1
             if calls["n"] == 5:
-                return ts._Guarded(_Raising()).advance(event)
+                return Guarded(_Raising()).advance(event)
             return fn(event)
         return advance
-    monkeypatch.setattr(ts._Guarded, "__getattr__", failing)
+    monkeypatch.setattr(Guarded, "__getattr__", failing)
     o = ts.run(read_mooncake(TINY), ts.RunConfig(pages=30))
     assert o.engine_error is not None and "IndexError: vector::_M_range_check" in o.engine_error
     assert [f.rule for f in o.contract.findings] == ["PEER-10"] and o.plans == 4

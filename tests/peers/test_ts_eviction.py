@@ -4,8 +4,8 @@ not judged."""
 
 import pytest
 
-from kvsim.sim.peers import ts_eviction
-from kvsim.sim.peers.contract import Contract
+from kvsim.sim.peers.cachetrace import eviction
+from kvsim.sim.peers.cachetrace.contract import Contract
 from kvsim.sim.trace import cachetrace as ct
 
 A = [1, 2, 3, 4, 5, 6, 7, 8, 9]            # pages 0, 1 full (published), page 2 a partial tail
@@ -60,10 +60,10 @@ def test_no_eviction_is_nothing_to_judge():
 
 
 def test_outside_the_premise_it_is_not_judged():
-    assert ts_eviction.premise(contract(6, num_host_pages=4).config) is None
-    assert ts_eviction.premise(contract(6, num_snapshot_pages=3, max_retracted_requests=1).config) is None
+    assert eviction.premise(contract(6, num_host_pages=4).config) is None
+    assert eviction.premise(contract(6, num_snapshot_pages=3, max_retracted_requests=1).config) is None
     two = ct.Config(scheduler="t", prefix_granularity=4, groups=[ct.Group("full", 4, 6), ct.Group("swa", 4, 6,
                     "sliding", 8)], num_device_pages=6)
-    assert ts_eviction.premise(two) is None
+    assert eviction.premise(two) is None
     c = run(6, [1, 2, 4], num_host_pages=4)
     assert "TS-ADM-4" not in {r for r, _ in found(c)}

@@ -24,7 +24,7 @@ import heapq
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvsim.sim.peers.engine_judge import EngineJudge
+    from kvsim.sim.peers.judges.engine_judge import EngineJudge
 
 RULE = "PEER-13"
 RULES = {

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvsim.sim.peers.engine_judge import EngineJudge
+    from kvsim.sim.peers.judges.engine_judge import EngineJudge
 
 RULE = "PEER-12"
 RULES = {

@@ -19,12 +19,8 @@ This module knows cachetrace/1 records, never a scheduler's API.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvsim.sim.peers.cachetrace.view import CapacityView
 from kvsim.sim.trace import cachetrace as ct
-
-if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
 
 __all__ = ["RULES", "Capacity", "token_limit"]
 
@@ -42,7 +38,7 @@ def token_limit(rec: ct.Submit) -> int:
 
 
 class Capacity:
-    def __init__(self, contract: Contract) -> None:
+    def __init__(self, contract: CapacityView) -> None:
         self.c = contract
         cfg = contract.config
         self.bound = cfg.max_single_request_tokens
@@ -61,12 +57,12 @@ class Capacity:
         self.c.exercised["TS-ADM-3"] += 1
         n = token_limit(rec)
         if rec.refused is not None and n <= self.bound:
-            self.c._find("TS-ADM-3", line, f"{rec.request} ({n} tokens with its output) is refused at submission "
-                         f"though the CapacityModel bounds one request at {self.bound}: {rec.refused}",
-                         request=rec.request, tokens=n)
+            self.c.find("TS-ADM-3", line, f"{rec.request} ({n} tokens with its output) is refused at submission "
+                        f"though the CapacityModel bounds one request at {self.bound}: {rec.refused}",
+                        request=rec.request, tokens=n)
         elif rec.refused is None and n > self.bound:
-            self.c._find("TS-ADM-3", line, f"{rec.request} ({n} tokens with its output) is accepted beyond the "
-                         f"CapacityModel's single-request bound {self.bound}", request=rec.request, tokens=n)
+            self.c.find("TS-ADM-3", line, f"{rec.request} ({n} tokens with its output) is accepted beyond the "
+                        f"CapacityModel's single-request bound {self.bound}", request=rec.request, tokens=n)
 
     def gauge(self, rec: ct.Plan, line: int) -> None:
         """TS-POOL-5 once the plan's rows are applied."""
@@ -78,9 +74,9 @@ class Capacity:
         self.stats["gauges"] += 1
         self.exercised["TS-POOL-5"] += 1
         if empty + active > self.total:
-            self.c._find("TS-POOL-5", line, f"the gauge reports {empty} empty and {active} active parents of "
-                         f"{self.total}: cache-only residency total - empty - active = {self.total - empty - active}",
-                         empty=empty, active=active)
+            self.c.find("TS-POOL-5", line, f"the gauge reports {empty} empty and {active} active parents of "
+                        f"{self.total}: cache-only residency total - empty - active = {self.total - empty - active}",
+                        empty=empty, active=active)
             return
         c = self.c
         if not self.per_block or any(c.handed.values()) or any(r.image and not r.rows for r in c.reqs.values()):
@@ -91,5 +87,5 @@ class Capacity:
                 live.update((g, b) for b in row if b > 0)
         self.stats["gauge_compared"] += 1
         if active != len(live):
-            c._find("TS-POOL-5", line, f"the gauge reports {active} active parents; the live requests' block "
-                    f"tables name {len(live)} blocks (one parent each)", active=active, live=len(live))
+            c.find("TS-POOL-5", line, f"the gauge reports {active} active parents; the live requests' block "
+                   f"tables name {len(live)} blocks (one parent each)", active=active, live=len(live))

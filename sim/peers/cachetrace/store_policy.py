@@ -36,12 +36,9 @@ accepted ClearCache. Replayable groups never stream (TS-L2-7); state groups are 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from kvsim.sim.peers.cachetrace.view import StorePolicyView
 from kvsim.sim.trace import cachetrace as ct
-
-if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
 
 __all__ = ["RULES", "StorePolicy"]
 
@@ -62,7 +59,7 @@ class _Owed:
 
 
 class StorePolicy:
-    def __init__(self, contract: Contract) -> None:
+    def __init__(self, contract: StorePolicyView) -> None:
         self.c = contract
         cfg = contract.config
         self.enabled = cfg.num_host_pages > 1
@@ -92,7 +89,7 @@ class StorePolicy:
         """A forward completed a whole page of ``rid`` in ``block``, holding ``key`` (called from the result)."""
         if self.enabled and group in self.groups and block > 0:
             (self.owed if prefill else self.owed_decode).setdefault(rid, []).append(
-                _Owed(group, page, block, key, self.c._plan, prefill))
+                _Owed(group, page, block, key, self.c.current_plan, prefill))
             self.stats["pages_owed"] += 1
 
     def _retained(self, rid: str, owed: list[_Owed]) -> list[_Owed]:
@@ -251,7 +248,7 @@ class StorePolicy:
             return
         for rid, o in left:
             kind = "prefill" if o.prefill else "decode"
-            self.c._find("TS-L2-12", line, f"{rid}'s {o.group} page {o.page} (block {o.block}), computed by a {kind} "
-                         f"forward in plan {o.plan} and published, was never stored on Host though it stayed "
-                         f"resident and the trace ends drained with {room} Host pages free", request=rid,
-                         group=o.group, slot=o.page, plan=o.plan)
+            self.c.find("TS-L2-12", line, f"{rid}'s {o.group} page {o.page} (block {o.block}), computed by a {kind} "
+                        f"forward in plan {o.plan} and published, was never stored on Host though it stayed "
+                        f"resident and the trace ends drained with {room} Host pages free", request=rid,
+                        group=o.group, slot=o.page, plan=o.plan)

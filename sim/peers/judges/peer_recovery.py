@@ -15,7 +15,7 @@ queue drifts from the engine's. Reported as they come, one planted ref-count lea
 
 The mechanism is the rule, the check, the finding's message up to its first colon with every number and hash
 blanked (``s#'s block # is ...``), and, where the driver's ledger knows it, the engine function that last
-changed the finding's subject (``sim.peers.frames.site``): the same check failing again where the same engine
+changed the finding's subject (``sim.peers.judges.frames.site``): the same check failing again where the same engine
 function left a block is the same cause, however many blocks it reaches. Besides the entities a finding names,
 a check reads and breaks whole structures (``entities``: the free queue, the radix tree, the pool, the event
 stream): a broken queue explains every later statement about it, broken pool structures the pool-wide counters

@@ -23,12 +23,8 @@ scheduler's API.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from kvsim.sim.peers.cachetrace.view import Findings
 from kvsim.sim.trace import cachetrace as ct
-
-if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
 
 __all__ = ["RULES", "L3Reads"]
 
@@ -43,7 +39,7 @@ Key = tuple[int, str, int]
 
 
 class L3Reads:
-    def __init__(self, contract: Contract) -> None:
+    def __init__(self, contract: Findings) -> None:
         self.c = contract
         self.found: set[Key] = set()      # keys the latest answered query found
         self.unread: dict[Key, int] = {}  # key -> the get that failed to read it
@@ -72,17 +68,17 @@ class L3Reads:
             unknown = [k for k in keys if k not in self.found]
             if unknown:
                 g, h, off = unknown[0]
-                self.c._find("TS-L2-13", line, f"L3 get {op.op_ids[0]} reads {len(unknown)} of its {len(keys)} keys "
-                             f"that no answered query found to exist (first: group {g}, {h[:12]}.. offset {off})",
-                             op_id=op.op_ids[0])
+                self.c.find("TS-L2-13", line, f"L3 get {op.op_ids[0]} reads {len(unknown)} of its {len(keys)} keys "
+                            f"that no answered query found to exist (first: group {g}, {h[:12]}.. offset {off})",
+                            op_id=op.op_ids[0])
             again = [k for k in keys if k in self.unread]
             if self.unread or any(k in self.ever_failed for k in keys):
                 self.exercised["TS-L2-14"] += 1
             if again:
                 g, h, off = again[0]
-                self.c._find("TS-L2-14", line, f"L3 get {op.op_ids[0]} fetches again {len(again)} keys whose get "
-                             f"{self.unread[again[0]]} failed, with no put of them since (first: group {g}, "
-                             f"{h[:12]}.. offset {off})", op_id=op.op_ids[0])
+                self.c.find("TS-L2-14", line, f"L3 get {op.op_ids[0]} fetches again {len(again)} keys whose get "
+                            f"{self.unread[again[0]]} failed, with no put of them since (first: group {g}, "
+                            f"{h[:12]}.. offset {off})", op_id=op.op_ids[0])
             self.stats["keys_judged"] += len(keys)
 
     def done(self, sd: ct.StorageDone) -> None:

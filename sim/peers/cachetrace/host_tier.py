@@ -1,10 +1,10 @@
 """The Host (L2) tier of the observable contract: write-backs, load-backs, snapshots, restores, ClearCache.
 
-``sim.peers.contract.Contract`` owns one ``HostTier``; it hands over each plan's cache ops before the plan's
-copies and zeroing run (the order the cache concepts give: "an unpinned op's sources may be re-granted in
-the same plan, so it is launched first"), each answer's acknowledgements, and each ClearCache record.
-The tier keeps, per group ("Indices are pool-scoped: one index serves both the Device and Host tiers of its
-group"), what every Host page holds (the prefix key and last writer copied from its Device source) and
+``contract.Contract`` owns one ``HostTier`` (which reads it through ``view.HostTierView``); it hands over each
+plan's cache ops before the plan's copies and zeroing run (the order the cache concepts give: "an unpinned op's
+sources may be re-granted in the same plan, so it is launched first"), each answer's acknowledgements, and each
+ClearCache record. The tier keeps, per group ("Indices are pool-scoped: one index serves both the Device and Host
+tiers of its group"), what every Host page holds (the prefix key and last writer copied from its Device source) and
 whether its write-back was acknowledged, plus every op in flight and what it pins. It checks the TS-L2-*
 rules (catalogue: ``spec/rules/cache_l2.py``, where each cites its seed clause):
 
@@ -35,21 +35,19 @@ rules (catalogue: ``spec/rules/cache_l2.py``, where each cites its seed clause):
   below it without its content (a group short of Host pages mid-prefix must not leave hit_tokens between
   grains); that the hit is a multiple of prefix_granularity is TS-PFX-1's.
 
-The L3 ops themselves are judged like the L2 ones: hygiene (TS-L2-3: keys, Host pages in range, a cancel
-names an op in flight), Host pages a get fills or a put reads are not written back into before that op's
-completion (TS-L2-1), a put reads an acknowledged Host page (TS-L2-5) under the key it holds (TS-L2-6).
+The L3 ops themselves are judged like the L2 ones, by ``host_storage.StorageOps`` (this class's base); what both
+read and change -- the Host pages, the ops in flight, the tier's counters -- is ``host_state.HostState``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvsim.kvmodel.cache.prefix_hash import page_digest
+from kvsim.sim.peers.cachetrace.host_state import LOAD_BACK, RESTORE, SNAPSHOT, WRITE_BACK, HostPage, InFlight
+from kvsim.sim.peers.cachetrace.host_storage import StorageOps
+from kvsim.sim.peers.cachetrace.view import HostTierView
 from kvsim.sim.trace import cachetrace as ct
-
-if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
 
 __all__ = ["RULES", "HostTier"]
 
@@ -77,82 +75,19 @@ RULES: dict[str, tuple[str, str]] = {
     "TS-L2-11": ("a Host-served prefix hit leaves no slot without content (clamped to what was loaded)",
                  "must not leave hit_tokens between grains"),
 }
-STORAGE_GET, STORAGE_PUT, STORAGE_QUERY, STORAGE_CANCEL = "StorageGetOp", "StoragePutOp", "StorageQueryOp", \
-    "StorageCancelOp"
-
-WRITE_BACK, LOAD_BACK, SNAPSHOT, RESTORE = "WriteBackOp", "LoadBackOp", "SnapshotOp", "RestoreOp"
 
 
-@dataclass
-class HostPage:
-    """What one Host page holds: the prefix key and last writer of its Device source, and whether the
-    write-back that filled it was acknowledged."""
-    key: tuple | None
-    writer: tuple | None
-    op: int
-    acked: bool = False
-    stored_as: str = ""  # the key the write-back named ("" for an unkeyed store)
+class HostTier(StorageOps):
+    """The L2 transfers and what the contract tells the Host tier (grants, writes, names, acknowledgements,
+    ClearCache); the L3 ops are ``StorageOps``'."""
 
-
-@dataclass
-class InFlight:
-    """An issued, unacknowledged op and what it pins."""
-    kind: str
-    plan: int
-    device_pins: list[tuple[str, int]] = field(default_factory=list)   # (group, Device page)
-    host_pins: list[int] = field(default_factory=list)                 # Host pages it reads
-    keys: list[tuple[str, str, int]] = field(default_factory=list)     # (group, content hash, offset) stored
-    host_dst: list[tuple[str, int]] = field(default_factory=list)      # (group, Host page) it fills
-    device_dst: list[tuple[str, int]] = field(default_factory=list)    # (group, Device page) it fills
-
-
-@dataclass
-class StorageOp:
-    """An issued L3 op awaiting its outcome: its object keys and (get, put) their Host pages."""
-    kind: str
-    plan: int
-    keys: list[tuple[str | None, str, int]]   # (group id or None when out of range, content hash, offset)
-    pages: list[int]
-    cancelled: bool = False
-
-
-class HostTier:
-    def __init__(self, contract: Contract):
-        self.c = contract
-        cfg = contract.config
-        self.gids = [g.id for g in cfg.groups]
-        self.host_pages = cfg.num_host_pages
-        self.max_slot = cfg.max_retracted_requests
-        self.snapshot_pages = cfg.num_snapshot_pages
-        self.any_replayable = any(g.replayable for g in cfg.groups)
-        self.host: dict[str, dict[int, HostPage]] = {g: {} for g in self.gids}
-        self.inflight: dict[int, InFlight] = {}
-        self.device_pins: dict[tuple[str, int], int] = {}   # pinned Device source -> op id
-        self.host_pins: dict[int, int] = {}                  # Host page read by an in-flight load -> op id
-        self.keys_in_flight: dict[tuple[str, str, int], int] = {}
-        self.failed_dst: dict[str, set[int]] = {g: set() for g in self.gids}
-        self.retracted: list[str] = []
-        self.l3_filled: dict[int, str] = {}                  # Host page -> object key an L3 prefetch fills it with
-        self.storage: dict[int, StorageOp] = {}              # L3 op in flight (until its outcome) by id
-        self.storage_issued: set[int] = set()                # every L3 op id issued (a namespace of its own)
-        self.host_busy: dict[int, int] = {}                  # Host page an L3 get fills or put reads -> op id
-        self.failed_host: dict[str, dict[int, int]] = {g: {} for g in self.gids}  # Host page -> failed get
-        self.failed_keys: set[tuple[str, str, int]] = set()  # (group, content hash, offset) a get failed to read
+    def __init__(self, contract: HostTierView):
+        super().__init__(contract)
         self._loaded_now: dict[str, list[int]] = {}          # Device pages this plan's loads fill
-        self.stats = {"write_backs": 0, "load_backs": 0, "snapshots": 0, "restores": 0, "unpinned_stores": 0,
-                      "pages_written_back": 0, "pages_loaded": 0, "pages_restored": 0, "acks_held": 0,
-                      "clears": 0, "clears_accepted": 0, "storage_ops": 0, "failed_loads": 0,
-                      "storage_gets": 0, "storage_puts": 0, "storage_queries": 0, "storage_cancels": 0,
-                      "get_keys": 0, "get_keys_failed": 0, "put_keys": 0, "query_keys": 0, "query_hits": 0,
-                      "host_served_hits": 0,
-                      "unpinned_regranted": 0}
         self._unpinned_srcs: set[tuple[str, int]] = set()  # this plan's unpinned store sources
         self.exercised = {r: 0 for r in RULES}
 
     # -- helpers ----------------------------------------------------------------------------------------------
-    def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
-        self.c._find(rule, line, message, **ctx)
-
     def _pairs(self, op: ct.CacheOp, line: int) -> list[tuple[str | None, int, int, str, int]]:
         """(group id or None when out of range, src, dst, key, offset) per pair; malformed lists are input
         errors."""
@@ -177,13 +112,6 @@ class HostTier:
             return True
         self._find("TS-L2-3", line, f"op {oid}: {what} {blk} outside {g}'s Device pages [1, {total})",
                    op_id=oid, group=g, block=blk)
-        return False
-
-    def _host_id(self, page: int, line: int, what: str, oid: int) -> bool:
-        if 0 < page < self.host_pages:
-            return True
-        self._find("TS-L2-3", line, f"op {oid}: {what} {page} outside the Host pages [1, {self.host_pages})",
-                   op_id=oid, page=page)
         return False
 
     def _grant(self, g: str, blk: int, line: int, how: str) -> None:
@@ -287,7 +215,7 @@ class HostTier:
                        "prefetch, under a key (publishing what was never copied)", op_id=oid, group=g, block=src)
         if key and self.failed_keys:
             self.failed_keys.discard((g, key, off))  # the page was computed again and is stored afresh
-        if key and not c.groups[g].replayable and g not in c._state:  # a replayable page holds no key at all
+        if key and not c.groups[g].replayable and g not in c.state.ids:  # a replayable page holds no key at all
             # (TS-L2-7 says so); a state block's key and provenance are TS-ST-1's
             self.exercised["TS-L2-6"] += 1
             want = (have[0].hex(), have[1]) if have is not None else None
@@ -432,157 +360,8 @@ class HostTier:
         elif op.slot is not None and self.max_slot and not 0 < op.slot <= self.max_slot:
             self._find("TS-L2-3", line, f"snapshot {oid} uses slot {op.slot} outside [1, {self.max_slot}]",
                        op_id=oid)
-        if op.request in c.reqs:
+        if op.request is not None and op.request in c.reqs:
             self.retracted.append(op.request)
-
-    # -- the L3 tier ------------------------------------------------------------------------------------------
-    def _storage_op(self, op: ct.CacheOp, line: int) -> None:
-        """An L3 op of the plan: hygiene (TS-L2-3); a get takes its Host pages (their content is unknown until
-        its outcome), a put reads acknowledged Host pages under the key they hold (TS-L2-5, TS-L2-6, and
-        TS-L2-10 for a page a failed get left empty); both hold their pages until the outcome (TS-L2-1)."""
-        self.stats["storage_ops"] += 1
-        self.exercised["TS-L2-3"] += 1
-        if op.kind == STORAGE_CANCEL:
-            self.stats["storage_cancels"] += 1
-            tgt = self.storage.get(op.cancels) if op.cancels is not None else None
-            if tgt is None:
-                self._find("TS-L2-3", line, f"L3 cancel names op {op.cancels}, which is no L3 op in flight",
-                           op_id=op.cancels)
-            else:
-                tgt.cancelled = True
-            return
-        if len(op.op_ids) != 1:
-            raise ValueError(f"{op.kind} carries {len(op.op_ids)} op ids (one expected)")
-        oid = op.op_ids[0]
-        if oid in self.storage_issued:  # PEER-3 on the L3 id namespace
-            self._find("PEER-3", line, f"L3 op {oid} issued twice", op_id=oid)
-        self.storage_issued.add(oid)
-        n = len(op.keys)
-        for name in ("groups", "offsets"):
-            if len(getattr(op, name)) != n:
-                raise ValueError(f"{op.kind} {oid} has {len(getattr(op, name))} {name} for {n} keys")
-        paged = op.kind in (STORAGE_GET, STORAGE_PUT)
-        if paged and len(op.host_blocks) != n:
-            raise ValueError(f"{op.kind} {oid} has {len(op.host_blocks)} host_blocks for {n} keys")
-        if not n:
-            self._find("TS-L2-3", line, f"{op.kind} {oid} carries no object key (an op with nothing to move never "
-                       "completes a copy)", op_id=oid)
-        keys: list[tuple[str | None, str, int]] = []
-        for gi, key, off in zip(op.groups, op.keys, op.offsets, strict=True):
-            g = self.gids[gi] if gi < len(self.gids) else None
-            if g is None:
-                self._find("TS-L2-3", line, f"{op.kind} {oid} names cache group {gi}, beyond the "
-                           f"{len(self.gids)} groups", op_id=oid)
-            keys.append((g, key, off))
-        sop = StorageOp(op.kind, self.c._plan, keys, list(op.host_blocks) if paged else [])
-        self.storage[oid] = sop
-        if op.kind == STORAGE_QUERY:
-            self.stats["storage_queries"] += 1
-            self.stats["query_keys"] += n
-            return
-        seen: set[int] = set()
-        for (g, key, off), page in zip(keys, sop.pages, strict=True):
-            if not self._host_id(page, line, f"{op.kind} Host page", oid):
-                continue
-            if page in seen:
-                self._find("TS-L2-3", line, f"{op.kind} {oid} names Host page {page} twice", op_id=oid, page=page)
-            seen.add(page)
-            other = self.host_busy.get(page)
-            if other is not None and other != oid:
-                self._find("TS-L2-1", line, f"{op.kind} {oid} uses Host page {page} while L3 "
-                           f"{self.storage[other].kind} {other}, which uses it, is incomplete", op_id=oid, page=page)
-            self.host_busy[page] = oid
-            if g is None:
-                continue
-            if op.kind == STORAGE_GET:
-                self._get_into(oid, g, key, off, page, line)
-            else:
-                self._put_from(oid, g, key, off, page, line)
-        if op.kind == STORAGE_GET:
-            self.stats["storage_gets"] += 1
-            self.stats["get_keys"] += n
-        else:
-            self.stats["storage_puts"] += 1
-            self.stats["put_keys"] += n
-
-    def _get_into(self, oid: int, g: str, key: str, off: int, page: int, line: int) -> None:
-        pin = self.host_pins.get(page)
-        if pin is not None:
-            self._find("TS-L2-1", line, f"L3 get {oid} reads into Host page {page} while load {pin}, which reads "
-                       "it, is unacknowledged", op_id=oid, page=page)
-        try:
-            digest = bytes.fromhex(key)
-        except ValueError:
-            raise ValueError(f"StorageGetOp {oid}: key {key!r} is not a hex content hash") from None
-        for other in self.host.values():
-            other.pop(page, None)
-        for fh in self.failed_host.values():
-            fh.pop(page, None)
-        self.host[g][page] = HostPage((digest, off), None, oid, stored_as=key)
-        self.l3_filled[page] = key
-
-    def _put_from(self, oid: int, g: str, key: str, off: int, page: int, line: int) -> None:
-        get = self.failed_host[g].get(page)
-        hp = self.host[g].get(page)
-        if get is not None:
-            self.exercised["TS-L2-10"] += 1
-            self._find("TS-L2-10", line, f"L3 put {oid} stores Host page {page} of {g} under key {key[:12]}.., but "
-                       f"L3 get {get} failed to read that page: it publishes what was never fetched", op_id=oid,
-                       group=g, page=page)
-            return
-        self.exercised["TS-L2-5"] += 1
-        if hp is None or not hp.acked:
-            self._find("TS-L2-5", line, f"L3 put {oid} reads Host page {page} of {g}, which "
-                       + ("no write-back or get filled" if hp is None else f"op {hp.op} has not yet filled"),
-                       op_id=oid, group=g, page=page)
-            return
-        self.exercised["TS-L2-6"] += 1
-        want = hp.key
-        if key != hp.stored_as and (want is None or want != (bytes.fromhex(key) if _hex(key) else b"", off)):
-            self._find("TS-L2-6", line, f"L3 put {oid} stores Host page {page} of {g} under key {key[:12]}.. offset "
-                       f"{off}, but the page holds "
-                       + (f"key {want[0].hex()[:12]}.. offset {want[1]}" if want else "no completed prefix page"),
-                       op_id=oid, group=g, page=page)
-
-    def storage_done(self, sd: ct.StorageDone, line: int) -> None:
-        """An L3 op's outcome, per object key: a get's read keys fill their Host pages (acknowledged, under
-        that key), its failed ones leave them empty (TS-L2-10 watches them); every page it held is free."""
-        sop = self.storage.pop(sd.op, None)
-        if sop is None:
-            self._find("PEER-3", line, f"L3 op {sd.op} answered " + (
-                "twice" if sd.op in self.storage_issued else "but never issued"), op_id=sd.op)
-            return
-        if len(sd.success) != len(sop.keys):
-            raise ValueError(f"storage outcome of {sop.kind} {sd.op} has {len(sd.success)} flags for "
-                             f"{len(sop.keys)} keys")
-        if sd.object_failures and len(sd.object_failures) != len(sop.keys):
-            raise ValueError(f"storage outcome of {sop.kind} {sd.op} has {len(sd.object_failures)} object failures "
-                             f"for {len(sop.keys)} keys")
-        for page in sop.pages:
-            if self.host_busy.get(page) == sd.op:
-                del self.host_busy[page]
-        if sop.kind == STORAGE_QUERY:
-            self.stats["query_hits"] += sum(sd.success)
-            return
-        if sop.kind != STORAGE_GET:
-            return
-        for (g, key, off), page, ok in zip(sop.keys, sop.pages, sd.success, strict=True):
-            if g is None:
-                continue
-            hp = self.host[g].get(page)
-            mine = hp is not None and hp.op == sd.op
-            if ok:
-                if mine:
-                    hp.acked = True  # type: ignore[union-attr]
-                self.failed_keys.discard((g, key, off))
-                continue
-            self.stats["get_keys_failed"] += 1
-            self.exercised["TS-L2-10"] += 1
-            self.failed_keys.add((g, key, off))
-            if mine:
-                del self.host[g][page]
-                self.failed_host[g][page] = sd.op
-                self.l3_filled.pop(page, None)
 
     def hit(self, rid: str, r: Any, hit: int, fresh: dict[str, set[int]], line: int) -> None:
         """A request's first extend: when this plan's Host loads serve its hit, every slot below the hit's last
@@ -637,13 +416,6 @@ class HostTier:
                     continue
                 break
 
-    def finish(self, line: int) -> None:
-        """End of the trace: every L3 op was answered (PEER-3: "an op that never completes a copy would hold
-        its tickets forever")."""
-        if self.storage:
-            first = min(self.storage)
-            self._find("PEER-3", line, f"{len(self.storage)} L3 ops never answered (first {first})", op_id=first)
-
     # -- checks the contract calls ----------------------------------------------------------------------------
     def granted(self, g: str, pages, line: int, how: str) -> None:
         for blk in pages:
@@ -668,7 +440,7 @@ class HostTier:
         fl = self.inflight.pop(oid, None)
         if fl is None:
             return
-        if fl.plan != self.c._plan:
+        if fl.plan != self.c.current_plan:
             self.stats["acks_held"] += 1
         for pin in fl.device_pins:
             if self.device_pins.get(pin) == oid:
@@ -714,11 +486,3 @@ class HostTier:
     def take_retracted(self) -> list[str]:
         out, self.retracted = self.retracted, []
         return out
-
-
-def _hex(key: str) -> bool:
-    try:
-        bytes.fromhex(key)
-    except ValueError:
-        return False
-    return True

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.sim.peers.contract import Contract
-from kvsim.sim.peers.events import EventChecker
+from kvsim.sim.peers.cachetrace.contract import Contract
+from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["Judged", "folds_groups", "judge_cachetrace", "merge_cachetraces"]

@@ -15,7 +15,7 @@ implementation for external KV events" (l.309). The rules (``RULES``; titles, so
 * EV-5 ``AllBlocksCleared`` empties everything: a later event may not name a block it dropped;
 * EV-6 live blocks never exceed the given capacity (per medium and group);
 * EV-7 where the hashing scheme is known, every hash recomputes from its parent and tokens
-  (``sim.peers.block_hash``);
+  (``sim.peers.judges.block_hash``);
 * EV-8 sequence numbers are contiguous: a batch lost and not replayed is a finding.
 
 Live blocks are keyed by medium, ``group_idx`` where events carry it (a hybrid vLLM model publishes one
@@ -33,141 +33,27 @@ Library use (the peer drivers feed events as they come)::
             print(f.rule, f.line, f.message)
     summary = checker.summary()                           # counters; checker.counts per rule
 
-Log lines: a batch in array form ``[ts, [event, ...], dp_rank]`` with array events (``["BlockStored",
-hashes, parent, token_ids, block_size, lora_id, medium]``), the engines' native form (the same batch
-whose events are objects tagged by ``type``, as vLLM >= 0.33 and SGLang publish them: unknown fields are
-ignored, known ones used), a batch object ``{"ts": .., "events": [...], "seq": n?}`` (``type`` or ``kind``
-names an event), a single event object, or a cachetrace/1 file (its ``kv`` lines). This module knows
-events, not schedulers.
+The rule table and the presets are ``event_rules``; reading logs and parsing batches (array, native, object
+or single-event lines, or a cachetrace/1 file's ``kv`` lines) is ``event_log``. This module is the checker and
+the KV-event judge's public face: it re-exports both. It knows events, not schedulers.
 """
 
 from __future__ import annotations
 
-import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from kvsim.sim.files import label, open_source
-from kvsim.sim.peers import block_hash as bh
-from kvsim.sim.peers.block_hash import fnv1a64, fnv1a64_many
-from kvsim.sim.trace import cachetrace as ct
+from kvsim.sim.peers.judges import block_hash as bh
+from kvsim.sim.peers.judges.block_hash import fnv1a64, fnv1a64_many
+from kvsim.sim.peers.judges.event_log import EventLogError, parse_batch, parse_event, read_event_log, read_event_log_seq
+from kvsim.sim.peers.judges.event_rules import CATALOGUE, PRESETS, RULES, Preset
 
 __all__ = ["RULES", "CATALOGUE", "PRESETS", "Preset", "EventChecker", "EventLogError", "Finding",
-           "read_event_log", "parse_batch", "parse_event", "fnv1a64", "fnv1a64_many", "HASH_SCHEMES"]
+           "read_event_log", "read_event_log_seq", "parse_batch", "parse_event", "fnv1a64", "fnv1a64_many",
+           "HASH_SCHEMES"]
 
-_SEED_PREFIX = ('cache concepts (seed 002, l.13): "prefix_granularity ... two requests share cache only at '
-                'multiples of this many tokens"')
-_SEED_EVENTS = ('cache concepts (seed 002, l.193 and l.309): "folds them into one externally visible prefix event"; '
-                '"a second, independent block-hash implementation for external KV events"')
-
-
-@dataclass(frozen=True)
-class EvRule:
-    """A catalogue entry: id, one-line title, where the rule comes from, and what was decided."""
-    id: str
-    title: str
-    clause: str
-    decisions: str = ""
-
-
-CATALOGUE: dict[str, EvRule] = {r.id: r for r in (
-    EvRule("EV-1", "a removal names a live block (not one never stored or already removed)", _SEED_EVENTS,
-           "Under the vLLM preset a hash stored twice is two copies, and each removal drops one (see EV-2)."),
-    EvRule("EV-2", "no double store of a live block without a removal", _SEED_EVENTS,
-           "Allowed behind the vLLM preset, as vLLM documents both: (a) a second copy -- vLLM's block pool "
-           "keeps duplicate blocks under one hash (BlockPool.get_cached_block: 'If there are duplicated blocks, "
-           "we return the first block'), e.g. when a fully cached, block-aligned prompt recomputes its last "
-           "block (KVCacheManager.get_computed_blocks: 'we must recompute the last token'), and publishes one "
-           "BlockRemoved per copy, so the stream is consistent read as a multiset: the checker counts copies "
-           "and EV-1 fires only when removals outnumber them (a consumer that keeps a set instead forgets a "
-           "block the engine still holds at the first removal); (b) a reuse report -- with a request's "
-           "kv_cache_report_mode='full' vLLM re-announces the prefix-cache hit as a BlockStored from block 0 "
-           "with no parent (BlockPool.emit_cached_block_events: 'does NOT modify block state'); a parent-less "
-           "store of two or more blocks, all live, can only be that (a new copy of a prefix's first block is "
-           "impossible: blocks are cached at allocation, so a later request hits them), and changes nothing. "
-           "A one-block report cannot be told from the recompute of a one-block prompt; it counts as a copy "
-           "(never a false EV-1; at worst one phantom copy). Without the preset both fire EV-2 "
-           "(reproducers: sim/peers/samples/findings/vllm_*)."),
-    EvRule("EV-3", "parent hash chains resolve to live, full blocks", _SEED_EVENTS,
-           "The parent is looked up in the same medium and group first, then in any. Two classes of orphan are "
-           "told apart. (1) Contract: where the stream's engine folds a published non-prefix-closed group "
-           "(sliding-window, or state) into each prefix event, seed 002 L193 (\"the scheduler folds them into one "
-           "externally visible prefix event\"; TokenSpeed emits a store \"once every group has cached all of its "
-           "child blocks for that prefix page\", research/tokenspeed.md §6) makes a store under a parent the "
-           "stream does not hold designed behaviour: the window group never holds the pages that slid out, so "
-           "those are never announced (or were removed when that group evicted them) while their children are. "
-           "Decided: no contract violation, so the verdict passes; but a KV-aware router that drops orphan "
-           "stores (research/kv-events.md: llm-d before PR #663) loses each such chain, so it is reported as a "
-           "router-compatibility hazard, once per cause: the first orphan is the hazard (kvreport `hazards`), "
-           "every later one its consequence (`consequences`, `stats.consequences`), as replay's error recovery "
-           "does. Reproducer: sim/peers/samples/findings/swa_orphans.* (one 700-token request, --swa-window "
-           "128); the first 500 Mooncake rows give 1 hazard and 1,317 consequences where 1,318 EV-3 findings "
-           "were reported before. The fold applies when the cachetrace/1 header (or the peer run) has a "
-           "non-replayable sliding or state group, or `kvsim events --folded-groups` says so; a partial-tail "
-           "parent, or any orphan without such a group, stays a violation. (2) Router compatibility without a "
-           "fold: after a retraction's restore TokenSpeed 0.1.42 removes the request's blocks and later stores "
-           "the next tail under one of them (sim/peers/samples/README.md, restore_orphans.*): no group "
-           "explains it, so it stays a failing finding."),
-    EvRule("EV-4", "token counts agree with the block size (a partial tail only where the engine documents it)",
-           _SEED_PREFIX,
-           "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "
-           "and group keeps the size its first store declared (a hybrid model may use one per group), except "
-           "that a group whose blocks are wider than vLLM's hash block size may also publish a partial prefix "
-           "entry of whole hash blocks (BlockPool.cache_partial_block). Only the "
-           "TokenSpeed preset (--partial-tails) accepts a last block shorter than the block size: TokenSpeed "
-           "publishes its growing tail page and re-hashes it as it grows."),
-    EvRule("EV-5", "AllBlocksCleared empties everything", _SEED_EVENTS,
-           "A clear of an empty cache changes nothing and is no finding: SGLang's RadixCache publishes "
-           "AllBlocksCleared first in every stream (its reset() at construction), which a consumer applies "
-           "as a no-op (reproducer: sim/peers/samples/findings/sglang_initial_clear.jsonl)."),
-    EvRule("EV-6", "live blocks never exceed the capacity", _SEED_EVENTS,
-           "Counted per medium and group (each group has its own pages); copies count."),
-    EvRule("EV-7", "every hash recomputes from its parent and tokens under the known scheme", _SEED_PREFIX,
-           "Events carry 64 bits of a vLLM or SGLang digest: the checker keeps each live block's full digest "
-           "and chains the next from it. A block it cannot recompute (LoRA, salted namespaces, a parent whose "
-           "digest it never saw) is counted as unverifiable, not as a finding."),
-    EvRule("EV-8", "sequence numbers are contiguous: no batch lost without a replay", _SEED_EVENTS,
-           "vLLM's publisher numbers batches 0, 1, 2, ... (8-byte big-endian frame) and keeps the last "
-           "buffer_steps for replay on its ROUTER socket. A gap the subscriber could not replay, or a number "
-           "that goes back (a publisher restart), leaves the consumer's view diverged; batches before the "
-           "first one seen are not a gap (a late join says so in a note)."),
-)}
-RULES: dict[str, str] = {rid: r.title for rid, r in CATALOGUE.items()}
 HASH_SCHEMES = bh.SCHEMES
-
-
-@dataclass(frozen=True)
-class Preset:
-    """What an engine's stream promises: ``block_size`` None means each group's first store sets it."""
-    engine: str
-    block_size: int | None
-    hash_scheme: str
-    partial_tails: bool
-    group_keys: bool = True
-    duplicate_copies: bool = False
-    reuse_reports: bool = False
-    note: str = ""
-    alt_schemes: tuple[str, ...] = ()  # recognised instead when the first root block recomputes only under one
-
-
-PRESETS: dict[str, Preset] = {
-    "tokenspeed": Preset("tokenspeed", 64, "fnv1a64", True,
-                         note="block size 64, growing partial tails, FNV-1a 64 event hashes"),
-    "vllm": Preset("vllm", None, "vllm-sha256", False, duplicate_copies=True, reuse_reports=True,
-                   note="block size per cache group (vLLM's default 16), sha256 over pickle with NONE_HASH "
-                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies "
-                        "and reuse reports allowed", alt_schemes=("vllm-sha256-cbor",)),
-    "sglang": Preset("sglang", None, "sglang-sha256", False,
-                     note="block size = page size (from the first store), chained sha256 over u32 tokens"),
-}
-
-
-class EventLogError(Exception):
-    """A log line that is not an event batch; ``str()`` is ``path:line: reason``."""
 
 
 @dataclass
@@ -269,7 +155,8 @@ class EventChecker:
 
     # -- findings ----------------------------------------------------------------------------------------------
     on_finding: Callable[[str, int, str, dict], None] | None = None
-    """Called with every finding as it is made (listed or not): a peer run's recovery (sim.peers.peer_recovery)."""
+    """Called with every finding as it is made (listed or not): a peer run's recovery
+    (sim.peers.judges.peer_recovery)."""
 
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
@@ -660,161 +547,3 @@ class EventChecker:
             s["hazards"] = len(self.hazards)
             s["consequences"] = self.consequence_count
         return s
-
-
-# -- parsing ------------------------------------------------------------------------------------------------
-
-class BlockStored(msgspec.Struct, kw_only=True):
-    """A store as the engines publish it; fields kvsim does not use are ignored."""
-    block_hashes: list[Any]
-    parent_block_hash: Any = None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None = None
-    medium: str | None = None
-    lora_name: str | None = None
-    extra_keys: list[Any] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    lookahead_token_ids: list[list[int]] | None = None
-    cache_salt: str | None = None
-    dp_rank: int | None = None  # the batch's data-parallel rank (each rank has its own cache)
-
-
-class BlockRemoved(msgspec.Struct, kw_only=True):
-    block_hashes: list[Any]
-    medium: str | None = None
-    group_idx: int | None = None
-    dp_rank: int | None = None
-
-
-class AllBlocksCleared(msgspec.Struct, kw_only=True):
-    dp_rank: int | None = None
-
-
-_EVENT_TYPES: dict[str, type] = {"BlockStored": BlockStored, "BlockRemoved": BlockRemoved,
-                                 "AllBlocksCleared": AllBlocksCleared}
-_ARRAY_FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                                 "medium"),
-                 "BlockRemoved": ("block_hashes", "medium"), "AllBlocksCleared": ()}
-
-
-def _check_hashes(ev: Any) -> None:
-    if isinstance(ev, AllBlocksCleared):
-        return
-    for h in list(ev.block_hashes) + ([ev.parent_block_hash] if isinstance(ev, BlockStored) else []):
-        if h is not None and not isinstance(h, (int, str, bytes)):
-            raise ValueError(f"a block hash is an integer, a string or bytes, not {type(h).__name__}")
-    if isinstance(ev, BlockStored):
-        if ev.block_size < 1:
-            raise ValueError(f"block_size {ev.block_size} must be at least 1")
-
-
-def parse_event(obj: Any) -> Any:
-    """One event from its decoded JSON / msgpack value (an array or an object tagged by type or kind)."""
-    if isinstance(obj, list):
-        if not obj or obj[0] not in _EVENT_TYPES:
-            raise ValueError(f"unknown event {str(obj[:1])[:40]}")
-        names = _ARRAY_FIELDS[obj[0]]
-        if len(obj) - 1 > len(names):
-            raise ValueError(f"{obj[0]} has {len(obj) - 1} fields, at most {len(names)}")
-        obj = {"type": obj[0], **dict(zip(names, obj[1:], strict=False))}
-    if not isinstance(obj, dict):
-        raise ValueError("an event is an array or an object")
-    obj = dict(obj)
-    kind = obj.pop("type", None) or obj.pop("kind", None)
-    obj.pop("kind", None)
-    if kind not in _EVENT_TYPES:
-        raise ValueError(f"unknown event type {str(kind)[:40]}")
-    ev: Any = msgspec.convert(obj, _EVENT_TYPES[kind])
-    _check_hashes(ev)
-    return ev
-
-
-def _ranked(events: list, rank: Any) -> list:
-    if rank is not None:
-        if not isinstance(rank, int) or isinstance(rank, bool):
-            raise ValueError(f"the data-parallel rank must be an integer, not {str(rank)[:20]}")
-        for ev in events:
-            ev.dp_rank = rank
-    return events
-
-
-def parse_batch(obj: Any) -> tuple[list, str, int | None]:
-    """A decoded batch: its events, its form (``array`` / ``native`` / ``object`` / ``event``), its ``seq``."""
-    if isinstance(obj, list):
-        if len(obj) >= 2 and isinstance(obj[1], list) and not isinstance(obj[0], str):
-            events = _ranked([parse_event(e) for e in obj[1]], obj[2] if len(obj) > 2 else None)
-            native = any(isinstance(e, dict) for e in obj[1])
-            return events, "native" if native else "array", None
-        raise ValueError("an array line must be [ts, [event, ...], dp_rank]")
-    if isinstance(obj, dict):
-        if "events" in obj:
-            if not isinstance(obj["events"], list):
-                raise ValueError("'events' must be an array")
-            seq = obj.get("seq")
-            if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 0):
-                raise ValueError("'seq' must be a non-negative integer")
-            rank = next((obj[k] for k in ("data_parallel_rank", "attn_dp_rank", "dp_rank") if k in obj), None)
-            return _ranked([parse_event(e) for e in obj["events"]], rank), "object", seq
-        return [parse_event(obj)], "event", None
-    raise ValueError("a line must be an event batch (array or object)")
-
-
-# -- reading logs -------------------------------------------------------------------------------------------
-
-_ANY = msgspec.json.Decoder()
-_FORM_NAMES = {"native": "native (object events)", "array": "array", "object": "object", "event": "event"}
-
-
-def read_event_log(path: str | Path, stream: Any = None) -> tuple[str, Iterator[tuple[int, list]]]:
-    """The log's form (``array``, ``native``, ``object``, ``event``, ``cachetrace/1``, or ``empty`` when it
-    holds no batch) and its (line, events) batches. The form is that of the first batch; a cachetrace/1 file
-    yields its ``kv`` lines. ``path`` ``-`` reads standard input; ``stream`` is the input already opened (a
-    `sim.files.Source`, read once, as a stream), which ``path`` names."""
-    form, lines = read_event_log_seq(path, stream)
-    return form, ((n, events) for n, events, _ in lines)
-
-
-def read_event_log_seq(path: str | Path, stream: Any = None) -> tuple[str, Iterator[tuple[int, list, int | None]]]:
-    """As ``read_event_log``, with each batch's sequence number (``seq`` of an object batch, else None)."""
-    if stream is None:
-        try:
-            stream = open_source(path)
-        except OSError as exc:
-            raise EventLogError(f"{label(path)}:0: cannot read: {exc.strerror or exc}") from None
-    path = stream.name if stream.name else label(path)
-    if ct.is_cachetrace_header(stream.first_line()):
-        _, lines = ct.read_cachetrace(path, stream)
-
-        def from_trace() -> Iterator[tuple[int, list, int | None]]:
-            try:
-                for n, rec in lines:
-                    if isinstance(rec, ct.KvEvents):
-                        yield n, rec.events, None
-            except ct.CacheTraceInputError as exc:
-                raise EventLogError(str(exc)) from None
-        return "cachetrace/1", from_trace()
-    f = io.BufferedReader(stream)
-
-    def lines_of() -> Iterator[tuple[int, list, str, int | None]]:
-        with f:
-            for n, raw in enumerate(f, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    events, form, seq = parse_batch(_ANY.decode(raw))
-                except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
-                    raise EventLogError(f"{path}:{n}: {' '.join(str(exc).split())[:200]}") from None
-                yield n, events, form, seq
-
-    it = lines_of()
-    first = next(it, None)
-
-    def rest() -> Iterator[tuple[int, list, int | None]]:
-        if first is None:
-            return
-        yield first[0], first[1], first[3]
-        for n, events, _, seq in it:
-            yield n, events, seq
-    return ("empty" if first is None else first[2]), rest()

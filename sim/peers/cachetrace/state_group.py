@@ -34,19 +34,17 @@ internal checkpoint; at a decode slot 0 is the input (a null hole once expired) 
 L82 "Its slot is (checkpoint - 1) / block_granularity"): the state after b tokens is slot (b - 1) // bg.
 
 The contract hands this judge the state rows (its own row checks are for history groups), the plan's fresh
-blocks and cache ops, and the forward; Host provenance of a state block follows write-backs and load-backs.
+blocks and cache ops, and the forward (the judge reads it through ``view.StateGroupView``); Host provenance of a
+state block follows write-backs and load-backs.
 This module knows cachetrace/1 records, never a scheduler's API.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from kvsim.sim.peers.cachetrace.view import StateGroupView
 from kvsim.sim.trace import cachetrace as ct
-
-if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
 
 __all__ = ["RULES", "StateGroups"]
 
@@ -89,7 +87,7 @@ class _Owed:
 
 
 class StateGroups:
-    def __init__(self, contract: Contract) -> None:
+    def __init__(self, contract: StateGroupView) -> None:
         self.c = contract
         cfg = contract.config
         self.ids = [g.id for g in cfg.groups if g.attn_kind == "mamba"]
@@ -113,7 +111,7 @@ class StateGroups:
                       "checkpoints_evicted_unstored": 0}
 
     def _find(self, rule: str, line: int, message: str, **ctx) -> None:
-        self.c._find(rule, line, message, **ctx)
+        self.c.find(rule, line, message, **ctx)
 
     # -- rows ---------------------------------------------------------------------------------------------------
     def row(self, g: str, rid: str, row: list[int], fresh: set[int], newly: dict, line: int) -> None:
@@ -305,14 +303,14 @@ class StateGroups:
         if prefill and boundary % p == 0 and boundary > 0:
             d = r.digest(boundary // p - 1, p)
             key = d.hex() if d is not None else None
-        self.held[g][blk] = _State(rid, boundary, prefill, key, self.c._plan)
+        self.held[g][blk] = _State(rid, boundary, prefill, key, self.c.current_plan)
         self.stats["state_writes" if prefill else "decode_state_writes"] += 1
         if prefill:
             self.written.setdefault(rid, set()).add(boundary)
             if key is not None:
                 have = self.newest.setdefault(rid, {}).get(g)
                 if have is None or have.boundary <= boundary:
-                    self.newest[rid][g] = _Owed(rid, g, blk, key, boundary, self.c._plan)
+                    self.newest[rid][g] = _Owed(rid, g, blk, key, boundary, self.c.current_plan)
 
     def _hit(self, g: str, rid: str, r, row: list[int], hit: int, line: int) -> None:
         """A first extend reusing ``hit`` tokens: its input state is the published checkpoint at exactly ``hit``

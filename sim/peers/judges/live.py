@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from kvsim.sim.peers.events import EventChecker, Finding, parse_batch
+from kvsim.sim.peers.judges.events import EventChecker, Finding, parse_batch
 
 __all__ = ["LiveInputError", "LiveRun", "judge", "END_SEQ"]
 

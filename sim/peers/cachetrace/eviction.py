@@ -8,9 +8,9 @@ the global empty-parent FIFO". So a plan that evicts a cached block has used eve
 that was free and empty when the plan began may be left unused by a plan that evicts.
 
 What the plans show (cachetrace/1): the pages each plan zeroes or copies into (handed out fresh), the tables,
-and -- kept by ``sim.peers.contract.Contract`` -- which live table names each page and which prefix key each
-page's computed content carries. A fresh page whose content key no live table names is an eviction when that
-key sits in no other page (a key held by two pages may be a duplicate the index already dropped:
+and -- kept by ``contract.Contract``, read through ``view.EvictionView`` -- which live table names each page and
+which prefix key each page's computed content carries. A fresh page whose content key no live table names is an
+eviction when that key sits in no other page (a key held by two pages may be a duplicate the index already dropped:
 "Register canonicalizes ... the caller's ref is replaced by the canonical block", research/tokenspeed.md §3,
 so such pages are left out of both sides). A page is free and empty when no live table names it, it carries
 no computed content, no forward wrote into it since it was last handed out (a written page without a full
@@ -28,8 +28,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from kvsim.sim.peers.cachetrace.view import EvictionView
+
 if TYPE_CHECKING:
-    from kvsim.sim.peers.contract import Contract
     from kvsim.sim.trace import cachetrace as ct
 
 RULE = "TS-ADM-4"
@@ -49,7 +50,7 @@ def premise(config: ct.Config) -> str | None:
     return g.id
 
 
-def check(contract: Contract, rec: ct.Plan, group: str) -> str | None:
+def check(contract: EvictionView, rec: ct.Plan, group: str) -> str | None:
     """Before the plan's fresh pages drop their content: None, or why the plan evicts out of order (one line).
     Cheap on plans that evict nothing (a scan of the pool only when one does)."""
     fresh = list(rec.zero.get(group, ())) + [d for _, d in rec.copy.get(group, ())]

@@ -12,141 +12,41 @@ table names which block, and which prefix key each block's content carries -- an
 * TS-POOL-4 ("a replicated group translates to itself minus the null block"): block 0 is never handed out,
   zeroed or copied; in a full-attention group a table never names it, holds -1 only as trailing padding and,
   while its request is live, never loses a slot it named (L165 "full attention never expires").
-* TS-PFX-1 (prefix_granularity "defines the identity boundary of cached prefixes: two requests share cache
-  only at multiples of this many tokens"): prefix hits are multiples of P and never reach the prompt's last
-  token.
-* TS-PFX-3 (cache concepts L179: a replayable group "never claims a hit, so its table is empty at first
-  admission and the scheduler materializes it as a sparse private suffix from the replay window's first
-  token"; L185: replayable groups "skip publication on both tiers"; L66: the re-fed window "is the retention
-  window itself"): at a request's first extend it re-feeds min(W, hit) tokens, and a replayable group's row
-  holds null holes below the slot of the replay window's first token and fresh pages from there; its pages
-  are never published, so no later table may name one as cached content.
+* TS-PFX-1, TS-PFX-3, PEER-4 on a request's first extend (``hits.PrefixHits``): prefix hits are multiples of P
+  short of the prompt's last token, a replayable group re-feeds its window and claims no hit, and every page a
+  hit names was computed by some request in an earlier plan.
 * PEER-1 capacity: every block id lies in [1, total_pages) of its group.
 * PEER-2 fresh pages ("a load targets freshly acquired pages"): a page to zero or copy into is named by no
   live table other than the one receiving it in that plan, and appears once per plan.
 * PEER-3 acknowledgement ("neither side dedups or invents an acknowledgement"): every cache op id is issued
   once and acknowledged exactly once, and only after it was issued.
-* PEER-4 hits bounded by the trace: every hit page's prefix key was computed by some request in an earlier
-  plan (the data plane orders a hitter's forward after the writer).
 * PEER-10 the scheduler completes every call without an internal error (an ``error`` record: its own
   invariant check refused answers the trace shows to be legal -- acknowledgements may come plans late).
 
-With a Host tier (``sim.peers.host_tier``, rules TS-L2-*), a write-back copies a Device page's content (its
+With a Host tier (``host_tier``, rules TS-L2-*), a write-back copies a Device page's content (its
 key and last writer) to a Host page of the same group at plan time, and a load-back or restore hands out a
 fresh Device page holding that Host page's content; a table that names it is judged by that content. A
 snapshot retracts its request: its rows are released (the stream-ordered snapshot store has read them) and
 its next row, after the restore, is judged afresh -- and, as its readmission, by TS-ADM-2
-(``sim.peers.retraction``): it must secure more headroom than its previous admission did. A page handed
+(``retraction``): it must secure more headroom than its previous admission did. A page handed
 out fresh to a request outside the batch (a restore's growth page) counts as fresh when a table first names
 it, in a later plan -- a weaker check than the same-plan one, since the judge cannot tell which request it
 was meant for.
 
 Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
-the tokens its results produced). This module knows cachetrace/1 records, never a scheduler's API.
+the tokens its results produced; ``request_state``); the rule table is ``rules``. This module knows cachetrace/1
+records, never a scheduler's API.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from kvsim.kvmodel.cache.prefix_hash import chain_digests, hashed_pages, page_digest, token_bytes
-from kvsim.sim.peers import capacity, host_tier, l3_reads, retraction, state_group, store_policy, ts_eviction
+from kvsim.sim.peers.cachetrace import capacity, eviction, host_tier, l3_reads, retraction, state_group, store_policy
+from kvsim.sim.peers.cachetrace.hits import PrefixHits
+from kvsim.sim.peers.cachetrace.request_state import RequestState
+from kvsim.sim.peers.cachetrace.rules import RULES, Finding
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["RULES", "Contract", "Finding"]
-
-RULES: dict[str, tuple[str, str]] = {
-    "TS-TBL-1": ("no two live tables alias a block except through the same cache key; no live table names "
-                 "a freed block", "may replace one with the key's existing canonical block"),
-    "TS-POOL-4": ("null block 0 never handed out, zeroed or named by a full-attention table; a full-attention "
-                  "row holds -1 only as trailing padding and never loses a slot",
-                  "a replicated group translates to itself minus the null block"),
-    "TS-PFX-1": ("prefix hits only at multiples of prefix_granularity, short of the prompt's last token",
-                 "two requests share cache only at multiples of this many tokens"),
-    "TS-PFX-3": ("a replayable group claims no hit: it re-feeds its whole window, null holes below it, fresh "
-                 "private pages from it",
-                 "never claims a hit, so its table is empty at first admission and the scheduler materializes it "
-                 "as a sparse private suffix from the replay window's first token"),
-    "PEER-1": ("every block id lies within its group's pages (capacity never exceeded)",
-               "its capacity belongs to the global empty-parent FIFO rather than any group"),
-    "PEER-2": ("pages to zero and copy destinations are fresh: no other live table names them",
-               "a load targets freshly acquired pages"),
-    "PEER-3": ("every cache op is issued once and acknowledged exactly once",
-               "neither side dedups or invents an acknowledgement"),
-    "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
-               "the FIFO data plane orders any hitter's forward after the writer"),
-    "PEER-9": ("the scheduler's own pool counters agree with each other (active + available parents = the usable "
-               "pool; empty <= available; no snapshot block held with no request retracted)",
-               "its capacity belongs to the global empty-parent FIFO rather than any group"),
-    "PEER-10": ("the scheduler completes every call on a legal sequence of answers, without an internal error",
-                "A pinned op's sources stay cached and unevictable until the ACK, so its copy overlaps whatever "
-                "the round does next"),
-    **host_tier.RULES,
-    **retraction.RULES,
-    **store_policy.RULES,
-    ts_eviction.RULE: (ts_eviction.TITLE, 'seed 002 L199: "first check whether existing local holes plus empty '
-                       'parents fit with zero eviction; otherwise select eviction candidates until the plan fits"'),
-    **state_group.RULES,
-    **capacity.RULES,
-    **l3_reads.RULES,
-}
-
-
-@dataclass
-class Finding:
-    rule: str
-    line: int
-    plan: int
-    message: str
-    context: dict = field(default_factory=dict)
-
-    def as_dict(self, trace: str) -> dict:
-        return {"rule": self.rule, "trace": trace, "event": self.plan, "line": self.line, "op": "plan",
-                "message": self.message, "context": self.context}
-
-
-class _Req:
-    __slots__ = ("rid", "tokens", "generated", "digests", "computed", "rows", "seen", "hit", "prefill", "framed",
-                 "image")
-
-    def __init__(self, rid: str, tokens) -> None:
-        self.rid = rid
-        self.tokens = tokens
-        self.generated: list[int] = []
-        self.digests: list[bytes] = []
-        self.computed = 0
-        self.rows: dict[str, list[int]] = {}
-        self.seen = False
-        self.hit = 0
-        self.prefill = len(tokens)
-        self.framed: bytes | None = None
-        self.image: dict[str, set[int]] = {}  # a retracted request's pages: its rows then, and what restores gave it
-
-    def token_slice(self, a: int, b: int):
-        n = len(self.tokens)
-        if b <= n:
-            return self.tokens[a:b]
-        head = list(self.tokens[a:n]) if a < n else []
-        return head + self.generated[max(a - n, 0):b - n]
-
-    def digest(self, page: int, p: int) -> bytes | None:
-        """The prefix key of page ``page`` (None while its tokens are not all known)."""
-        d = self.digests
-        if len(d) > page:
-            return d[page]
-        whole = len(self.tokens) // p
-        if page < whole:  # prompt pages: frame the prompt once, hash every whole page in one pass
-            if self.framed is None:
-                self.framed = token_bytes(self.tokens)
-            start = len(d)
-            d.extend(chain_digests(d[-1] if d else b"", memoryview(self.framed)[start * 4 * p:], p, whole - start))
-            return d[page]
-        while len(d) <= page:
-            i = len(d)
-            if (i + 1) * p > len(self.tokens) + len(self.generated):
-                return None
-            d.append(page_digest(d[-1] if d else b"", self.token_slice(i * p, (i + 1) * p)))
-        return d[page]
 
 
 class Contract:
@@ -156,12 +56,8 @@ class Contract:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
-        self._replayable = [g.id for g in config.groups if g.replayable]
-        self._replay_window = max((g.sliding_window_tokens or 0 for g in config.groups if g.replayable), default=0)
-        self._declared = [g.id for g in config.groups if g.replayable and (g.attn_kind != "sliding" or
-                                                                           not g.sliding_window_tokens)]
-        self._replay_rows = 0  # replayable rows judged at a first extend (TS-PFX-3's premise)
-        self.reqs: dict[str, _Req] = {}
+        self.prefix = PrefixHits(self)  # TS-PFX-1/3, PEER-4: what a request's first extend may hit
+        self.reqs: dict[str, RequestState] = {}
         self.holders: dict[str, dict[int, int]] = {g: {} for g in self.groups}   # block -> live slots naming it
         self.content: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}  # block -> key it holds
         self.writer: dict[str, dict[int, tuple]] = {g: {} for g in self.groups}   # block -> last (request, slot)
@@ -169,7 +65,7 @@ class Contract:
         self.headroom = retraction.Headroom()
         self.engine_failed = False  # PEER-10: the scheduler failed a call; the trace ends there
         self.stores = store_policy.StorePolicy(self)  # TS-L2-12: what the write-back policy owes the Host tier
-        self._evict_group = ts_eviction.premise(config)  # TS-ADM-4's group (None: outside its premise)
+        self._evict_group = eviction.premise(config)  # TS-ADM-4's group (None: outside its premise)
         for g in config.groups:
             if g.block_granularity == 0 and g.attn_kind != "mamba":
                 raise ValueError(f"group {g.id!r}: block_granularity 0 is only a state (mamba) group's compact row")
@@ -187,7 +83,6 @@ class Contract:
         self.pending: list[bytes] = []
         self.issued: set[int] = set()
         self.acked: set[int] = set()
-        self.seen_keys: set[bytes] = set()   # every prompt page key submitted so far (the trace's bound)
         self.hits: dict[str, int] = {}     # request -> prefix hit of its first extend
         self.findings: list[Finding] = []
         self.max_findings = max_findings
@@ -198,14 +93,14 @@ class Contract:
         self.stats = {"requests": 0, "plans": 0, "prompt_tokens": 0, "hits": 0, "hit_tokens": 0, "bound_tokens": 0,
                       "extend_tokens": 0, "decode_tokens": 0, "pages_zeroed": 0, "pages_copied": 0,
                       "cache_ops": 0, "tail_hits": 0, "aborts": 0, "finished": 0, "peak_live_blocks": 0}
-        self._plan = -1
+        self.current_plan = -1
         self._batch: ct.Batch | None = None
 
     # -- findings ---------------------------------------------------------------------------------------------
-    def _find(self, rule: str, line: int, message: str, **ctx) -> None:
+    def find(self, rule: str, line: int, message: str, **ctx) -> None:
         self.counts[rule] += 1
         if len(self.findings) < self.max_findings:
-            self.findings.append(Finding(rule, line, self._plan, message, ctx))
+            self.findings.append(Finding(rule, line, self.current_plan, message, ctx))
 
     # -- records ----------------------------------------------------------------------------------------------
     def submit(self, rec: ct.Submit, line: int = 0) -> None:
@@ -214,34 +109,18 @@ class Contract:
             return
         if rec.request in self.reqs:
             raise ValueError(f"request {rec.request!r} submitted while still live")
-        r = _Req(rec.request, rec.tokens)
+        r = RequestState(rec.request, rec.tokens)
         self.reqs[rec.request] = r
         self.headroom.submit(rec.request, rec.max_new_tokens)
         self.stats["requests"] += 1
         self.stats["prompt_tokens"] += len(rec.tokens)
-        pages = hashed_pages(len(rec.tokens), self.p)
-        bound, chain = 0, True
-        for i in range(pages):
-            d = r.digest(i, self.p)
-            if chain and d in self.seen_keys:
-                bound += 1
-            else:
-                chain = False
-        for i in range(hashed_pages(len(rec.tokens) + 1, self.p)):
-            key = r.digest(i, self.p)
-            if key is not None:  # hashed pages lie within the prompt: every key is known
-                self.seen_keys.add(key)
-        self.stats["bound_tokens"] += bound * self.p
+        self.stats["bound_tokens"] += self.prefix.trace_bound(r, len(rec.tokens))
 
     def plan(self, rec: ct.Plan, line: int = 0) -> None:
-        if self._declared:  # TS-PFX-3, once, on the first plan: the configuration itself (seed 002 L66)
-            for g in self._declared:
-                self._find("TS-PFX-3", line, f"group {g} is declared replayable but is not a sliding-window group "
-                           "with a window: replayable is set only on a sliding History group", group=g)
-            self._declared = []
+        self.prefix.configuration(line)  # TS-PFX-3, once, on the first plan: the configuration itself
         st = self.stats
         before = (st["pages_zeroed"] + st["pages_copied"], st["hits"], st["cache_ops"],
-                  self.headroom.stats["readmissions"], self._replay_rows, self.stores.judged)
+                  self.headroom.stats["readmissions"], self.prefix.replay_rows, self.stores.judged)
         l2_before = dict(self.l2.exercised)
         st_before = dict(self.state.exercised)
         l3_before = dict(self.l3.exercised)
@@ -273,13 +152,13 @@ class Contract:
             ex["PEER-3"] += 1
         if self.headroom.stats["readmissions"] > before[3]:
             ex["TS-ADM-2"] += 1
-        if self._replay_rows > before[4]:
+        if self.prefix.replay_rows > before[4]:
             ex["TS-PFX-3"] += 1
         if self.stores.judged > before[5]:
             ex["TS-L2-12"] += 1
 
     def _plan_body(self, rec: ct.Plan, line: int) -> None:
-        self._plan = rec.plan
+        self.current_plan = rec.plan
         self.stats["plans"] += 1
         if self.pending:
             self.published.update(self.pending)
@@ -290,9 +169,9 @@ class Contract:
             if rid not in self.reqs:
                 raise ValueError(f"plan {rec.plan} names request {rid!r} that was never submitted")
         if self._evict_group is not None:  # TS-ADM-4: before the fresh pages drop their content
-            why = ts_eviction.check(self, rec, self._evict_group)
+            why = eviction.check(self, rec, self._evict_group)
             if why:
-                self._find(ts_eviction.RULE, line, why, group=self._evict_group)
+                self.find(eviction.RULE, line, why, group=self._evict_group)
         # Host tier: write-backs, load-backs, snapshots and restores run before this plan's copies, zeroing
         # and forward (cache concepts: "an unpinned op's sources may be re-granted in the same plan, so it is
         # launched first"); a snapshot's request is retracted: its rows are released once the store read them
@@ -341,7 +220,7 @@ class Contract:
         if self._state:
             self.state.regranted(rec)
         newly: dict[str, dict[int, list[tuple[str, int]]]] = {}
-        private = {g: fresh.get(g, set()) | self.handed[g] for g in self._replayable}  # fresh for TS-PFX-3
+        private = {g: fresh.get(g, set()) | self.handed[g] for g in self.prefix.replayable}  # fresh for TS-PFX-3
         for g, rows in rec.tables.items():
             if g not in self.groups:
                 raise ValueError(f"plan {rec.plan} names unknown cache group {g!r}")
@@ -358,11 +237,11 @@ class Contract:
                 if not receivers:  # handed to a request outside this batch (a restore's growth): named later
                     self.handed[g].add(blk)
                 if hold.get(blk, 0) > len(receivers):
-                    self._find("PEER-2", line, f"{g} block {blk} is handed out fresh while a live table still names "
-                               "it", group=g, block=blk)
+                    self.find("PEER-2", line, f"{g} block {blk} is handed out fresh while a live table still names "
+                              "it", group=g, block=blk)
                 elif len(receivers) > 1:
-                    self._find("TS-TBL-1", line, f"fresh {g} block {blk} given to {len(receivers)} slots "
-                               f"({', '.join(f'{r}[{i}]' for r, i in receivers[:4])})", group=g, block=blk)
+                    self.find("TS-TBL-1", line, f"fresh {g} block {blk} given to {len(receivers)} slots "
+                              f"({', '.join(f'{r}[{i}]' for r, i in receivers[:4])})", group=g, block=blk)
         # prefix hits: the first extend of a request
         p = self.p
         first = {rid for rid in b.requests[:b.extends] if not self.reqs[rid].seen} if self._state else set()
@@ -372,8 +251,8 @@ class Contract:
             if r.seen:
                 continue
             r.seen = True
-            if self._replayable:
-                self._replayable_rows(rid, b.prefix_lengths[k], _replay(b, k), rec.tables, private, line)
+            if self.prefix.replayable:
+                self.prefix.replayable_rows(rid, b.prefix_lengths[k], _replay(b, k), rec.tables, private, line)
             hit = b.prefix_lengths[k] + _replay(b, k)  # the input re-feeds the replay window before the hit
             r.hit = hit
             self.hits[rid] = hit
@@ -382,18 +261,7 @@ class Contract:
             self.stats["hits"] += hit > 0
             if hit % p:
                 self.stats["tail_hits"] += 1
-                self._find("TS-PFX-1", line, f"{rid} hits {hit} tokens, not a multiple of {p}", request=rid, hit=hit)
-                self._tail_hit(rid, r, hit, copied, line)
-            if hit >= p:
-                self._hit_shares_canonical(rid, r, hit, copied, line)
-            if hit >= r.prefill:
-                self._find("TS-PFX-1", line, f"{rid} hits {hit} of its {r.prefill} prompt tokens: the last token "
-                           "must be computed", request=rid, hit=hit)
-            for i in range(min(hit, r.prefill) // p):
-                if r.digest(i, p) not in self.published:
-                    self._find("PEER-4", line, f"{rid} hits page {i}, which no request computed in an earlier plan",
-                               request=rid, page=i, hit=hit)
-                    break
+            self.prefix.first_extend(rid, r, hit, copied, line)
         if self._state:  # state rows: hits, checkpoints and the states this forward writes (TS-ST-*)
             self.state.forward(rec, first, line)
         # writes of this plan's forward
@@ -407,11 +275,11 @@ class Contract:
         self.stores.check(rec)  # after the rows: a page swapped to its canonical block is no debt
         for op in rec.cache:
             self.stats["cache_ops"] += 1
-            if op.kind.startswith("Storage"):  # L3 ids are their own namespace (sim.peers.host_tier judges them)
+            if op.kind.startswith("Storage"):  # L3 ids are their own namespace (cachetrace.host_tier judges them)
                 continue
             for oid in op.op_ids:
                 if oid in self.issued:
-                    self._find("PEER-3", line, f"cache op {oid} issued twice", op_id=oid)
+                    self.find("PEER-3", line, f"cache op {oid} issued twice", op_id=oid)
                 self.issued.add(oid)
         for a in rec.aborts:
             self.stats["aborts"] += 1
@@ -424,7 +292,7 @@ class Contract:
 
     def result(self, rec: ct.Result, line: int = 0) -> None:
         b = self._batch
-        if b is None or rec.plan != self._plan:
+        if b is None or rec.plan != self.current_plan:
             raise ValueError(f"result for plan {rec.plan} does not follow that plan")
         p = self.p
         for k, rid in enumerate(b.requests):
@@ -474,9 +342,9 @@ class Contract:
             self.l2.storage_done(sd, line)
         for oid in rec.done:
             if oid not in self.issued:
-                self._find("PEER-3", line, f"cache op {oid} acknowledged but never issued", op_id=oid)
+                self.find("PEER-3", line, f"cache op {oid} acknowledged but never issued", op_id=oid)
             elif oid in self.acked:
-                self._find("PEER-3", line, f"cache op {oid} acknowledged twice", op_id=oid)
+                self.find("PEER-3", line, f"cache op {oid} acknowledged twice", op_id=oid)
             else:
                 self.l2.acked(oid, oid in failed)
             self.acked.add(oid)
@@ -486,7 +354,7 @@ class Contract:
     def clear(self, rec: ct.Clear, line: int = 0) -> None:
         """A ClearCache request: refused while write-backs are in flight (TS-L2-8); once accepted, nothing
         computed before it may be hit again and the Host tier is empty."""
-        if rec.plan != self._plan:
+        if rec.plan != self.current_plan:
             raise ValueError(f"clear after plan {rec.plan} does not follow that plan")
         n = self.l2.exercised["TS-L2-8"]
         self.l2.clear(rec, line)
@@ -519,15 +387,15 @@ class Contract:
         """PEER-10: the scheduler raised from its own invariant check on the answers the trace shows (each of
         them legal: acknowledgements may come plans after their op, seed 002 L108); the trace ends there."""
         self.engine_failed = True
-        self._find("PEER-10", line, f"the scheduler failed {rec.call} after plan {rec.plan} with an internal error: "
-                   f"{rec.message}", call=rec.call)
+        self.find("PEER-10", line, f"the scheduler failed {rec.call} after plan {rec.plan} with an internal error: "
+                  f"{rec.message}", call=rec.call)
 
     def counters(self, found: list[tuple[str, dict]], line: int = 0) -> None:
         """PEER-9: the scheduler's own pool counters, read after a plan's answer, disagree with each other
         (``sim.peers.tokenspeed.counters`` reads and checks them)."""
         self.exercised["PEER-9"] += 1
         for message, ctx in found:
-            self._find("PEER-9", line, message, **ctx)
+            self.find("PEER-9", line, message, **ctx)
 
     def finish(self, line: int = 0) -> None:
         """End of the trace: every issued op must have been acknowledged; what the write-back policy owed is
@@ -539,99 +407,17 @@ class Contract:
         self.state.finish(line)
         missing = sorted(self.issued - self.acked)
         if missing:
-            self._find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",
-                       op_id=missing[0])
-
-    def _tail_hit(self, rid: str, r: _Req, hit: int, copied: dict, line: int) -> None:
-        """A hit that ends inside a page reuses a partial page: its content must be this prompt's tokens.
-
-        The reused page reaches the request either as a copy destination (its source's last writer is
-        compared) or directly (then its own last writer is)."""
-        p = self.p
-        k = hit // p
-        for g, row in r.rows.items():
-            bg = self.groups[g].block_granularity
-            slot = (k * p) // bg + (hit - k * p) // bg
-            if bg < p or slot >= len(row) or self.groups[g].replayable:  # replayed rows are regenerated
-                continue
-            blk = row[slot]
-            src = copied.get(g, {}).get(blk, blk)
-            w = self.writer[g].get(src)
-            ok = False
-            if w is not None:
-                sreq, si = w
-                same_prefix = k == 0 or sreq.digest(k - 1, p) == r.digest(k - 1, p)
-                mine = r.token_slice(k * p, hit)
-                theirs = sreq.token_slice(k * p, hit)
-                ok = si == slot and same_prefix and sreq.computed >= hit and list(mine) == list(theirs)
-            if not ok:
-                self._find("PEER-4", line, f"{rid} hits {hit} tokens through {g} block {src}, whose last write "
-                           "does not hold this prompt's partial page", request=rid, group=g, block=src, hit=hit)
-
-    def _hit_shares_canonical(self, rid: str, r: _Req, hit: int, copied: dict, line: int) -> None:
-        """TS-TBL-1 (seed 002 L154: "A cache entry is metadata plus an owning CacheBlockRef that publishes an
-        existing block for reuse; registration neither allocates nor copies physical storage"): a hit's whole
-        prefix pages are served by the published canonical block itself, never by a fresh copy of it. A copy
-        destination whose source holds published content, named at a slot below the hit's last whole page, is
-        that fresh copy (a tail hit's partial-page copy lies above it and is TS-PFX-1's)."""
-        whole = hit // self.p * self.p
-        for g, row in r.rows.items():
-            grp = self.groups[g]
-            into = copied.get(g)
-            if grp.replayable or not into:
-                continue
-            content = self.content[g]
-            for i in range(min(len(row), whole // grp.block_granularity)):
-                src = into.get(row[i])
-                if src is not None and src in content:
-                    self._find("TS-TBL-1", line, f"{rid}'s {g} slot {i} is a hit served by block {row[i]}, a fresh "
-                               f"copy of published block {src}: publication shares the canonical block",
-                               request=rid, group=g, slot=i, block=row[i], source=src)
+            self.find("PEER-3", line, f"{len(missing)} cache ops never acknowledged (first {missing[0]})",
+                      op_id=missing[0])
 
     # -- pieces -----------------------------------------------------------------------------------------------
-    def _replayable_rows(self, rid: str, start: int, replay: int, tables: dict, private: dict[str, set[int]],
-                         line: int) -> None:
-        """TS-PFX-3: at its first extend a request re-feeds exactly ``min(W, hit)`` tokens (W the largest
-        replayable window: "the window the scheduler re-feeds is the retention window itself", L66), and its
-        replayable rows are null holes below the slot of the replay window's first token (``start``, where the
-        input begins) and fresh pages from it."""
-        hit = start + replay
-        want = min(self._replay_window, hit)
-        if replay != want:
-            self._replay_rows += 1
-            self._find("TS-PFX-3", line, f"{rid} re-feeds {replay} tokens before its {hit}-token hit; a replayable "
-                       f"group's window is {self._replay_window} tokens, so it must re-feed {want}", request=rid,
-                       hit=hit, replay=replay)
-            return
-        for g in self._replayable:
-            row = tables.get(g, {}).get(rid)
-            if row is None:
-                continue
-            self._replay_rows += 1
-            first = start // self.groups[g].block_granularity
-            for i, blk in enumerate(row):
-                if i < first and blk > 0:
-                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, below the "
-                               f"replay window's first slot {first}: a replayable group claims no hit", request=rid,
-                               group=g, slot=i, block=blk)
-                    return
-                if i >= first and blk > 0 and blk not in private[g]:
-                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row names block {blk} at slot {i}, which was "
-                               "not handed out fresh: a replayable group's suffix is private", request=rid, group=g,
-                               slot=i, block=blk)
-                    return
-                if i >= first and blk <= 0:
-                    self._find("TS-PFX-3", line, f"{rid}'s replayable {g} row has no page at slot {i}, inside the "
-                               "replay window it must regenerate", request=rid, group=g, slot=i)
-                    return
-
     def _check_ids(self, g: str, blocks, line: int, what: str) -> None:
         total = self.groups[g].total_pages
         for blk in blocks:
             if blk == 0:
-                self._find("TS-POOL-4", line, f"{what} is the null block 0 ({g})", group=g)
+                self.find("TS-POOL-4", line, f"{what} is the null block 0 ({g})", group=g)
             elif blk >= total:
-                self._find("PEER-1", line, f"{what} {blk} beyond {g}'s {total} pages", group=g, block=blk)
+                self.find("PEER-1", line, f"{what} {blk} beyond {g}'s {total} pages", group=g, block=blk)
 
     def _fresh_list(self, g: str, pages, line: int, what: str) -> list[int]:
         if g not in self.groups:
@@ -639,7 +425,7 @@ class Contract:
         self._check_ids(g, pages, line, f"page to {what}" if what == "zero" else what)
         if len(set(pages)) != len(pages):
             dup = sorted(x for x in set(pages) if pages.count(x) > 1)[0]
-            self._find("PEER-2", line, f"{g} page {dup} listed twice as {what} in one plan", group=g, block=dup)
+            self.find("PEER-2", line, f"{g} page {dup} listed twice as {what} in one plan", group=g, block=dup)
         content = self.content[g]
         for blk in pages:
             content.pop(blk, None)
@@ -654,7 +440,7 @@ class Contract:
             why = self.headroom.admit(rid, len(row) * grp.block_granularity, len(r.tokens) + len(r.generated),
                                       len(r.generated))
             if why:
-                self._find("TS-ADM-2", line, why, request=rid, group=g)
+                self.find("TS-ADM-2", line, why, request=rid, group=g)
         old = r.rows.get(g, [])
         hold, content = self.holders[g], self.content[g]
         bg, p, total = grp.block_granularity, self.p, grp.total_pages
@@ -668,8 +454,8 @@ class Contract:
             if blk < 0 and full and ((i < named and not (prev < 0 and i < was)) or prev > 0):
                 why = f"after naming block {prev} (a live full-attention row never loses a slot)" if prev > 0 \
                     else "before a named slot (only trailing padding may be -1)"
-                self._find("TS-POOL-4", line, f"{rid}'s {g} table holds -1 at slot {i} {why}", request=rid,
-                           group=g, slot=i)
+                self.find("TS-POOL-4", line, f"{rid}'s {g} table holds -1 at slot {i} {why}", request=rid,
+                          group=g, slot=i)
             if blk == prev:
                 continue
             if prev > 0:
@@ -678,12 +464,12 @@ class Contract:
                 continue
             if blk == 0:
                 if full:
-                    self._find("TS-POOL-4", line, f"{rid}'s {g} table names the null block 0 at slot {i}",
-                               request=rid, group=g, slot=i)
+                    self.find("TS-POOL-4", line, f"{rid}'s {g} table names the null block 0 at slot {i}",
+                              request=rid, group=g, slot=i)
                 continue
             if blk >= total:
-                self._find("PEER-1", line, f"{rid}'s {g} table names block {blk} beyond {total} pages",
-                           request=rid, group=g, block=blk)
+                self.find("PEER-1", line, f"{rid}'s {g} table names block {blk} beyond {total} pages",
+                          request=rid, group=g, block=blk)
             hold[blk] = hold.get(blk, 0) + 1
             if blk in fresh:
                 self.handed[g].discard(blk)
@@ -698,18 +484,18 @@ class Contract:
             if want is None or have is None or have[0] != want or have[1] != (i % (p // bg) if bg < p else 0):
                 why = ("holds no published content" if have is None else
                        "holds another prefix" if want is None or have[0] != want else "holds another page offset")
-                self._find("TS-TBL-1", line, f"{rid}'s {g} slot {i} names block {blk}, which was not handed out "
-                           f"fresh and {why}", request=rid, group=g, slot=i, block=blk)
+                self.find("TS-TBL-1", line, f"{rid}'s {g} slot {i} names block {blk}, which was not handed out "
+                          f"fresh and {why}", request=rid, group=g, slot=i, block=blk)
         for i in range(len(row), len(old)):
             prev = old[i]
             if prev > 0:
                 _release_holder(hold, prev)
                 if full:
-                    self._find("TS-POOL-4", line, f"{rid}'s {g} table drops slot {i} (block {prev}): a live "
-                               "full-attention row never loses a slot", request=rid, group=g, slot=i)
+                    self.find("TS-POOL-4", line, f"{rid}'s {g} table drops slot {i} (block {prev}): a live "
+                              "full-attention row never loses a slot", request=rid, group=g, slot=i)
         r.rows[g] = list(row)
 
-    def _writes(self, rid: str, r: _Req, a: int, b: int, floor: int, line: int) -> None:
+    def _writes(self, rid: str, r: RequestState, a: int, b: int, floor: int, line: int) -> None:
         """The forward writes tokens [a, b) of a request: a replayable group from a (the replay window's
         first token), every shared group only from the write floor (cache concepts: "A write floor for the
         shared groups (... prefix + replay per request)": the shared rows stay what the first computation
@@ -724,11 +510,11 @@ class Contract:
                     continue
                 self.l2.forward_write(g, blk, rid, i, line)
                 if hold.get(blk, 0) > 1:
-                    self._find("TS-TBL-1", line, f"{rid} writes {g} slot {i} into block {blk}, which another live "
-                               "table names", request=rid, group=g, slot=i, block=blk)
+                    self.find("TS-TBL-1", line, f"{rid} writes {g} slot {i} into block {blk}, which another live "
+                              "table names", request=rid, group=g, slot=i, block=blk)
                 elif blk in content:  # also at a first extend (nothing computed yet): the write floor is the hit
-                    self._find("TS-TBL-1", line, f"{rid} rewrites {g} slot {i} in block {blk}, which holds "
-                               "published content", request=rid, group=g, slot=i, block=blk)
+                    self.find("TS-TBL-1", line, f"{rid} rewrites {g} slot {i} in block {blk}, which holds "
+                              "published content", request=rid, group=g, slot=i, block=blk)
 
     def _retract(self, rid: str) -> None:
         """A retracted request keeps its tokens and progress but no rows: its pages go back to the pool."""

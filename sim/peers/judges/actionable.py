@@ -1,10 +1,10 @@
 """What makes a real-engine finding one an engine developer can act on: its place in the engine, its check at
 the step the engine's structures broke, and its place among the run's causes.
 
-``Actionable`` rides beside ``sim.peers.engine_judge.EngineJudge`` (which calls it at the start and end of each
+``Actionable`` rides beside ``sim.peers.judges.engine_judge.EngineJudge`` (which calls it at the start and end of each
 step, on each finding, and when the engine raised):
 
-* **frames** (``sim.peers.frames``): every finding about a block (SGLang: page), radix node or request names the
+* **frames** (``sim.peers.judges.frames``): every finding about a block (SGLang: page), radix node or request names the
   engine frame that last changed it, from the driver's ledger -- ``(block 47 was last freed by
   vllm/v1/core/block_pool.py:816 in free_blocks, called from ...)`` appended to its message, the frame's text in
   ``context.engine_frame``;
@@ -14,7 +14,7 @@ step, on each finding, and when the engine raised):
   holding more blocks than its computed tokens need (``exact_tables``: engines that allocate per step). A
   structure finding that says exactly what it said at the previous step is not filed again (the state has not
   moved; it would only be counted as its own consequence);
-* **recovery** (``sim.peers.peer_recovery``): every finding, the event stream's included, is filed as a root or
+* **recovery** (``sim.peers.judges.peer_recovery``): every finding, the event stream's included, is filed as a root or
   as a consequence of an earlier root.
 
 Rule titles and clauses of PEER-14 / PEER-15 come from the catalogue (``spec/rules/peer_structure.py``).
@@ -25,11 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kvsim.sim.peers.frames import Frames, site
-from kvsim.sim.peers.peer_recovery import PeerRecovery, Record
+from kvsim.sim.peers.judges.frames import Frames, site
+from kvsim.sim.peers.judges.peer_recovery import PeerRecovery, Record
 
 if TYPE_CHECKING:
-    from kvsim.sim.peers.engine_judge import EngineJudge
+    from kvsim.sim.peers.judges.engine_judge import EngineJudge
 
 __all__ = ["Actionable", "RULE_IDS", "rules"]
 
