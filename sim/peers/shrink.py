@@ -50,7 +50,7 @@ class Shrinker:
         self.need = need
         self.progress = progress
         self.trials = 0
-        self.best: Case | None = None
+        self.best = Case((), 0)  # the smallest failing case so far (``run`` starts it at the case it is given)
 
     def _try(self, case: Case) -> bool:
         """Whether ``case`` still fails (one trial); the smallest failing case so far is kept in ``best``."""
@@ -58,10 +58,10 @@ class Shrinker:
             return False
         self.trials += 1
         bad = self.fails(case)
-        if bad and (self.best is None or size(case) < size(self.best)):
+        if bad and size(case) < size(self.best):
             self.best = case
         if self.progress is not None:
-            self.progress(self.trials, self.best if self.best is not None else case)
+            self.progress(self.trials, self.best)
         return bad
 
     def run(self, case: Case) -> Case:
@@ -81,13 +81,11 @@ class Shrinker:
 
     # -- passes ------------------------------------------------------------------------------------------------
     def _with(self, reqs: list[Request], blocks: int | None = None) -> Case:
-        assert self.best is not None
         c = Case(tuple(reqs), self.best.blocks if blocks is None else blocks)
         return dataclasses.replace(c, blocks=max(c.blocks, self.need(c)))
 
     def _prefix(self) -> None:
         """The shortest failing prefix, by bisection over its length (the whole case fails)."""
-        assert self.best is not None
         reqs = list(self.best.requests)
         lo, hi = 0, len(reqs)  # prefixes of length hi fail; of length lo: not known to
         while hi - lo > 1 and self.trials < self.budget:
@@ -98,12 +96,11 @@ class Shrinker:
                 lo = mid
         if hi < len(reqs):
             cand = self._with(reqs[:hi])
-            if self.best is None or size(cand) <= size(self.best):
+            if size(cand) <= size(self.best):
                 self.best = cand
 
     def _ddmin(self) -> None:
         """Remove chunks of requests, halving the chunk size down to one request."""
-        assert self.best is not None
         n = max(1, len(self.best.requests) // 2)
         while n >= 1 and self.trials < self.budget:
             reqs = list(self.best.requests)
@@ -121,7 +118,6 @@ class Shrinker:
                 n //= 2
 
     def _arrivals(self) -> None:
-        assert self.best is not None
         reqs = list(self.best.requests)
         if any(r.arrival_step for r in reqs):
             cand = [dataclasses.replace(r, arrival_step=0) for r in reqs]
@@ -129,7 +125,6 @@ class Shrinker:
                 self.best = self._with(cand)
 
     def _outputs(self) -> None:
-        assert self.best is not None
         for k in range(len(self.best.requests)):
             while self.trials < self.budget:
                 reqs = list(self.best.requests)
@@ -149,7 +144,6 @@ class Shrinker:
                     break
 
     def _prompts(self) -> None:
-        assert self.best is not None
         for k in range(len(self.best.requests)):
             cut = len(self.best.requests[k].tokens) // 2
             while cut >= 1 and self.trials < self.budget:
@@ -166,7 +160,6 @@ class Shrinker:
 
     def _pool(self) -> None:
         """The fewest usable blocks that still fail, by bisection between the largest request's need and now."""
-        assert self.best is not None
         lo, hi = self.need(self.best) - 1, self.best.blocks  # hi fails; lo cannot hold the largest request
         while hi - lo > 1 and self.trials < self.budget:
             mid = (lo + hi) // 2
