@@ -1,5 +1,5 @@
 """PEER-9 on SGLang's deep counters: what its driver reads from the radix tree's own structures (``probe`` in
-``sim/peers/sglang/driver.py``, the tree walked from its root), each against what should equal it.
+``sim/peers/sglang/ledger.py``, run by the driver, the tree walked from its root), each against what should equal it.
 
 SGLang's ``RadixCache`` keeps ``lock_ref`` on every node (``inc_lock_ref`` / ``dec_lock_ref`` walk from the
 locked node to the root, so a node's count is the number of held locks at or below it), running totals

@@ -151,48 +151,6 @@ def count_paths(n: dict) -> None:
     RadixCache.reset = reset_counted
 
 
-def probe(tree: Any, locks: list) -> dict:
-    """The tree's deep counters, read from its own structures: walked from the root, the tokens of nodes with
-    ``lock_ref == 0`` and ``> 0`` beside ``evictable_size_`` / ``protected_size_``; each node's ``lock_ref``
-    against the locks this driver holds at or below it (the first eight disagreements named by node id); the
-    evictable leaves (unlocked, no live child) beside ``evictable_leaves``. O(nodes): every ``probe_every``
-    steps."""
-    root = tree.root_node
-    want: dict[int, int] = {}
-    for node in locks:
-        while node is not None and node is not root:
-            want[id(node)] = want.get(id(node), 0) + 1
-            node = node.parent
-    evictable = protected = nodes = 0
-    bad: list = []
-    wrong = 0
-    leaves = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        live = [c for c in node.children.values() if not c.evicted]
-        stack.extend(live)
-        if node is root:
-            continue
-        nodes += 1
-        if node.lock_ref == 0:
-            evictable += len(node.key)
-            if not live:
-                leaves.add(id(node))
-        else:
-            protected += len(node.key)
-        expect = want.pop(id(node), 0)
-        if node.lock_ref != expect:
-            wrong += 1
-            if len(bad) < 8:
-                bad.append([node.id, node.lock_ref, expect])
-    listed = {id(x) for x in tree.evictable_leaves}
-    return {"nodes": nodes, "evictable_walk": evictable, "protected_walk": protected,
-            "evictable": tree.evictable_size_, "protected": tree.protected_size_, "lock_mismatch": wrong,
-            "lock_mismatch_nodes": bad, "locks_off_tree": len(want), "leaves_walk": len(leaves),
-            "leaves_listed": len(listed), "leaves_differ": len(leaves ^ listed)}
-
-
 def token(rid: str, pos: int, vocab: int) -> int:
     """A synthetic output token, deterministic in (request, position) -- the same formula as kvsim's peers."""
     return zlib.crc32(f"{rid}:{pos}".encode()) % vocab
@@ -223,6 +181,7 @@ class Driver:
     def __init__(self, cfg: dict, where: dict):
         import sglang
         import torch
+        from sglang.srt.mem_cache import radix_cache
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixCache
 
@@ -244,6 +203,7 @@ class Driver:
         count_paths(self.paths)
         # the ledger wraps after the path counters, so it names the engine's functions and their real callers
         ledger.install(type(self.alloc))
+        radix_cache.TreeNode.counter = 0  # node ids count from 0 in every trial: the same run names the same nodes
         self.led = ledger.Ledger(os.path.dirname(os.path.dirname(os.path.abspath(sglang.__file__))), ps, where)
         ledger.CURRENT[0] = self.led
         self.tree = RadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
@@ -505,7 +465,7 @@ def run_trial(cfg: dict, given: list, trial: int, send: Any, where: dict, state:
                "batches": batches, "paths": d.take_paths(), "ledger": facts}
         d.evictions, d.observe_s = [], 0.0
         if step % every == 0 or not (arrivals or waiting or running):
-            msg["probe"] = probe(d.tree, [r.lock.node for r in running if r.lock is not None])
+            msg["probe"] = ledger.probe(d.tree, [r.lock.node for r in running if r.lock is not None])
             if d.led.changes != walked:  # nothing SGLang did since the last walk: the same structure
                 msg["walk"] = structure(d, running)
                 walked = d.led.changes
@@ -526,7 +486,7 @@ def run_trial(cfg: dict, given: list, trial: int, send: Any, where: dict, state:
         t1 = clock()
         inside = d.led.cost - spent
         t4 = clock()
-        pr = probe(d.tree, [])
+        pr = ledger.probe(d.tree, [])
         send({"step": step, "engine_s": t1 - t0 - inside, "new": [], "cached": [], "tables": [], "scheduled": {},
               "tokens": {}, "finished": [], "preempted": [], "stats": None, "cleared": True,
               "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,

@@ -247,3 +247,45 @@ def walk(tree: Any, alloc: Any, rows: list, num_pages: int, ps: int) -> dict:
             "listed_off_tree": listed_off, "lost": lost[:16].tolist(), "lost_n": int(lost.numel()),
             "double": [[int(p), int(free_n[p]), int(tree_n[p]), int(row_n[p])] for p in double[:16].tolist()],
             "double_n": int(double.numel())}
+
+
+def probe(tree: Any, locks: list) -> dict:
+    """The tree's deep counters, read from its own structures: walked from the root, the tokens of nodes with
+    ``lock_ref == 0`` and ``> 0`` beside ``evictable_size_`` / ``protected_size_``; each node's ``lock_ref``
+    against the locks this driver holds at or below it (the first eight disagreements named by node id); the
+    evictable leaves (unlocked, no live child) beside ``evictable_leaves``. O(nodes): every ``probe_every``
+    steps."""
+    root = tree.root_node
+    want: dict[int, int] = {}
+    for node in locks:
+        while node is not None and node is not root:
+            want[id(node)] = want.get(id(node), 0) + 1
+            node = node.parent
+    evictable = protected = nodes = 0
+    bad: list = []
+    wrong = 0
+    leaves = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        live = [c for c in node.children.values() if not c.evicted]
+        stack.extend(live)
+        if node is root:
+            continue
+        nodes += 1
+        if node.lock_ref == 0:
+            evictable += len(node.key)
+            if not live:
+                leaves.add(id(node))
+        else:
+            protected += len(node.key)
+        expect = want.pop(id(node), 0)
+        if node.lock_ref != expect:
+            wrong += 1
+            if len(bad) < 8:
+                bad.append([node.id, node.lock_ref, expect])
+    listed = {id(x) for x in tree.evictable_leaves}
+    return {"nodes": nodes, "evictable_walk": evictable, "protected_walk": protected,
+            "evictable": tree.evictable_size_, "protected": tree.protected_size_, "lock_mismatch": wrong,
+            "lock_mismatch_nodes": bad, "locks_off_tree": len(want), "leaves_walk": len(leaves),
+            "leaves_listed": len(listed), "leaves_differ": len(leaves ^ listed)}

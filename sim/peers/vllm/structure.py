@@ -25,11 +25,13 @@ Found = tuple[str, str, dict, str]  # (rule, message, context, frame aspect: "bl
 def check(msg: dict, holders: dict[int, int], block_size: int) -> list[Found]:
     """The PEER-14 / PEER-15 findings of one step (or crash) message; ``holders`` maps each block the live
     requests' tables name to how many name it, after the step. A crash message comes from inside a step whose
-    tables the judge never saw: its blocks' reference counts are not compared with the tables, only the
-    structure itself is judged."""
+    tables the judge never saw, and a hybrid model's other groups are named by tables kept apart: there the
+    blocks' reference counts are not compared with the tables, only the structure itself is judged."""
     out: list[Found] = []
     facts = msg.get("ledger") or {}
-    whole = "crash" not in msg
+    # a crash message comes from inside a step whose tables the judge never saw; a hybrid model's blocks of its
+    # other KV cache groups (``groups``) are named by tables the judge keeps apart: neither compares ref_cnt
+    whole = "crash" not in msg and "groups" not in msg
     for row in facts.get("blocks", ()):
         b, ref, queued, links = row[:4]
         want = holders.get(b, 0)
