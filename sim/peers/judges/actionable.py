@@ -7,7 +7,7 @@ step, on each finding, and when the engine raised):
 * **frames** (``sim.peers.judges.frames``): every finding about a block (SGLang: page), radix node or request names the
   engine frame that last changed it, from the driver's ledger -- ``(block 47 was last freed by
   vllm/v1/core/block_pool.py:816 in free_blocks, called from ...)`` appended to its message, the frame's text in
-  ``context.engine_frame``;
+  the violation's ``engine_frame``;
 * **structure and amounts** (PEER-14, PEER-15; per engine in ``sim.peers.ENGINE.structure``): the engine's own
   free queue, tree, allocator and reference counts as its driver read them after the step (and as it left them
   when it raised), and how much each allocation and eviction took; plus, engine-neutral, no request's table
