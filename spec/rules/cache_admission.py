@@ -117,5 +117,6 @@ transition_rule(
               "full-attention group, block granularity = prefix granularity, one page per parent, no Host tier "
               "or snapshots (there the check is exact); pages whose key is held twice (a duplicate the index may "
               "have dropped) are left out. The LRU-epoch order among victims is not judged: the plans do not show "
-              "the access epochs (a request's own epoch carries over, research/tokenspeed.md §4).",
+              "the access epochs (a request's own epoch carries over: TokenSpeed's coordinator/cache_admission.cpp "
+              "takes the request's own epoch, or a new one).",
     scope="cache")

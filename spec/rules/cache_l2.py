@@ -46,8 +46,8 @@ _rule("TS-L2-4", "No key is stored twice while its store is in flight",
       'cache concepts L112: "a store skips keys already in flight"', "_write_back",
       "A keyed write-back's (group, content hash, page offset) must not be the key of another unacknowledged "
       "write-back, in the same plan or an earlier one.")
-_rule("TS-L2-5", "A load's Host source was written back and acknowledged under its key; Host-only loads are "
-      "unkeyed",
+_rule("TS-L2-5", "A load's Host source was written back and acknowledged under its key; Host-only loads carry "
+      "an empty key",
       'cache concepts L185: "Host-only L2 load-backs leave BlockTransfer.key empty and stay on the admit-time '
       'CacheFullBlocks path"; L80: "Host restores still use CacheFullBlocks"', "_load",
       "A load-back or L2 restore reads a Host page of its group that a write-back filled and that write-back "
@@ -116,17 +116,21 @@ _rule("TS-L2-11", "A Host-served prefix hit leaves no slot without content (clam
       "Host credits, StorageConfig.max_host_blocks) and a hit clamped to whole prefix pages.")
 
 transition_rule(
-    "TS-L2-12", "Pages a prefill computed are stored by its next admission; every page by the plan after finish",
+    "TS-L2-12", "Every newly published page is stored on Host before a drained trace ends, unless evicted first",
     'cache concepts L187: "During prefill, each completed scheduling boundary queues all newly published '
     'full-attention pages ... The first decode admission from PrefillDone applies the same policy to the final '
     'prompt boundary"; "At finish or retraction, eligible non-state Device pages ... are queued before request '
     'ownership is released. Ordinary sliding-window entries always stream when published"',
     "kvsim.sim.peers.cachetrace.store_policy.StorePolicy.check",
     decisions="With a Host tier: a whole page a prefill forward computed (full-attention or non-replayable sliding "
-              "group) is published at the request's next admission (its next chunk or first decode) and must be "
-              "stored by the end of that plan; pages a decode computed, and prefill pages still owed, by the end of "
-              "the plan after the answer that finished the request. Stored: some write-back (pinned or not, "
-              "acknowledged or not) copied a Device page holding that key and offset to Host since it was "
-              "computed, by any request. Retraction, abort, an accepted ClearCache or the end of the trace drop "
-              "what was owed; state groups and the seed's 'eligible' at retraction are not judged.",
+              "group) falls due at the request's next admission (its next chunk or first decode, where it is "
+              "published); a whole page a decode computed, and any prefill page still owed, when the request "
+              "finishes. A page that fell due is settled once some write-back (pinned or not, acknowledged or not, "
+              "by any request) has copied a Device page holding its prefix key and page offset to the group's Host "
+              "tier since it was computed, or once its Device block is handed out again (evicted while queued: not "
+              "judged). When the trace ends drained (its last plan schedules nothing and issues no cache op), every "
+              "page still unsettled is a finding, unless the Host tier was full while it waited (which subset a "
+              "full tier keeps is the scheduler's choice). Not owed: a page swapped to the key's canonical block at "
+              "publication, a sliding-window page that slid out before publication, anything of a request retracted "
+              "or aborted or from before an accepted ClearCache; state groups are not judged here.",
     scope="cache")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.cache.journal import AcquireRecord, AdmitRecord
-from kvsim.spec.catalogue import state_rule
+from kvsim.spec.catalogue import Reading, state_rule
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -156,7 +156,10 @@ def naive_placement(snap: tuple, group: int, num: int, table_ids: Iterable[int])
                       "[1, 1 + N·K), distinct per owner, and a replicated group's local id is its own id. On a "
                       "scheduler's plans (sim.peers.cachetrace.contract) a full-attention table never names block 0, "
                       "holds -1 only as trailing padding and never loses a slot of a live row (seed 002 L165 \"full "
-                      "attention never expires\"; fault full-row-hole).")
+                      "attention never expires\"; fault full-row-hole).",
+            readings=(Reading("tokenspeed", "kvsim.sim.peers.cachetrace.contract.Contract._row",
+                              title="Null block 0 never handed out, zeroed or named by a full-attention table; a "
+                                    "full-attention row holds -1 only as trailing padding and never loses a slot"),))
 def ts_pool_4(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     pool = st.pool

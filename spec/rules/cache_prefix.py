@@ -12,7 +12,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.cache.journal import ProbeRecord, PublishRecord
-from kvsim.spec.catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import Reading, state_rule, transition_rule
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -37,9 +37,12 @@ def chain_hashes(tokens: Sequence[int], p: int) -> list[str]:
             "at multiples of prefix_granularity",
             'cache concepts: "two requests share cache only at multiples of this many tokens"; "SHA-256 prefix-page '
             'hashing"', scope="cache",
-            decisions="Framing from TokenSpeed's prefix_hasher.h (research/tokenspeed.md §3). A published key's "
+            decisions="Framing from TokenSpeed's prefix_hasher.h. A published key's "
                       "page offset is its slot modulo P / block_granularity; a probe's bound and hit are multiples "
-                      "of P; published tokens are whole pages.")
+                      "of P; published tokens are whole pages.",
+            readings=(Reading("tokenspeed", "kvsim.sim.peers.cachetrace.hits.PrefixHits.first_extend",
+                              title="Prefix hits only at multiples of prefix_granularity, short of the prompt's last "
+                                    "token"),))
 def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
