@@ -75,15 +75,9 @@ def report_counters(path: str | Path) -> dict:
 
 
 def known_rules() -> dict[str, tuple[str, str]]:
-    """Every rule id an obligation may name, with its evidence and seed citation: the catalogue's, and the
-    peer judges' own (PEER-*, EV-*), which the catalogue does not hold."""
-    from kvsim.sim.peers.cachetrace import contract
-    from kvsim.sim.peers.judges import engine_judge, events
-
-    known = {rid: ("engine", cite) for rid, (_title, cite) in {**contract.RULES, **engine_judge.RULES}.items()}
-    known.update({rid: ("engine", r.clause) for rid, r in events.CATALOGUE.items()})
-    known.update({r.id: (r.evidence, r.clause) for r in all_rules()})
-    return known
+    """Every rule id an obligation may name, with its evidence and seed citation: the catalogue's (every rule a
+    command can report, the peer judges' PEER-* and EV-* included)."""
+    return {r.id: (r.evidence, r.clause) for r in all_rules()}
 
 
 def run_obligations(args) -> int:
