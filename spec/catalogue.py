@@ -220,6 +220,23 @@ def locate(dotted: str) -> tuple[str, int] | None:
     return None
 
 
+def where(dotted: str) -> str | None:
+    """``path:line`` of the definition a dotted name names, the path relative to the package (the repository's
+    layout: kvsim.sim.peers.x is sim/peers/x.py), never a machine path; None when it names nothing."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        origin = _module_file(parts[:cut])
+        if origin is None:
+            continue
+        found = locate(dotted)
+        if found is None:
+            return None
+        inner = parts[1:cut] if parts[0] == "kvsim" else parts[:cut]
+        rel = "/".join(inner + ["__init__"] if os.path.basename(origin) == "__init__.py" else inner) + ".py"
+        return f"{rel}:{found[1]}"
+    return None
+
+
 def _module_file(names: list[str]) -> str | None:
     """The .py file of module ``a.b.c``, or None: each level's spec is asked of the import system's finders
     (``sys.meta_path``, given the parent's search locations) without importing any of the packages, so the

@@ -18,7 +18,10 @@ transition_rule(
               "one new token (a request produces one). A submission the scheduler refuses (a `submit` record with "
               "`refused`) must exceed the bound, and one it accepts must not. Without the bound in the header "
               "nothing is judged.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_scheduler_clauses.py::test_refusals_exactly_beyond_the_bound_are_clean",
+           "tests/peers/test_scheduler_clauses.py::test_a_refusal_within_the_bound_or_an_admission_beyond_it_fires"),
+    context=("request", "tokens"))
 
 transition_rule(
     "TS-POOL-5", "The page gauge's cache-only remainder total - empty - active is non-negative; active is the live "
@@ -35,4 +38,7 @@ transition_rule(
               "image is no live table) or while blocks handed out fresh to a request outside the batch (a "
               "restore's growth) are not yet named by a row. Whether the cache-only remainder equals the blocks "
               "the prefix index holds is not judged: evictions without re-grant are not in the plans.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_scheduler_clauses.py::test_gauge_whose_active_parents_are_the_live_blocks_is_clean",
+           "tests/peers/test_scheduler_clauses.py::test_gauge_with_a_negative_remainder_or_other_active_count_fires"),
+    context=("empty", "active", "live"))

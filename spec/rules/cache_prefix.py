@@ -42,7 +42,10 @@ def chain_hashes(tokens: Sequence[int], p: int) -> list[str]:
                       "of P; published tokens are whole pages.",
             readings=(Reading("tokenspeed", "kvsim.sim.peers.cachetrace.hits.PrefixHits.first_extend",
                               title="Prefix hits only at multiples of prefix_granularity, short of the prompt's last "
-                                    "token"),))
+                                    "token"),),
+            tests=("tests/cache/test_rules.py::test_pfx1_keeps_chained_hashes_and_page_multiples",
+                   "tests/cache/test_rules.py::test_pfx1_fires_on_unchained_hashes_and_a_mid_page_hit"),
+            context=("request", "hit"))
 def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
@@ -107,7 +110,9 @@ def expected_hits(grp: ProbeGroup, boundary_slots: int) -> tuple[bool, ...]:
             decisions="A window group resumes at boundary b with ceil((W − 1)/bg) cached slots before b, or a "
                       "shorter run reaching slot 0; W = 2 for state groups; replayable groups are not matched and "
                       "claim no hit.",
-            evidence="model")
+            evidence="model",
+            tests=("tests/cache/test_rules.py::test_pfx2_keeps_full_window_and_state_matching",
+                   "tests/cache/test_rules.py::test_pfx2_fires_on_a_hit_beyond_what_every_group_supports"))
 def ts_pfx_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
@@ -152,4 +157,11 @@ transition_rule(
               "The contract never records a replayable page as published, so a later table naming one as cached "
               "content is TS-TBL-1. That a replayable group never constrains the boundary needs the other groups' "
               "index and is checked on kvsim's own coordinator (TS-PFX-2).",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_replayable.py::test_hole_below_the_replay_window_and_fresh_pages_from_it_are_clean",
+           "tests/peers/test_replayable.py::test_page_below_the_replay_window_fires",
+           "tests/peers/test_replayable.py::test_replayable_page_shared_from_an_earlier_request_fires",
+           "tests/peers/test_replayable.py::test_replay_shorter_than_the_window_fires",
+           "tests/peers/test_replayable.py::test_hole_inside_the_replay_window_fires",
+           "tests/peers/test_replayable.py::test_replayable_declared_on_a_full_attention_group_fires"),
+    context=("request", "hit", "replay", "group", "slot", "block"))

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
                       "scheduler's plans (sim.peers.cachetrace.contract) a hit's whole prefix pages name the published "
                       "block itself: a fresh copy of a published block at a hit slot fires (seed 002 L154 "
                       "\"registration neither allocates nor copies physical storage\"; fault hit-served-as-copy).",
-            readings=(Reading("tokenspeed", "kvsim.sim.peers.cachetrace.contract.Contract._row"),))
+            readings=(Reading("tokenspeed", "kvsim.sim.peers.cachetrace.contract.Contract._row"),),
+            tests=("tests/cache/test_rules.py::test_tbl1_keeps_sharing_through_cache_keys",
+                   "tests/cache/test_rules.py::test_tbl1_fires_on_private_aliasing_and_a_freed_block"),
+            context=("request", "group", "slot", "block", "source"))
 def ts_tbl_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     groups = len(st.config.groups)

@@ -30,7 +30,12 @@ transition_rule(
               "cached blocks are ranked by release -- the step (preemptions before finishes), then within one "
               "request's release the reversed table position; blocks released by different requests in the same "
               "step are unordered. Findings name the evicted block and the block vLLM should have evicted first.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_eviction_policy.py::test_vllm_tail_first_eviction_keeps_peer_12",
+           "tests/peers/test_eviction_policy.py::test_vllm_releases_in_one_step_by_two_requests_are_unordered",
+           "tests/peers/test_eviction_policy.py::test_vllm_head_first_eviction_fires_peer_12",
+           "tests/peers/test_eviction_policy.py::test_vllm_evicting_while_an_empty_block_is_free_fires_peer_12"),
+    context=("request", "block", "ahead"))
 
 transition_rule(
     "PEER-13", "SGLang's radix cache evicts only unlocked leaves, least recently accessed first",
@@ -45,4 +50,8 @@ transition_rule(
               "times in any order, a parent joining once its last child is gone) -- no locked node, no node with a "
               "kept child, no node removed while an unlocked leaf accessed earlier stays. How many tokens a call "
               "frees is not judged here (PEER-9 counts the pool).",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_eviction_policy.py::test_sglang_lru_peeling_keeps_peer_13",
+           "tests/peers/test_eviction_policy.py::test_sglang_equal_access_times_are_either_order",
+           "tests/peers/test_eviction_policy.py::test_sglang_out_of_policy_eviction_fires_peer_13"),
+    context=("call", "need"))
