@@ -326,6 +326,14 @@ FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS",
 FAMILY_GROUPS = {"store": FAMILY_ORDER[:10], "TS": tuple(f for f in FAMILY_ORDER if f.startswith("TS-"))}
 
 
+def families(word: str) -> tuple[str, ...]:
+    """The families a word names, in catalogue order: a family (``PEER``, ``ts-l2``: any case), ``TS`` (every
+    TS-* family) or ``store`` (the store contract's); () when it names none."""
+    up = word.upper()
+    group = next((fams for name, fams in FAMILY_GROUPS.items() if name.upper() == up), None)
+    return group if group is not None else tuple(f for f in FAMILY_ORDER if f == up)
+
+
 def _order(r: Rule) -> tuple[int, int]:
     fam, n = r.id.rsplit("-", 1)
     return FAMILY_ORDER.index(fam), int(n)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from kvsim.spec.catalogue import JUDGES, Rule
 
-__all__ = ["Form", "FORMS", "forms_of", "meaning"]
+__all__ = ["Form", "FORMS", "MODEL_GUARD", "forms_of", "meaning", "means"]
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,7 @@ _EVENT_KEYS = {
 _ENGINE = "the engine under test broke the rule"
 FORMS = {
     "replay": Form("replay", "kvsim replay, kvsim check, kvsim simulate (its recorded trace), kvsim fuzz",
-                   f"{_ENGINE} in the kvtrace/1 trace it recorded (a rule that guards the model fires only on "
-                   "hand-edited or buggy model state: kvsim's own bug)",
+                   f"{_ENGINE} in the kvtrace/1 trace it recorded",
                    "the index of the trace event (0 is the first event after the header; -1 the header's "
                    "configuration)", "the line of the trace file holding that event (1 is the header)",
                    "the event's op (activate, map, launch, ...; header for the configuration)", _STORE_KEYS),
@@ -132,8 +131,9 @@ FORMS = {
                   "the probe's place in the list, shown as (config probe):N", "the probe's name (its JSON carries "
                   "probe, expected and got instead of a context)", {}),
     "engine": Form("engine", "kvsim peer vllm, kvsim peer sglang", f"{_ENGINE} (vLLM's scheduler or SGLang's "
-                   "radix cache, in the steps of this run)", "the engine step",
-                   "the line of the run's event log the step's events end at (kvsim peer --events-log F keeps it)",
+                   "radix cache, in the steps of this run)", "the engine step (its message names it too)",
+                   "the line, in the run's event log (one line per published batch: kvsim peer --events-log F keeps "
+                   "it), of the step's last batch: the stream as of that step",
                    "step", _STEP_KEYS),
     "events": Form("events", "kvsim events; every kvsim peer run (the engine's KV events)",
                    f"{_ENGINE}: the KV-event stream it published would mislead a consumer (a KV-aware router)",
@@ -141,6 +141,15 @@ FORMS = {
                    "kv", _EVENT_KEYS),
 }
 assert set(FORMS) == set(JUDGES)
+
+
+MODEL_GUARD = ("kvsim's own model broke the rule: only hand-edited or buggy model state fires it (a bug in kvsim, "
+               "or a seeded one), never an engine's trace")
+
+
+def means(rule: Rule, form: Form) -> str:
+    """What a finding of `rule` reported by `form`'s judge says about the system under test."""
+    return MODEL_GUARD if rule.evidence == "model" and form.judge == "replay" else form.means
 
 
 def forms_of(rule: Rule) -> list[Form]:

@@ -10,7 +10,8 @@ _C = "kvsim.sim.peers.cachetrace.capacity.Capacity"
 transition_rule(
     "TS-ADM-3", "A request is refused at submission exactly when it exceeds the CapacityModel's single-request bound",
     'cache concepts L250: "The per-request working set ... is therefore defined once, in C++, and the Scheduler '
-    'bounds single requests against the pool with the same model (docs/design/scheduler.md §1.4)"; "parents_needed '
+    'bounds single requests against the pool with the same model" (the seed cites TokenSpeed\'s scheduler design '
+    'document, §1.4); "parents_needed '
     '... hands the group specs ... to the scheduler\'s own CapacityModel"', f"{_C}.submit",
     decisions="The cachetrace/1 header's max_single_request_tokens is what the scheduler's CapacityModel, built "
               "from the same SchedulerConfig, answers for the usable pool (num_device_pages - 1 LCM blocks): the "
