@@ -98,7 +98,7 @@ headline says so (`partial`), whatever renders it."""
 def partial(v: Verdict, mark: Mapping[str, Any] | None) -> Verdict:
     """The verdict of a run cut short: a violation found so far still fails it ("FAIL: PARTIAL, interrupted by
     SIGINT after 4 of 110 scenarios: ..."); otherwise it is incomplete, never a pass ("INCOMPLETE: interrupted
-    by SIGINT after 4 of 110 scenarios: no violation so far ..."), whatever it judged before the signal (nothing,
+    by SIGINT after 4 of 110 scenarios; so far: no violation ..."), whatever it judged before the signal (nothing,
     possibly). The counts stay those of the part judged."""
     if not mark:
         return v
@@ -107,7 +107,7 @@ def partial(v: Verdict, mark: Mapping[str, Any] | None) -> Verdict:
     stopped = f"interrupted by {mark.get('signal', 'a signal')}{done}"
     if v.status == "fail":
         return Verdict("fail", f"FAIL: PARTIAL, {stopped}: {rest}", v.counts)
-    return Verdict("incomplete", f"INCOMPLETE: {stopped}: {rest} (so far)", v.counts)
+    return Verdict("incomplete", f"INCOMPLETE: {stopped}; so far: {rest}", v.counts)
 
 
 def verdict_of(report: Mapping[str, Any]) -> Verdict:

@@ -52,7 +52,7 @@ __all__ = ["RULES", "Contract", "Finding"]
 class Contract:
     """Feed it submit / plan / result records in order; ``findings`` collects what broke."""
 
-    def __init__(self, config: ct.Config, max_findings: int = 1000) -> None:
+    def __init__(self, config: ct.Config, max_findings: int | None = None) -> None:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
@@ -99,7 +99,7 @@ class Contract:
     # -- findings ---------------------------------------------------------------------------------------------
     def find(self, rule: str, line: int, message: str, **ctx) -> None:
         self.counts[rule] += 1
-        if len(self.findings) < self.max_findings:
+        if self.max_findings is None or len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, self.current_plan, message, ctx))
 
     # -- records ----------------------------------------------------------------------------------------------
