@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvsim.spec.catalogue import JUDGES, Rule
+from kvsim.spec.catalogue import JUDGES, InvalidRule, Rule
 
 __all__ = ["Form", "FORMS", "MODEL_GUARD", "forms_of", "meaning", "means"]
 
@@ -140,7 +140,8 @@ FORMS = {
                    "the line (the same as `line`)", "the line of the event log holding the batch",
                    "kv", _EVENT_KEYS),
 }
-assert set(FORMS) == set(JUDGES)
+if set(FORMS) != set(JUDGES):
+    raise InvalidRule(f"spec.findings: a finding form per judge of {JUDGES}, got {sorted(FORMS)}")
 
 
 MODEL_GUARD = ("kvsim's own model broke the rule: only hand-edited or buggy model state fires it (a bug in kvsim, "
