@@ -27,6 +27,7 @@ class Form:
     line: str         # where `line` points
     op: str           # what the `op` field holds
     keys: dict[str, str] = field(default_factory=dict)  # context key -> what it is
+    also: str = ""    # anything else a reader of its findings needs
 
 
 _STORE_KEYS = {
@@ -77,6 +78,8 @@ _PLAN_KEYS = {
     "endpoint": "the token position of the prompt's last aligned boundary",
     "tokens": "the request's tokens with its output, against the single-request bound",
     "call": "the scheduler call that raised (submit, plan, advance, ...)",
+    "cause": "the scheduler behaviour the finding follows from (e.g. partial tail published): its first finding is "
+             "the root, later ones are its consequences (one cause, one finding)",
     "empty": "the page gauge's empty parents", "active": "the page gauge's active parents (TS-POOL-5) or "
     "TokenSpeed's active_lcm_blocks (PEER-9)", "live": "the blocks the live tables name",
     "available": "TokenSpeed's available_lcm_blocks", "usable": "the usable parents (num_device_pages less the null "
@@ -125,7 +128,9 @@ FORMS = {
                        "the plan number (the last plan before the record; -1 before the first)",
                        "the line of the cachetrace/1 record whose application found it (a "
                        "submit, plan, result or error record; `kvsim peer` names the run's record, kept with "
-                       "--record F)", "plan", _PLAN_KEYS),
+                       "--record F)", "plan", _PLAN_KEYS,
+                       "a root finding carries its number `id`; a later one that follows from the same cause or "
+                       "entities is listed apart as its consequence, with `of` (the root's id), and is no violation"),
     "probe": Form("probe", "kvsim peer tokenspeed --probe-config", "the TokenSpeed wheel's configuration gate "
                   "disagrees with the cache concepts on one probe", "the probe's place",
                   "the probe's place in the list, shown as (config probe):N", "the probe's name (its JSON carries "

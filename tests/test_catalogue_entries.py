@@ -165,6 +165,7 @@ def test_a_path_outside_the_repository_is_caught():
 
 
 FINDERS = {"violation", "find", "_find", "_diverged"}
+NOT_CONTEXT = {"about"}  # the contract judge's find(): the entities a cause marks (causes.Causes), not kept
 
 
 def _finding_keys() -> dict[str, set[str]]:
@@ -177,7 +178,8 @@ def _finding_keys() -> dict[str, set[str]]:
                         and isinstance(n.args[0].value, str) and ANY_ID.fullmatch(n.args[0].value):
                     name = ast.unparse(n.func).rsplit(".", 1)[-1]
                     if name in FINDERS:
-                        out.setdefault(n.args[0].value, set()).update(k.arg for k in n.keywords if k.arg)
+                        out.setdefault(n.args[0].value, set()).update(
+                            k.arg for k in n.keywords if k.arg and k.arg not in NOT_CONTEXT)
                     elif name == "Finding" and len(n.args) >= 3 and isinstance(n.args[2], ast.Dict):
                         out.setdefault(n.args[0].value, set()).update(
                             k.value for k in n.args[2].keys if isinstance(k, ast.Constant))

@@ -65,7 +65,7 @@ def checkers(rule: Rule) -> list[dict]:
 def reading(rule: Rule, form: Form) -> dict:
     """How to read a finding of `rule` reported by `form`'s judge: its fields, and the context keys it explains."""
     return {"judge": form.judge, "reported_by": form.reported_by, "means": means(rule, form), "event": form.event,
-            "line": form.line, "op": form.op,
+            "line": form.line, "op": form.op, "also": form.also,
             "context": {k: form.keys[k] for k in rule.context if k in form.keys}}
 
 
@@ -111,7 +111,8 @@ def text(rule: Rule) -> str:
             out.append(_para("decisions: ", own.decisions, 4))
         said = phrase(own.title if own is not None and own.title else rule.title)
         out.append(_para("a finding means: ", f"{means(rule, form)}: {said}", 4))
-        out.append(_para("reading one: ", f"`event` is {form.event}; `line` is {form.line}; `op` is {form.op}", 4))
+        out.append(_para("reading one: ", f"`event` is {form.event}; `line` is {form.line}; `op` is {form.op}"
+                         + (f"; {form.also}" if form.also else ""), 4))
         keys = reading(rule, form)["context"]
         if keys:
             out.append("    context:\n")

@@ -166,13 +166,15 @@ def _replay(report: Mapping[str, Any], stats: Mapping[str, Any]) -> Verdict:
     counts.update(violations=n, root_causes=n, consequences=len(after) + suppressed, stalled_requests=stalled)
     tail = f"; {plural(len(after), 'consequence')} of earlier findings, not counted" if after else ""
     hazards = report.get("hazards", []) or []
+    # a hazard counts its own consequences; the rest follow from root findings
+    of_hazards = sum(int(h.get("consequences", 0) or 0) for h in hazards)
+    if suppressed > of_hazards:
+        tail += f"; {plural(n, 'finding')} ({plural(suppressed - of_hazards, 'consequence')} suppressed)"
     if hazards:  # a router-compatibility hazard the contract designs (the EV-3 entry): reported, never failing
         counts.update(hazards=len(hazards))
         at = ", ".join(f"{h.get('rule')} at line {h.get('line')}" for h in hazards[:3])
         tail += (f"; {plural(len(hazards), 'router-compatibility hazard')} ({at}; "
-                 f"{plural(suppressed, 'consequence')} counted apart)")
-    elif suppressed:
-        tail += f"; {plural(n, 'finding')} ({plural(suppressed, 'consequence')} suppressed)"
+                 f"{plural(of_hazards, 'consequence')} counted apart)")
     if n:
         rules = {v.get("rule") for v in roots}
         noun = _noun(stats)

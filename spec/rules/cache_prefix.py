@@ -45,7 +45,7 @@ def chain_hashes(tokens: Sequence[int], p: int) -> list[str]:
                                     "token"),),
             tests=("tests/cache/test_rules.py::test_pfx1_keeps_chained_hashes_and_page_multiples",
                    "tests/cache/test_rules.py::test_pfx1_fires_on_unchained_hashes_and_a_mid_page_hit"),
-            context=("request", "hit"))
+            context=("request", "hit", "cause"))
 def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False

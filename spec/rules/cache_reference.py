@@ -14,15 +14,23 @@ transition_rule(
     'checkpoint is needed"; "only crossing rows enter the packed tail scan, initialized directly from their body '
     'final states. Body and tail outputs are restored to original token order, so every valid token is evaluated '
     'exactly once while the aligned and final states are both retained"; "Negative token indices make packing write '
-    'zeros; negative inverse sources make gathering write zero output padding"', state_scan.check_split_scan,
+    'zeros; negative inverse sources make gathering write zero output padding"; L86: "Such an inactive slot has a '
+    'negative checkpoint destination and output map; its dummy scan result cannot overwrite the body\'s final '
+    'state"', state_scan.check_split_scan,
     decisions="The recurrence is a stand-in h_t = 0.5 h_(t-1) + x_t (order-dependent, state-carrying). An "
               "implementation of the split passes when its outputs equal the unsplit scan's token for token, its "
               "aligned state equals the unsplit state at the checkpoint and its final state the unsplit final state; "
               "packing and gathering (check_pack_gather) write zero for every negative index, never x[-1]. The "
-              "kernels' layouts, staging buffers and graph capture are not modelled.",
+              "merged capacity graph (L86, check_capacity_scan against state_scan.capacity_scan) gives every "
+              "request a tail slot: one without an internal checkpoint runs a dummy scan whose checkpoint "
+              "destination and output map are -1, and the masked writer (write_masked) drops it -- its "
+              "continuation state stays the body's (the unsplit final state) and no checkpoint is written for it. "
+              "The kernels' layouts, staging buffers and graph capture are not modelled.",
     evidence="model", scope="cache",
     tests=("tests/cache/test_state_reference.py::test_split_scan_reference_and_a_packed_spelling_agree_with_the_ordinary_scan",
-           "tests/cache/test_state_reference.py::test_a_tail_from_zero_a_token_run_twice_or_wrapping_negative_indices_fires"))
+           "tests/cache/test_state_reference.py::test_a_tail_from_zero_a_token_run_twice_or_wrapping_negative_indices_fires",
+           "tests/cache/test_state_reference.py::test_inactive_capacity_slots_leave_the_bodys_final_state",
+           "tests/cache/test_state_reference.py::test_a_dummy_scan_overwriting_the_final_state_fires"))
 
 transition_rule(
     "TS-ST-7", "At most one internal checkpoint per request, the last aligned one inside the extent",

@@ -32,14 +32,22 @@ _rule("TS-ST-1", "A published state block holds the state a prefill wrote at exa
       "request's own key at its hit, which is that boundary). A state written after a partial page is at no "
       "prefix boundary: the wheel publishes its prompt-end state under the partial tail's hash (the same cause as "
       "the TS-PFX-1 tail-hit finding), and this rule reports it. A block zeroed and never written holds no state. "
-      "Host provenance follows write-backs and load-backs. Whether the boundary is Endpoint or Promoted (rather "
+      "Host provenance follows write-backs and load-backs. A third view of publication is the KV events "
+      "(sim.peers.cachetrace.state_events): with a state group the scheduler folds every group's insertion into "
+      "one prefix event (L193) and announces a page only while every group holds it, so a stored page ending at L "
+      "tokens is a state published on Device at L; it must end where some prefill wrote an aligned state (a page "
+      "no tracked forward wrote a state for is not judged). Whether the boundary is Endpoint or Promoted (rather "
       "than an ordinary chunk end, L78) is not decided: the full group's match that makes a boundary Promoted is "
-      "not in the plan.",
+      "not in the plan. Findings whose state sits at its own partial page's end (stored under that page's key, "
+      "hit there, or announced there) name the cause 'partial tail published' and group under its first (one "
+      "cause, one finding).",
       tests=("tests/peers/test_state_group.py::test_checkpoint_at_the_aligned_boundary_stored_and_hit_is_clean",
              "tests/peers/test_state_group.py::test_absolute_state_rows_are_read_at_their_positions",
              "tests/peers/test_state_group.py::test_state_stored_under_the_key_of_a_partial_page_fires",
-             "tests/peers/test_state_group.py::test_state_stored_under_another_boundarys_key_or_from_an_unwritten_block_fires"),
-      context=("group", "block", "request", "slot"))
+             "tests/peers/test_state_group.py::test_state_stored_under_another_boundarys_key_or_from_an_unwritten_block_fires",
+             "tests/peers/test_state_group.py::test_a_stored_page_ending_at_a_prefill_checkpoint_is_clean",
+             "tests/peers/test_state_group.py::test_a_stored_page_ending_where_a_decode_or_a_prompts_tail_wrote_fires"),
+      context=("group", "block", "request", "slot", "cause"))
 _rule("TS-ST-2", "No state a decode wrote is published or stored on Host under a key",
       'cache concepts L78: "PrefillDone can publish pending prefill state before decode or PD handoff; decode itself '
       'records and publishes no state checkpoints"; L187: "Ordinary decode publishes history-cache Device entries '
@@ -47,10 +55,16 @@ _rule("TS-ST-2", "No state a decode wrote is published or stored on Host under a
       "A decode forward writes its request's running state into the output slot of its state row (slot 1 of the "
       "compact row; slot (after - 1) // block_granularity with absolute positions). That block may never be the "
       "source of a keyed state write-back nor the input state of a later request's hit, until it is handed out "
-      "again. The wheel's finish write-back of the running state (under the partial tail's key) is this rule's.",
+      "again, and no page the KV events announce may end where only a decode wrote a state (the fold: see TS-ST-1). "
+      "The wheel's finish write-back of the running state (under the partial tail's key) is this rule's, and so "
+      "is its Device publication of the running state at every grown tail the events show; both name the partial "
+      "tail's cause. A decode state at a whole page (m5's at 704 tokens in state_workload.jsonl) has no such "
+      "cause: a root of its own.",
       tests=("tests/peers/test_state_group.py::test_checkpoint_at_the_aligned_boundary_stored_and_hit_is_clean",
-             "tests/peers/test_state_group.py::test_a_decode_state_stored_or_hit_fires"),
-      context=("group", "block", "request"))
+             "tests/peers/test_state_group.py::test_a_decode_state_stored_or_hit_fires",
+             "tests/peers/test_state_group.py::test_a_stored_page_ending_at_a_prefill_checkpoint_is_clean",
+             "tests/peers/test_state_group.py::test_a_stored_page_ending_where_a_decode_or_a_prompts_tail_wrote_fires"),
+      context=("group", "block", "request", "cause"))
 _rule("TS-ST-3", "An internal state checkpoint lies at floor(after/P)*P, strictly between before and after",
       'cache concepts L82: "the last internal reusable checkpoint is at floor(after / prefix_granularity) * '
       'prefix_granularity, strictly between before and after"; L74: "When the extent contains an internal '

@@ -93,16 +93,28 @@ transition_rule(
                           "evictable and protected sizes its counters report (sim/peers/vllm/counters.py, "
                           "sim/peers/sglang/counters.py)."),
         Reading("tokenspeed", "kvsim.sim.peers.tokenspeed.counters.check",
-                title="The scheduler's own pool counters agree with each other (active + available parents = the "
-                      "usable pool; empty <= available; no snapshot block held with no request retracted)",
-                clause='seed 002 L36: "its capacity belongs to the global empty-parent FIFO rather than any group"; '
-                       'L193: the scheduler "keeps no residency counters of its own"',
-                decisions="Read after every plan's answer from the wheel's bindings: active_lcm_blocks + "
-                          "available_lcm_blocks equals the usable pool (num_device_pages less the null page; with a "
-                          "Host tier only an excess is judged, as parents a plan's cache ops still hold count as "
-                          "neither); empty_lcm_blocks <= available_lcm_blocks; with no request retracted, "
-                          "snapshot_pool_free_blocks equals num_snapshot_pages less the null page. The wheel exposes "
-                          "no lock counts or free list, so nothing deeper is read (sim/peers/tokenspeed/counters.py)."),
+                title="The scheduler's own pool counters agree with each other (active + available parents never "
+                      "exceed the usable pool, short only by parents pinned outside the tables, by none once "
+                      "drained; empty <= available; no snapshot block held with no request retracted)",
+                clause='seed 002 L42: "cache-only residency is the remainder total - empty - active"; L36: "its '
+                       'capacity belongs to the global empty-parent FIFO rather than any group"; L38: who holds a '
+                       'child "is a CacheBlockRef ownership fact that lives with the holders"',
+                decisions="Read after every answer from the wheel's bindings (sim/peers/tokenspeed/counters.py): "
+                          "active + available LCM parents never exceed the usable pool (num_device_pages less the "
+                          "null page) and fall short only by parents kvsim knows a holder outside the tables pins -- "
+                          "a Host tier's ops in flight, one parent per internal state checkpoint of the plan or the "
+                          "plan before -- and by none once the run has drained; empty <= available; no snapshot "
+                          "block held with no request retracted. Decided (issue 31): the equality active + available "
+                          "= usable, judged before, is not the seed's -- L42 splits the pool into empty, active (the "
+                          "live requests' block tables) and cache-only residency, and L38 lets holders other than a "
+                          "table (a prefix-cache entry, an in-flight transfer) pin a cache-only parent, which the "
+                          "wheel's available count (empty or fully evictable parents) leaves out. On "
+                          "state_workload.jsonl with 512-token chunks it failed 9 readings, one parent short after "
+                          "each plan that writes an internal checkpoint and the plan after: the wheel keeps the "
+                          "checkpoint out of the request's table while the row it emits names it, and pinned until "
+                          "its publication. That half is the wheel's (its gauge counts the checkpoint as cache-only: "
+                          "TS-POOL-5, L42/L74), the rest the rule's; a leak still fires, at the latest once the run "
+                          "has drained. The wheel exposes no lock counts or free list, so nothing deeper is read."),
     ),
     tests=(_LEGAL, _CRAFTED, f"{_P}test_vllm_probe_consistent_with_the_live_tables_passes",
            f"{_P}test_vllm_probe_inconsistency_fires_peer_9", f"{_P}test_sglang_probe_inconsistency_fires_peer_9",

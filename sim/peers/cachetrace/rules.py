@@ -30,12 +30,21 @@ RULES: dict[str, tuple[str, str]] = {
 
 @dataclass
 class Finding:
+    """One finding: a root (``id``, numbered within its trace) or the consequence of root ``of``
+    (``causes.Causes``)."""
     rule: str
     line: int
     plan: int
     message: str
     context: dict = field(default_factory=dict)
+    id: int = 0
+    of: int | None = None
 
     def as_dict(self, trace: str) -> dict:
-        return {"rule": self.rule, "trace": trace, "event": self.plan, "line": self.line, "op": "plan",
-                "message": self.message, "context": self.context}
+        out = {"rule": self.rule, "trace": trace, "event": self.plan, "line": self.line, "op": "plan",
+               "message": self.message, "context": self.context}
+        if self.of is not None:
+            out["of"] = self.of
+        elif self.id:
+            out["id"] = self.id
+        return out

@@ -158,6 +158,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
     idle = 0
     plan_no = 0
     draining, last_ops = 0, False  # plans planned with nothing left to schedule; whether the last issued ops
+    pinned = [0, 0]  # internal state checkpoints the previous plan and this one materialized (PEER-9)
     try:
         while True:
             submit_due(plan_no)
@@ -173,6 +174,11 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             if (drain and ((draining > 1 and not last_ops) or draining > cfg.max_idle_plans)) or \
                     (max_plans is not None and plan_no >= max_plans):
                 out.sched_s += clock() - t0
+                if drain and not last_ops:  # ended drained: the pool's counters must account for every parent
+                    t0 = clock()
+                    contract.counters(counters.check(counters.read(sched), usable, snapshot_usable, drained=True),
+                                      line)
+                    out.judge_s += clock() - t0
                 break
             plan = sched.next_execution_plan()
             t1 = clock()
@@ -299,7 +305,9 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             out.sched_s += t6 - t5
             cost += t6 - t5
             out.plan_costs_ms.append(cost * 1e3)
-            contract.counters(counters.check(counters.read(sched), usable, snapshot_usable, cfg.host_pages > 0), line)
+            pinned = [pinned[1], sum(1 for x in ckpt if x)]
+            contract.counters(counters.check(counters.read(sched), usable, snapshot_usable, cfg.host_pages > 0,
+                                             sum(pinned)), line)
             t6b = clock()
             out.judge_s += t6b - t6
             t6 = t6b
@@ -314,6 +322,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                     elog.write(enc.encode({"ts": plan_no, "events": kv.events}) + b"\n")
                 t7 = clock()
                 events.batch(kv.events, line)
+                contract.kv(kv, line)
                 paths.count_events(out.paths, kv.events)
                 t8 = clock()
                 out.judge_s += t8 - t7
