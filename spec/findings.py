@@ -101,6 +101,14 @@ _STEP_KEYS = {
     "kind": "evictable or protected", "listed": "nodes in evictable_leaves",
     "ahead": "the block vLLM's free queue held ahead of the evicted one (the one to evict first)",
     "call": "the evict call of the step (1-based)", "need": "the tokens the call was asked to free",
+    "group": "the KV cache group of a hybrid model (its index in the engine's KVCacheConfig)",
+    "other_group": "the other group whose table names the same block",
+    "computed": "the tokens the request had computed before the step", "end": "the tokens computed after it",
+    "job": "the Host tier's store or load job id", "chunk": "a CPU chunk of the Host tier",
+    "key": "the Host tier's key of a block (its hash and group)", "held": "the chunk that already holds the key",
+    "source": "a transfer's source (a GPU block or a CPU chunk)", "destination": "its destination",
+    "result": "the Host tier's answer to a lookup (HIT, HIT_PENDING, MISS)",
+    "expected": "the answer the judge's copy of the tier gives",
     "exception": "the exception type the engine raised", "frame": "the innermost engine frame: a path "
     "relative to site-packages, its line and function", "traceback": "the last frames of the traceback",
 }

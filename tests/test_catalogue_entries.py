@@ -44,13 +44,14 @@ def _mentions() -> dict[str, list[str]]:
 def _judged_ids() -> dict[str, tuple[str, ...]]:
     """The ids each peer judge counts its findings by (its report's rule table), per judge."""
     from kvsim.sim.peers.cachetrace import contract
-    from kvsim.sim.peers.judges import engine_rules, event_rules
+    from kvsim.sim.peers.judges import engine_rules, event_rules, group_judge, host_judge
     from kvsim.sim.peers.sglang import policy as sglang_policy
     from kvsim.sim.peers.tokenspeed import config_probe
     from kvsim.sim.peers.vllm import policy as vllm_policy
 
     return {"tokenspeed": tuple(contract.RULES), "probe": tuple(config_probe.RULES),
-            "engine": (*engine_rules.RULES, *vllm_policy.RULES, *sglang_policy.RULES),
+            "engine": (*engine_rules.RULES, *vllm_policy.RULES, *sglang_policy.RULES, *group_judge.RULE_IDS,
+                       *host_judge.RULE_IDS),
             "events": tuple(event_rules.CATALOGUE)}
 
 
@@ -168,21 +169,30 @@ FINDERS = {"violation", "find", "_find", "_diverged"}
 NOT_CONTEXT = {"about"}  # the contract judge's find(): the entities a cause marks (causes.Causes), not kept
 
 
+def _rule_arg(call: ast.Call) -> tuple[int, str] | None:
+    """(position, id) of the rule-id literal among a call's first two arguments (``find("WR-2", ...)``, a plug-in's
+    ``_find(judge, "TS-L2-1", ...)``), or None."""
+    for i, a in enumerate(call.args[:2]):
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and ANY_ID.fullmatch(a.value):
+            return i, a.value
+    return None
+
+
 def _finding_keys() -> dict[str, set[str]]:
     """rule id -> the keyword names the code gives a finding of it (violation(...), find(...), ...)."""
     out: dict[str, set[str]] = {}
     for pkg in ("kvmodel", "spec", "sim"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
             for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant) \
-                        and isinstance(n.args[0].value, str) and ANY_ID.fullmatch(n.args[0].value):
-                    name = ast.unparse(n.func).rsplit(".", 1)[-1]
-                    if name in FINDERS:
-                        out.setdefault(n.args[0].value, set()).update(
-                            k.arg for k in n.keywords if k.arg and k.arg not in NOT_CONTEXT)
-                    elif name == "Finding" and len(n.args) >= 3 and isinstance(n.args[2], ast.Dict):
-                        out.setdefault(n.args[0].value, set()).update(
-                            k.value for k in n.args[2].keys if isinstance(k, ast.Constant))
+                found = _rule_arg(n) if isinstance(n, ast.Call) else None
+                if found is None:
+                    continue
+                at, rid = found
+                name = ast.unparse(n.func).rsplit(".", 1)[-1]
+                if name in FINDERS:
+                    out.setdefault(rid, set()).update(k.arg for k in n.keywords if k.arg and k.arg not in NOT_CONTEXT)
+                elif name == "Finding" and at == 0 and len(n.args) >= 3 and isinstance(n.args[2], ast.Dict):
+                    out.setdefault(rid, set()).update(k.value for k in n.args[2].keys if isinstance(k, ast.Constant))
     return out
 
 

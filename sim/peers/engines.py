@@ -53,7 +53,10 @@ class EngineSpec:
 
 
 ENGINES = {
-    "vllm": EngineSpec("vllm", "vllm/driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"),)),
+    # PYTHONHASHSEED=0: the interpreter's own hash seed fixed, so set orders of bytes keys that reach the output
+    # (the Host tier's store events) are the same every run; the driver unsets it before vLLM reads it, so vLLM's
+    # NONE_HASH keeps its default seed
+    "vllm": EngineSpec("vllm", "vllm/driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"), ("PYTHONHASHSEED", "0"))),
     "sglang": EngineSpec("sglang", "sglang/driver.py", 16, 1, False),
 }
 
@@ -77,9 +80,17 @@ class DriverBug(RuntimeError):
     """kvsim's own driver code raised (no frame of the traceback lies in the engine): kvsim's bug, exit 3."""
 
 
-def engine_paths(engine: str) -> dict[str, str]:
-    """The engine paths its driver counts, with what each one is (``sim.peers.ENGINE.paths``)."""
-    return importlib.import_module(f"kvsim.sim.peers.{engine}.paths").PATHS
+def engine_paths(engine: str, groups: list | None = None, host: bool = False) -> dict[str, str]:
+    """The engine paths its driver counts, with what each one is (``sim.peers.ENGINE.paths``); with ``groups``
+    (``--kv-groups``) each group's own paths too (``gN.<path>``, the module's ``group_paths``), with ``host``
+    (``--offload-blocks``) the Host tier's (``host.<path>``, its ``HOST_PATHS``)."""
+    module = importlib.import_module(f"kvsim.sim.peers.{engine}.paths")
+    out = dict(module.PATHS)
+    if groups:
+        out.update(module.group_paths(groups))
+    if host:
+        out.update(module.HOST_PATHS)
+    return out
 
 
 def counter_check(engine: str) -> Callable[[dict, dict[int, int]], list[tuple[str, dict]]]:
@@ -96,6 +107,8 @@ class EngineConfig:
     max_model_len: int = 1 << 20
     probe_every: int = 0            # deep counters every N steps (0: one probe per 1,024 blocks of pool)
     clear_at_end: bool = True       # end with the engine's ClearCache once every request finished
+    kv_groups: list | None = None   # --kv-groups: the cache groups (sim.peers.kv_groups.GroupSpec), None: one full
+    offload: dict | None = None     # --offload-blocks: the Host tier ({"blocks", "ack_delay", "seed", ...})
 
 
 @dataclass
@@ -139,14 +152,21 @@ def _feed(proc: subprocess.Popen, cfg: dict, requests: list[Request]) -> None:
         pass  # the driver died: its stdout says why
 
 
-def event_checker(engine: str, block_size: int, capacity: int) -> EventChecker:
+def event_checker(engine: str, block_size: int | None, capacity: int, host_chunks: int = 0) -> EventChecker:
     """The KV-event checker for an engine's stream: its preset where ``sim.peers.judges.events`` has one (hash
-    scheme, allowances), else block size and capacity with structure-only checks."""
+    scheme, allowances), else block size and capacity with structure-only checks. ``block_size`` None: each
+    group's first store declares its own (a ``--kv-groups`` run)."""
     from kvsim.sim.peers.judges import events as pe
     preset = getattr(pe, "PRESETS", {}).get(engine)
     checker: Any = pe.EventChecker
+    if preset is not None and preset.reuse_reports:
+        # the driver never sets kv_cache_report_mode="full": a parent-less store of live blocks is a second copy
+        # (a request recomputing blocks a group of a hybrid model could not serve), never a reuse report
+        import dataclasses
+        preset = dataclasses.replace(preset, reuse_reports=False)
+    caps = {"CPU": host_chunks} if host_chunks else None  # a Host tier's events: its own capacity
     if preset is not None:
-        return checker(block_size=block_size, capacity=capacity, preset=preset)
+        return checker(block_size=block_size, capacity=capacity, preset=preset, capacities=caps)
     return checker(block_size=block_size, hash_scheme="none", capacity=capacity)
 
 
@@ -161,9 +181,19 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
                record: str | None = None, progress: Callable[[int, int], None] | None = None) -> EngineOutcome:
     """Start the driver under ``python``, judge every step; ``progress(finished, total)`` after each step."""
     spec = ENGINES[engine]
+    usable = cfg.num_blocks - spec.reserved_blocks
+    groups = None
+    if cfg.kv_groups:  # every group of a hybrid run judged by the group judge's plug-in
+        from kvsim.sim.peers.judges.group_judge import GroupJudge
+        groups = GroupJudge(cfg.kv_groups, usable, counter_check(engine))
+    tier = None
+    if cfg.offload:  # the Host tier behind the engine, judged by the tier judge's plug-in
+        from kvsim.sim.peers.judges.host_judge import HostTierJudge
+        tier = HostTierJudge(cfg.offload["blocks"], cfg.num_blocks)
     judge = EngineJudge(cfg.block_size, cfg.num_blocks, events, reserved=spec.reserved_blocks,
                         same_step_hits=spec.same_step_hits, parse=_checker_parse(), probe_check=counter_check(engine),
-                        policy=policy_checker(engine, cfg.num_blocks - spec.reserved_blocks))
+                        policy=policy_checker(engine, usable) if groups is None and tier is None else None,
+                        groups=groups, tier=tier)
     out = EngineOutcome(judge, events)
     clock = time.perf_counter
     t_start = clock()
@@ -174,10 +204,15 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
     env.update(dict(spec.env))
     env["PYTHONUNBUFFERED"] = "1"
-    wire = {"block_size": cfg.block_size, "num_blocks": cfg.num_blocks, "max_num_seqs": cfg.max_num_seqs,
-            "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_model_len": cfg.max_model_len,
-            "vocab": VOCAB, "probe_every": cfg.probe_every or max(1, cfg.num_blocks // 1024),
-            "clear_at_end": cfg.clear_at_end}
+    wire: dict[str, Any] = {
+        "block_size": cfg.block_size, "num_blocks": cfg.num_blocks, "max_num_seqs": cfg.max_num_seqs,
+        "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_model_len": cfg.max_model_len,
+        "vocab": VOCAB, "probe_every": cfg.probe_every or max(1, cfg.num_blocks // 1024),
+        "clear_at_end": cfg.clear_at_end}
+    if cfg.kv_groups:
+        wire["kv_groups"] = [g.as_wire() for g in cfg.kv_groups]
+    if cfg.offload:
+        wire["offload"] = cfg.offload
     try:
         proc = subprocess.Popen([python, str(driver_path(engine))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=env)
@@ -242,6 +277,9 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
     except KeyboardInterrupt:  # SIGINT/SIGTERM: the steps judged so far are the report, marked partial
         out.interrupted = f"{out.steps:,} steps, {finished} of {len(requests)} requests finished"
         proc.kill()
+    except BaseException:  # kvsim's own bug while judging: stop the driver (it would block on a full pipe)
+        proc.kill()
+        raise
     finally:
         if log:
             log.close()

@@ -1,4 +1,5 @@
-"""TS-L2-*: the Host (L2) tier, retraction snapshots and ClearCache, judged on a real scheduler's plans.
+"""TS-L2-*: the Host (L2) tier, retraction snapshots and ClearCache, judged on a real scheduler's plans (and TS-L2-1,
+-3, -4, -5 on vLLM's CPU offloading too: ``VLLM`` says how each reads there).
 
 The checkers are the peer judge's (sim.peers.cachetrace.host_tier.HostTier, named by dotted path: the catalogue never
 imports sim); they read cachetrace/1 records, so every one is evidence about the scheduler that made the
@@ -7,14 +8,37 @@ plans. Quotes are from the cache concepts (seed 002), with its line numbers.
 
 from __future__ import annotations
 
-from kvsim.spec.catalogue import transition_rule
+from kvsim.spec.catalogue import Reading, transition_rule
 
 _HT = "kvsim.sim.peers.cachetrace.host_tier.HostTier"
+_HJ = "kvsim.sim.peers.judges.host_judge.HostTierJudge"
+VLLM_CHECKER = {"TS-L2-1": "forward", "TS-L2-3": "_hygiene", "TS-L2-4": "_store", "TS-L2-5": "_load"}
+_ON_VLLM = " On vLLM (kvsim peer vllm --offload-blocks, judged by sim.peers.judges.host_judge.HostTierJudge): "
+# how each rule reads on vLLM's CPU offloading (its OffloadingConnector and CPUOffloadingManager), the same clause
+VLLM: dict[str, str] = {
+    "TS-L2-1": "a store job's GPU source blocks may not be written by a forward from the step after the one that "
+               "issued it (the worker copies them at the next step's start) until the job completes -- vLLM "
+               "flushes a job whose block it hands out again (jobs_to_flush) before that forward; a load's GPU "
+               "destinations may not be written, and its CPU chunks not evicted or stored into, before it completes.",
+    "TS-L2-3": "every store or load job carries at least one transfer, GPU block ids lie in [1, num_blocks) and CPU "
+               "chunk ids in [0, chunks), and no (source, destination) repeats among one step's jobs.",
+    "TS-L2-4": "a store job's key (the block hash and group of the OffloadKey) must not be in flight in another store "
+               "nor held on the tier already (prepare_store offers only keys it does not hold), and a chunk it fills "
+               "must hold no key that no eviction removed.",
+    "TS-L2-5": "a load job reads CPU chunks whose store completed, each under the load's key; the GPU blocks it fills "
+               "then hold the content that store copied (a failed load leaves them without content), and the "
+               "request's hit over them is PEER-7's.",
+}
 
 
 def _rule(rule_id: str, title: str, clause: str, checker: str, decisions: str, tests: tuple[str, ...] = (),
           context: tuple[str, ...] = ()) -> None:
-    transition_rule(rule_id, title, clause, f"{_HT}.{checker}", decisions, scope="cache", tests=tests, context=context)
+    readings: tuple[Reading, ...] = ()
+    if rule_id in VLLM:
+        decisions += _ON_VLLM + VLLM[rule_id]
+        readings = (Reading("engine", f"{_HJ}.{VLLM_CHECKER[rule_id]}"),)
+    transition_rule(rule_id, title, clause, f"{_HT}.{checker}", decisions, scope="cache", tests=tests, context=context,
+                    readings=readings)
 
 
 _rule("TS-L2-1", "Pinned sources are not re-granted, overwritten or written before their op's ACK",
@@ -31,8 +55,11 @@ _rule("TS-L2-1", "Pinned sources are not re-granted, overwritten or written befo
              "tests/peers/test_host_tier.py::test_pinned_source_regranted_before_its_ack_fires",
              "tests/peers/test_host_tier.py::test_forward_writing_a_pinned_source_fires",
              "tests/peers/test_host_tier.py::test_host_page_rewritten_while_a_load_reads_it_fires",
-             "tests/peers/test_host_tier.py::test_write_back_into_a_host_page_a_get_fills_fires"),
-      context=("op_id", "page", "group", "block", "request"))
+             "tests/peers/test_host_tier.py::test_write_back_into_a_host_page_a_get_fills_fires",
+             "tests/peers/test_host_judge.py::test_legal_run_keeps_every_rule",
+             "tests/peers/test_host_judge.py::test_a_forward_writing_a_store_source_before_its_ack_fires_ts_l2_1",
+             "tests/peers/test_host_judge.py::test_an_eviction_of_a_chunk_a_load_reads_fires_ts_l2_1"),
+      context=("op_id", "page", "group", "block", "request", "chunk", "job", "key"))
 _rule("TS-L2-2", "Only a retraction's snapshot store is unpinned, and it is launched first",
       'cache concepts L187: "the snapshot store is stream-ordered instead, because its sources are re-granted in '
       'the same round"; L108: "An unpinned op\'s sources may be re-granted in the same plan, so it is launched '
@@ -59,16 +86,20 @@ _rule("TS-L2-3", "Every op carries a transfer; no (group, source, destination) t
              "tests/peers/test_host_tier.py::test_cancelled_get_answered_later_is_clean",
              "tests/peers/test_host_tier.py::test_op_hygiene_fires",
              "tests/peers/test_host_tier.py::test_l3_ops_without_an_l3_tier_fire",
-             "tests/peers/test_host_tier.py::test_l3_op_hygiene_fires"),
-      context=("op_id", "page", "group", "block"))
+             "tests/peers/test_host_tier.py::test_l3_op_hygiene_fires",
+             "tests/peers/test_host_judge.py::test_legal_run_keeps_every_rule",
+             "tests/peers/test_host_judge.py::test_a_job_without_transfers_or_out_of_range_fires_ts_l2_3"),
+      context=("op_id", "page", "group", "block", "chunk", "destination", "job", "source"))
 _rule("TS-L2-4", "No key is stored twice while its store is in flight",
       'cache concepts L112: "a store skips keys already in flight"', "_write_back",
       "A keyed write-back's (group, content hash, page offset) must not be the key of another unacknowledged "
       "write-back, in the same plan or an earlier one.",
       tests=("tests/peers/test_host_tier.py::test_store_then_load_is_clean",
              "tests/peers/test_host_tier.py::test_key_stored_again_after_its_ack_is_clean",
-             "tests/peers/test_host_tier.py::test_key_stored_twice_while_in_flight_fires"),
-      context=("op_id", "group"))
+             "tests/peers/test_host_tier.py::test_key_stored_twice_while_in_flight_fires",
+             "tests/peers/test_host_judge.py::test_legal_run_keeps_every_rule",
+             "tests/peers/test_host_judge.py::test_a_key_stored_again_while_on_the_tier_fires_ts_l2_4"),
+      context=("op_id", "group", "chunk", "held", "job", "key"))
 _rule("TS-L2-5", "A load's Host source was written back and acknowledged under its key; Host-only loads carry "
       "an empty key",
       'cache concepts L185: "Host-only L2 load-backs leave BlockTransfer.key empty and stay on the admit-time '
@@ -82,8 +113,12 @@ _rule("TS-L2-5", "A load's Host source was written back and acknowledged under i
       tests=("tests/peers/test_host_tier.py::test_store_then_load_is_clean",
              "tests/peers/test_host_tier.py::test_l3_get_then_load_is_clean",
              "tests/peers/test_host_tier.py::test_load_provenance_fires",
-             "tests/peers/test_host_tier.py::test_put_reads_an_acknowledged_host_page_under_its_key"),
-      context=("op_id", "group", "page"))
+             "tests/peers/test_host_tier.py::test_put_reads_an_acknowledged_host_page_under_its_key",
+             "tests/peers/test_host_judge.py::test_legal_run_keeps_every_rule",
+             "tests/peers/test_host_judge.py::test_a_failed_load_leaves_its_blocks_without_content_and_the_hit_over_them_is_peer_7",
+             "tests/peers/test_host_judge.py::test_a_load_of_a_chunk_whose_store_has_not_completed_fires_ts_l2_5",
+             "tests/peers/test_host_judge.py::test_a_load_under_another_key_fires_ts_l2_5"),
+      context=("op_id", "group", "page", "chunk", "job", "key", "request"))
 _rule("TS-L2-6", "A write-back's key is its source page's chained prefix hash and offset",
       'cache concepts L154: "Indices are pool-scoped: one index serves both the Device and Host tiers of its '
       'group"; research §3: CacheKey = {namespace_id=0, group_id, content_hash, page_offset}', "_write_back",

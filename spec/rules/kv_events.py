@@ -43,7 +43,12 @@ _rule("EV-2", "No double store of a live block without a removal", _SEED_EVENTS,
       "store of two or more blocks, all live, can only be that (a new copy of a prefix's first block is "
       "impossible: blocks are cached at allocation, so a later request hits them), and changes nothing. "
       "A one-block report cannot be told from the recompute of a one-block prompt; it counts as a copy "
-      "(never a false EV-1; at worst one phantom copy). Without the preset both fire EV-2 "
+      "(never a false EV-1; at worst one phantom copy). That reading holds for one cache group only: in a "
+      "hybrid model a request whose common hit a sliding-window or state group lowered (to 0, say) "
+      "recomputes blocks live in the full group and stores second copies of them from block 0, parent-less "
+      "-- the same shape (a hybrid `kvsim peer vllm` run showed it as EV-1 false alarms). `kvsim peer vllm` "
+      "never sets the report mode and judges its stream without the reuse-report allowance; `kvsim events "
+      "--engine vllm --no-reuse-reports` does the same for a log it recorded. Without the preset both fire EV-2 "
       "(reproducers: sim/peers/samples/findings/vllm_restore_live.jsonl and "
       "sim/peers/samples/findings/vllm_report_full.jsonl).", ("block",),
       ("tests/peers/test_engine_events.py::test_vllm_restore_of_a_live_hash_is_a_second_copy",
@@ -69,21 +74,49 @@ _rule("EV-3", "Parent hash chains resolve to live, full blocks", _SEED_EVENTS, "
       "fold: after a retraction's restore TokenSpeed 0.1.42 removes the request's blocks and later stores "
       "the next tail under one of them (sim/peers/samples/README.md, "
       "sim/peers/samples/findings/restore_orphans.events.jsonl): no group explains it, so it stays a failing "
-      "finding.", ("parent",),
+      "finding. (3) Forward reference (vLLM preset): a store whose parent is stored later in the "
+      "same batch is no orphan -- vLLM's offloading connector publishes a job's completed blocks in the order "
+      "of its key set and documents its stores as self-contained (OffloadingEventsTracker: 'Events are "
+      "self-contained (own parent), so key order is free'); the batch as a whole chains, so it is counted "
+      "(forward_parents), not reported; a consumer applying events one by one sees an orphan there. A Host "
+      "store completing after its parent left both tiers (vLLM's CPU policy evicts an idle parent before its "
+      "in-flight child) stays a violation: the seed's index is prefix-closed (L155) and vLLM's own "
+      "left-to-right lookup can never reach that chunk (sim/peers/samples/README.md, Host tier).", ("parent",),
       ("tests/peers/test_events.py::test_partial_tail_never_a_parent",
        "tests/peers/test_fold_hazard.py::test_without_a_fold_every_orphan_is_an_ev3_violation",
        "tests/peers/test_fold_hazard.py::test_a_fold_is_one_hazard_with_its_consequences_counted_apart",
-       "tests/peers/test_fold_hazard.py::test_a_partial_tail_parent_stays_a_violation_under_a_fold"))
+       "tests/peers/test_fold_hazard.py::test_a_partial_tail_parent_stays_a_violation_under_a_fold",
+       "tests/peers/test_vllm_event_shapes.py::test_a_parent_later_in_the_batch_is_a_forward_reference_not_an_orphan"))
 _rule("EV-4", "Token counts agree with the block size (a partial tail only where the engine documents it)",
       _SEED_PREFIX, "_stored",
       "len(token_ids) == blocks x block_size. With --block-size the size is pinned; otherwise each medium "
       "and group keeps the size its first store declared (a hybrid model may use one per group), except "
       "that a group whose blocks are wider than vLLM's hash block size may also publish a partial prefix "
-      "entry of whole hash blocks (BlockPool.cache_partial_block). Only the "
+      "entry of whole hash blocks (BlockPool.cache_partial_block), and a sparse store (vLLM preset): a "
+      "group that keeps only some of its blocks -- a Mamba state group in align mode keeps the checkpoint "
+      "block and nulls the states before it -- publishes one store whose block_hashes name the blocks it "
+      "keeps while its token_ids cover every block since the parent (BlockPool.cache_full_blocks skips "
+      "null and masked-out blocks for the hashes, not for the tokens); each named hash must be the chain "
+      "digest at one of those blocks, in order (EV-7), and the store is counted (sparse_stores). Decided: "
+      "allowed behaviour -- the event is self-consistent (reproducer "
+      "sim/peers/samples/findings/vllm_mamba_sparse_store.events.jsonl) and vLLM tags every store with "
+      "kv_cache_spec_kind so consumers can tell such groups apart -- but a consumer reading len(token_ids) == "
+      "blocks x block_size misreads it. Only the "
       "TokenSpeed preset (--partial-tails) accepts a last block shorter than the block size: TokenSpeed "
-      "publishes its growing tail page and re-hashes it as it grows.", ("block_size", "expected", "blocks", "tokens"),
+      "publishes its growing tail page and re-hashes it as it grows. A placeholder store -- block size 0, no "
+      "token ids, the hash alone -- is vLLM's offloading connector's legacy payload "
+      "(OffloadingEventsTracker: 'Other shapes retain the legacy placeholder payload so consumers can ignore "
+      "them'): counted (placeholders) and accepted for a group that is not full attention or a medium whose "
+      "stores never carried tokens; a full-attention block's placeholder in a medium whose stores describe "
+      "themselves (self_describing_kv_events) lost its payload -- vLLM's own warning says it 'indicates "
+      "missing store metadata' -- and is this rule's finding "
+      "(sim/peers/samples/findings/vllm_cpu_placeholder.events.jsonl).",
+      ("block_size", "expected", "blocks", "tokens", "medium"),
       ("tests/peers/test_engine_events.py::test_a_partial_prefix_entry_of_whole_hash_blocks_is_accepted_in_a_wide_"
-       "group",))
+       "group",
+       "tests/peers/test_sparse_stores.py::test_the_recorded_sparse_store_is_clean_under_the_vllm_preset_and_recomputes",
+       "tests/peers/test_sparse_stores.py::test_without_the_preset_the_sparse_store_is_ev_4",
+       "tests/peers/test_vllm_event_shapes.py::test_placeholders_where_vllm_documents_them_and_where_a_payload_was_lost"))
 _rule("EV-5", "AllBlocksCleared empties everything", _SEED_EVENTS, "_removed",
       "A clear of an empty cache changes nothing and is no finding: SGLang's RadixCache publishes "
       "AllBlocksCleared first in every stream (its reset() at construction), which a consumer applies "

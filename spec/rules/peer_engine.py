@@ -57,7 +57,9 @@ _rule("PEER-8", "A fresh block is named by no other live request; no request com
       "A computed block may be swapped for the cache's canonical copy of the same content (SGLang's "
       "checkpoint adopts the tree's pages and frees its duplicates): the new block must hold that "
       "content. Requests preempted in a step give their blocks back before the step allocates.",
-      ("request", "slot", "block"), (f"{_T}test_write_into_a_block_another_request_named_fires",))
+      ("request", "slot", "block", "group", "other_group"),
+      (f"{_T}test_write_into_a_block_another_request_named_fires",
+       "tests/peers/test_group_judge.py::test_one_block_in_two_groups_fires_peer_8"))
 
 _P = "tests/peers/test_engine_probes.py::"
 transition_rule(
@@ -73,7 +75,7 @@ transition_rule(
     context=("reported", "observed", "evictable", "protected", "total", "cached", "stream", "free", "named",
              "usable", "free_walk", "free_count", "free_referenced", "blocks", "ref_sum", "lock_mismatch",
              "nodes", "locks_off_tree", "walked", "counter", "kind", "listed", "active", "available", "empty",
-             "snapshot_free", "snapshot_usable"),
+             "snapshot_free", "snapshot_usable", "group"),
     readings=(
         Reading("engine", f"{_J}._stats",
                 title="The scheduler's prefix-cache stats and block counts agree with its decisions and its event "
@@ -121,7 +123,9 @@ transition_rule(
            "tests/peers/test_tokenspeed_probes.py::test_clean_run_keeps_peer_9_and_counts_its_paths",
            "tests/peers/test_tokenspeed_probes.py::test_planted_counter_drift_fires_peer_9",
            "tests/peers/test_engine_faults.py::test_vllm_free_counter_drift_fires_the_walk",
-           "tests/peers/test_engine_faults.py::test_sglang_missed_unlock_fires_lock_ref"))
+           "tests/peers/test_engine_faults.py::test_sglang_missed_unlock_fires_lock_ref",
+           "tests/peers/test_group_judge.py::test_a_free_count_off_by_one_fires_peer_9",
+           "tests/peers/test_group_judge.py::test_a_group_holding_more_hashes_than_its_stream_fires_peer_9"))
 
 transition_rule(
     "PEER-11", "The engine under test completes every call without raising",

@@ -137,7 +137,8 @@ class EngineJudge:
     def __init__(self, block_size: int, num_blocks: int, events: EventChecker, reserved: int = 1,
                  max_findings: int | None = None, same_step_hits: bool = True,
                  parse: Callable[[Any], list] | None = None, policy: Any = None,
-                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None):
+                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None,
+                 groups: Any = None, tier: Any = None):
         self.bs = block_size
         self.num_blocks = num_blocks
         self.usable = num_blocks - reserved
@@ -171,6 +172,14 @@ class EngineJudge:
         self._written: set[int] = set()    # blocks this step's forward completed
         self._added: dict[int, int] = {}   # blocks named anew in this step, and by how many slots
         self._start: dict[str, int] = {}   # requests whose table changed in this step: its length at the start
+        # every cache group of a hybrid run (sim.peers.judges.group_judge.GroupJudge): fed each request and each step
+        self.groups = groups
+        if groups is not None:
+            groups.attach(self)
+        # a Host tier behind the engine (sim.peers.judges.host_judge.HostTierJudge): fed before and after each forward
+        self.tier = tier
+        if tier is not None:
+            tier.attach(self)
 
     # -- findings ---------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
@@ -198,6 +207,8 @@ class EngineJudge:
         self.stats["bound_tokens"] += bound * bs
         for i in range(r.prompt // bs):
             self.seen_keys.add(r.key(i, bs, self.contents))  # type: ignore[arg-type]
+        if self.groups is not None:
+            self.groups.submit(rid, tokens)
 
     def step(self, msg: dict, before: int) -> None:
         """One driver step: tables, writes, hits, events, then the engine's own statistics.
@@ -240,6 +251,8 @@ class EngineJudge:
             r.computed = computed
             hits.append((rid, r, computed, r.seen, r.prompt + len(r.generated)))
             r.seen = True
+        if self.tier is not None:  # the Host tier's evictions, jobs and completions before the forward
+            self.tier.before(self, msg, line)
         # this step's forward: every scheduled token written into its request's blocks
         for rid, n in msg.get("scheduled", {}).items():
             r = self._req(rid)
@@ -259,6 +272,8 @@ class EngineJudge:
                 else:
                     self.content.pop(blk, None)
             r.computed = end
+        if self.tier is not None:
+            self.tier.forward(self, msg, line)
         for rid, tok in msg.get("tokens", {}).items():
             self._req(rid).generated.append(int(tok))
         # tables rewritten after the forward: computed blocks swapped to the cache's canonical copies
@@ -269,6 +284,8 @@ class EngineJudge:
         sequence = getattr(self.events, "sequence", None)
         for k, batch in enumerate(msg.get("batches", ())):
             evs = batch_events(batch)
+            if self.groups is not None:  # the router's view of the first full group (the others: group_judge)
+                evs = self.groups.primary_events(batch, evs)
             if sequence is not None and k < len(seqs):
                 sequence(seqs[k], before + k + 1)
             self.events.batch(self.parse(batch) if self.parse else evs, before + k + 1)
@@ -290,8 +307,10 @@ class EngineJudge:
         probe = msg.get("probe")
         if probe is not None and self.probe_check is not None:
             self.premise["PEER-9"] += 1
-            for message, ctx in self.probe_check(probe, self.holders):
+            for message, ctx in self.probe_check(probe, self._names()):
                 self._find("PEER-9", line, message, **ctx)
+        if self.groups is not None:
+            self.groups.step(self, msg, line)
         live = len(self.holders)
         if live > self.stats["peak_live_blocks"]:
             self.stats["peak_live_blocks"] = live
@@ -412,6 +431,8 @@ class EngineJudge:
         stream, keys, contents, copies = self.stream, self.stream_keys, self.contents, self.copies
         counted = bool(getattr(self.events, "duplicate_copies", False))
         for ev in evs:
+            if getattr(ev, "medium", None) not in (None, "GPU"):
+                continue  # a Host tier's own events (medium CPU): the device view is the GPU's
             if isinstance(ev, ct.BlockStored):
                 prev = stream.get(ev.parent_block_hash, -1) if ev.parent_block_hash is not None else 0
                 bs = ev.block_size
@@ -473,11 +494,21 @@ class EngineJudge:
         if free is None:
             return
         self.premise["PEER-9"] += 1
-        named = len(self.holders)
+        named = len(self._names())
         if free + named != self.usable:
             self._find("PEER-9", line, f"the pool reports {free} free blocks and live requests name {named}: "
                        f"{free + named} of {self.usable} usable blocks accounted", free=free, named=named,
                        usable=self.usable)
+
+    def _names(self) -> dict[int, int]:
+        """Block -> names by live requests: the tables, and the blocks requests waiting for a Host load hold."""
+        held = self.tier.held if self.tier is not None else None
+        if not held:
+            return self.holders
+        out = dict(self.holders)
+        for blk, n in held.items():
+            out[blk] = out.get(blk, 0) + n
+        return out
 
     def _new_of(self, msg: dict) -> list[tuple[str, _Req, int, bool]]:
         out = []

@@ -42,6 +42,8 @@ class Preset:
     group_keys: bool = True
     duplicate_copies: bool = False
     reuse_reports: bool = False
+    sparse_stores: bool = False  # vLLM: a sparse group's store names only the blocks it keeps (EV-4's entry)
+    forward_parents: bool = False  # vLLM: a store's parent may be stored later in the same batch (EV-3's entry)
     note: str = ""
     alt_schemes: tuple[str, ...] = ()  # recognised instead when the first root block recomputes only under one
 
@@ -50,9 +52,11 @@ PRESETS: dict[str, Preset] = {
     "tokenspeed": Preset("tokenspeed", 64, "fnv1a64", True,
                          note="block size 64, growing partial tails, FNV-1a 64 event hashes"),
     "vllm": Preset("vllm", None, "vllm-sha256", False, duplicate_copies=True, reuse_reports=True,
+                   sparse_stores=True, forward_parents=True,
                    note="block size per cache group (vLLM's default 16), sha256 over pickle with NONE_HASH "
-                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies "
-                        "and reuse reports allowed", alt_schemes=("vllm-sha256-cbor",)),
+                        "'vllm-none-hash' (sha256_cbor recognised), live blocks per group_idx, duplicate copies, "
+                        "reuse reports, sparse (state-group) stores and forward parents allowed",
+                   alt_schemes=("vllm-sha256-cbor",)),
     "sglang": Preset("sglang", None, "sglang-sha256", False,
                      note="block size = page size (from the first store), chained sha256 over u32 tokens"),
 }
