@@ -116,8 +116,8 @@ class GroupJudge:
         self._shared: dict[int, int] = {}        # blocks this step's hits named, and how many times
         kinds = [g.kind for i, g in enumerate(groups) if i != self.main]
         applies = {"PEER-20": any(k != "mamba" for k in kinds), "PEER-21": True, "PEER-22": "mamba" in kinds}
-        self.RULES = {rid: catalogue.get(rid).stated("engine")[:2] for rid in RULE_IDS if applies[rid]}
-        self.DECISIONS = {rid: catalogue.get(rid).stated("engine")[2] for rid in self.RULES}
+        self.RULES = {rid: (catalogue.get(rid).title, catalogue.get(rid).clause) for rid in RULE_IDS if applies[rid]}
+        self.DECISIONS = {rid: catalogue.get(rid).decisions for rid in self.RULES}
 
     # -- wiring --------------------------------------------------------------------------------------------------
     def attach(self, judge: EngineJudge) -> None:

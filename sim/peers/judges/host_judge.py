@@ -79,8 +79,8 @@ class HostTierJudge:
         self.held: dict[int, int] = {}         # GPU block -> names by requests waiting for a load
         self.stats = {"stores": 0, "loads": 0, "acks": 0, "failed_loads": 0, "evictions": 0, "lookups": 0}
         self._step = -1
-        self.RULES = {rid: catalogue.get(rid).stated("engine")[:2] for rid in RULE_IDS}  # as the report states them
-        self.DECISIONS = {rid: catalogue.get(rid).stated("engine")[2] for rid in RULE_IDS}
+        self.RULES = {rid: (catalogue.get(rid).title, catalogue.get(rid).clause) for rid in RULE_IDS}
+        self.DECISIONS = {rid: catalogue.get(rid).decisions for rid in RULE_IDS}
 
     def attach(self, judge: EngineJudge) -> None:
         for rid, rule in self.RULES.items():
