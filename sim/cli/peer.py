@@ -42,8 +42,9 @@ def add_parser(sub: Any) -> None:
                        "every step; compare: their hit ratios beside kvsim simulate's")
     p.add_argument("peer", choices=["tokenspeed", "vllm", "sglang", "compare"], help="the scheduler to drive")
     p.add_argument("workload", metavar="WORKLOAD", nargs="?", help="Mooncake JSON Lines (input_length, output_length, "
-                   "hash_ids); '-' reads standard input; synthetic:prefix-stress[:SEED] generates the prefix-cache "
-                   "stress workload; any name kvsim simulate reads: excerpt:NAME, synthetic[:SEED], an Azure .csv")
+                   "hash_ids); '-' reads standard input; synthetic:prefix-stress[:SEED] and "
+                   "synthetic:hybrid-stress[:SEED] generate the stress workloads; any name kvsim simulate reads: "
+                   "excerpt:NAME, synthetic[:SEED], an Azure .csv")
     p.add_argument("--requests", type=integer(1), default=None, metavar="N", help="first N rows (default: all)")
     p.add_argument("--pages", type=integer(2), default=None,
                    help="num_device_pages, null page 0 included (default: unbounded, never evicts)")
@@ -103,6 +104,17 @@ def add_parser(sub: Any) -> None:
                    help="vllm/sglang/compare: usable KV blocks of the pool (default: unbounded, never evicts)")
     p.add_argument("--block-size", type=integer(1), default=None,
                    help="vllm/sglang/compare: tokens per block (default 16)")
+    p.add_argument("--offload-blocks", type=integer(1), default=None, metavar="N",
+                   help="vllm: a Host tier of N CPU chunks behind the engine (its OffloadingConnector and "
+                   "CPUOffloadingManager), kvsim playing the worker side; with --ack-delay and --seed")
+    p.add_argument("--offload-policy", choices=["lru", "arc"], default="lru",
+                   help="vllm, with --offload-blocks: the CPU offloading manager's eviction policy (default lru)")
+    p.add_argument("--fail-loads", type=float, default=0.0, metavar="R",
+                   help="vllm, with --offload-blocks: each async Host load fails with probability R (drawn from "
+                   "--seed); the engine recomputes the request")
+    p.add_argument("--kv-groups", metavar="SPEC", default=None,
+                   help="vllm/sglang: the engine's own hybrid cache, one group per item: full:BLOCK, "
+                   "sliding:BLOCK:WINDOW, mamba:BLOCK (e.g. full:16,sliding:16:128); every group judged (PEER-20..22)")
     p.add_argument("--vllm-python", metavar="PYTHON", type=interpreter,
                    help="compare: vLLM's venv python or venv (vLLM skipped without it)")
     p.add_argument("--sglang-python", metavar="PYTHON", type=interpreter,

@@ -72,29 +72,30 @@ def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str
 
 
 def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
-    """A workload named rather than given as a Mooncake file -- ``synthetic:prefix-stress[:SEED]`` (its rows,
-    each submitted at its step) or any other name `kvsim simulate` reads (``excerpt:NAME``, ``synthetic[:SEED]``,
-    an Azure ``.csv``) -- with ``--requests`` and ``--max-output`` applied, its name and a SHA-256: of the file a
-    bundled excerpt or a CSV is, else of the requests made (token ids, output lengths, submission steps). None
-    for a Mooncake file or ``-`` (the caller reads it as a stream, hashed in the same pass). Generation is linear
-    in the requests asked for and shows progress (a bar on a terminal, plain lines in a log)."""
+    """A workload named rather than given as a Mooncake file -- ``synthetic:prefix-stress[:SEED]`` or
+    ``synthetic:hybrid-stress[:SEED]`` (its rows, each submitted at its step) or any other name `kvsim simulate`
+    reads (``excerpt:NAME``, ``synthetic[:SEED]``, an Azure ``.csv``) -- with ``--requests`` and ``--max-output``
+    applied, its name and a SHA-256: of the file a bundled excerpt or a CSV is, else of the requests made (token
+    ids, output lengths, submission steps). None for a Mooncake file or ``-`` (the caller reads it as a stream,
+    hashed in the same pass). Generation is linear in the requests asked for and shows progress (a bar on a
+    terminal, plain lines in a log)."""
     import hashlib
 
-    from kvsim.sim.peers.workload import WorkloadError, read_mooncake, read_prefix_stress, read_workload
+    from kvsim.sim.peers.workload import WorkloadError, read_mooncake, read_stress, read_workload
     from kvsim.sim.workloads.open import (
         WorkloadFormatError,
         default_requests,
         open_workload,
-        prefix_stress_seed,
         resolve,
+        stress_spec,
     )
     from kvsim.sim.workloads.request import WorkloadInputError
     spec = str(args.workload)
     max_output = getattr(args, "max_output", None)
     kind, path = "prefix-stress", ""
     try:
-        seed = prefix_stress_seed(spec)
-        if seed is None:
+        stress = stress_spec(spec)
+        if stress is None:
             if spec == "-" or not (spec.startswith(("excerpt:", "synthetic")) or spec.endswith(".csv")):
                 return None
             kind, arg = resolve(spec)
@@ -115,8 +116,8 @@ def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
         task = prog.add_task("requests", total=args.requests or default_requests(spec)) if prog is not None else 0
         tick = (lambda n: prog.advance(task, n)) if prog is not None else None
         try:
-            if seed is not None:
-                reqs = read_prefix_stress(seed, args.requests, max_output, progress=tick)
+            if stress is not None:
+                reqs = read_stress(stress[0], stress[1], args.requests, max_output, progress=tick)
             else:
                 reqs = read_workload(open_workload(spec, args.requests), args.requests, max_output, progress=tick)
         except WorkloadInputError as exc:
@@ -139,30 +140,57 @@ def blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
     return need, who
 
 
-def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int) -> EngineConfig:
-    """The pool: ``blocks`` usable blocks (plus the engine's reserved ones); unbounded (never evicts) if None."""
+def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int,
+                  groups: list | None = None) -> EngineConfig:
+    """The pool: ``blocks`` usable blocks (plus the engine's reserved ones); unbounded (never evicts) if None.
+    With ``groups`` (``--kv-groups``) every group draws on the one pool: a request needs blocks in each."""
     from kvsim.sim.peers.engines import ENGINES, EngineConfig
     spec = ENGINES[engine]
-    need, who = blocks_needed(reqs, bs)
-    if blocks is None:
-        blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
-    elif blocks < need:
+    if groups:
+        from kvsim.sim.peers.kv_groups import identity_grain
+        need, who = max(((_group_blocks(len(r.tokens) + r.max_new_tokens, groups), r.id) for r in reqs),
+                        key=lambda x: x[0])
+        if blocks is None:
+            blocks = sum(_group_blocks(len(r.tokens) + r.max_new_tokens, groups) for r in reqs)
+        grain = identity_grain(groups)
+    else:
+        need, who = blocks_needed(reqs, bs)
+        if blocks is None:
+            blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
+        grain = bs
+    if blocks < need:
         raise InputError(f"--blocks: {blocks} blocks of {bs} tokens cannot hold request {who} ({need} blocks)")
     longest = max(len(r.tokens) + r.max_new_tokens for r in reqs)
     return EngineConfig(block_size=bs, num_blocks=blocks + spec.reserved_blocks,
-                        max_model_len=-(-(longest + bs) // bs) * bs)
+                        max_model_len=-(-(longest + grain) // grain) * grain, kv_groups=groups)
 
 
-def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
+def pool_need(reqs: list[Request], bs: int, groups: list | None = None) -> int:
+    """The most blocks one request of ``reqs`` holds at once (over every group of a hybrid model)."""
+    if groups:
+        return max(_group_blocks(len(r.tokens) + r.max_new_tokens, groups) for r in reqs)
+    return blocks_needed(reqs, bs)[0]
+
+
+def _group_blocks(tokens: int, groups: list) -> int:
+    """Blocks one request of ``tokens`` tokens may hold at once over every group (a state group: its running
+    state, the state it started from and one checkpoint)."""
+    return sum(3 if g.kind == "mamba" else -(-tokens // g.block_size) for g in groups)
+
+
+def events_command(engine: str, record: str, bs: int, capacity: int | None) -> str:
     """The `kvsim events` command line that judges a KV-event log (``--events-log``) as this run's event checker
     did: the engine's preset where ``sim.peers.judges.events`` has one (``--engine``), else its block size."""
     from kvsim.sim.peers.judges import events as pe
     words = ["kvsim", "events", record]
     if engine in getattr(pe, "PRESETS", {}):
         words += ["--engine", engine]
+        if pe.PRESETS[engine].reuse_reports:  # as the peer run judged it (sim.peers.engines.event_checker)
+            words += ["--no-reuse-reports"]
     else:
         words += ["--block-size", str(bs)]
-    words += ["--capacity", str(capacity)]
+    if capacity is not None:
+        words += ["--capacity", str(capacity)]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -193,6 +221,12 @@ def engine_report(engine: str, out: Any, trace: str, inputs: list[dict], cfg: En
                             "capacity_tokens": usable * bs, "pool": "bounded" if bounded else "unbounded",
                             "hash_algo": out.hello.get("hash_algo"), "event_hash_check": events.scheme,
                             "steps": out.steps, "stalled_requests": len(out.stalled)}}
+    if cfg.kv_groups:
+        from kvsim.sim.peers.kv_groups import describe
+        stats["peer"]["kv_groups"] = describe(cfg.kv_groups)
+    if cfg.offload:
+        stats["peer"]["host_tier"] = {**cfg.offload, "chunks_reported": out.hello.get("host_chunks"),
+                                      **out.judge.tier.summary()}
     if timing:
         n_events = ev["stored"] + ev["removed"] + ev["cleared"]
         stats["timing"] = {
@@ -210,24 +244,32 @@ def engine_report(engine: str, out: Any, trace: str, inputs: list[dict], cfg: En
     if bounded and gap:
         report["stats"]["policy_gap"] = policy_gap(workload, n_requests, usable * bs,
                                                    report["stats"]["scheduler"]["hit_ratio"])
-    report["stats"]["coverage"] = coverage(engine_paths(engine), out.judge.paths, report["rules"],
-                                           stress=workload.startswith("synthetic:prefix-stress"))
+    report["stats"]["coverage"] = coverage(engine_paths(engine, cfg.kv_groups, bool(cfg.offload)), out.judge.paths,
+                                           report["rules"], stress=workload.startswith("synthetic:"))
     if out.crash is not None:
         report["stats"]["engine_crash"] = out.crash
     return report
 
 
 def prepare(args: Any) -> tuple[list[Request], str, str, EngineConfig]:
-    """The run's requests, the workload's name and SHA-256, and the engine's config; the engine venv checked."""
+    """The run's requests, the workload's name and SHA-256, and the engine's config (a hybrid model's cache groups
+    and Host tier included); the engine venv checked."""
     from kvsim.sim.peers.engines import ENGINES, probe
 
     engine = args.peer
     if not args.engine_python:
         raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
                          f"{engine} VENV, then pass VENV/bin/python)")
+    groups = _kv_groups(args)
+    if groups and engine != "vllm":
+        raise InputError(f"--kv-groups: {engine}'s hybrid caches are not driven by kvsim yet (vllm only)")
     bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
+    if groups:
+        from kvsim.sim.peers.kv_groups import primary_group
+        bs = groups[primary_group(groups)].block_size  # the block size of the table PEER-5 ... PEER-8 read
     reqs, name, sha = _requests(args)
-    cfg = engine_config(engine, reqs, args.blocks, bs)
+    cfg = engine_config(engine, reqs, args.blocks, bs, groups)
+    cfg.offload = _offload(args, engine, groups)
     why = probe(args.engine_python, engine)
     if why:
         raise InputError(f"--engine-python: {why}")
@@ -235,13 +277,13 @@ def prepare(args: Any) -> tuple[list[Request], str, str, EngineConfig]:
 
 
 def run_engine_peer(args: Any) -> int:
-    from kvsim.sim.peers.engines import ENGINES, EngineError, event_checker, run_engine
+    from kvsim.sim.peers.engines import ENGINES, EngineError, checker_for, run_engine
 
     engine = args.peer
     reqs, name, sha, cfg = prepare(args)
     bs = cfg.block_size
     usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
-    events = event_checker(engine, bs, usable)
+    events = checker_for(engine, cfg)
     for target in (args.record, args.json, args.html, args.events_log):
         if target and not Path(target).parent.exists():
             Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -307,7 +349,7 @@ def run_engine_peer(args: Any) -> int:
                              f"{shlex.join(['kvsim', 'replay', args.record])}\n")
         if args.events_log:
             sys.stderr.write(f"kvsim peer: judge the KV-event log with: "
-                             f"{events_command(engine, args.events_log, bs, usable)}\n")
+                             f"{events_command(engine, args.events_log, bs, None if cfg.offload else usable)}\n")
         if not verdict.passed and not out.interrupted:
             sys.stderr.write(f"kvsim peer: shrink it to a minimal reproducer: {shlex.join(['kvsim', *_argv()])} "
                              "--shrink\n")
@@ -484,6 +526,40 @@ def _print_compare(result: dict, console: Console, style: Style) -> None:
     print_table(t, console, style.plain)
     for note in result["notes"]:
         console.print(note, markup=False, soft_wrap=True)
+
+
+def _offload(args: Any, engine: str, groups: list | None) -> dict | None:
+    """``--offload-blocks N`` (with ``--ack-delay``, ``--seed``, ``--offload-policy``, ``--fail-loads``) as the
+    driver's ``offload`` config; None without it."""
+    blocks = getattr(args, "offload_blocks", None)
+    if blocks is None:
+        if getattr(args, "fail_loads", 0.0):
+            raise InputError("--fail-loads: only with --offload-blocks")
+        if getattr(args, "ack_delay", 0):
+            raise InputError(f"--ack-delay: no Host jobs to delay in a {engine} run without --offload-blocks")
+        return None
+    if engine != "vllm":
+        raise InputError(f"--offload-blocks: {engine}'s Host tier is not driven by kvsim yet (vllm only)")
+    if groups:
+        raise InputError("--offload-blocks: with one full-attention group only (leave --kv-groups out)")
+    if not 0.0 <= args.fail_loads <= 1.0:
+        raise InputError(f"--fail-loads: {args.fail_loads} is not a probability in [0, 1]")
+    return {"blocks": blocks, "ack_delay": args.ack_delay, "seed": args.seed, "policy": args.offload_policy,
+            "fail_loads": args.fail_loads}
+
+
+def _kv_groups(args: Any) -> list | None:
+    """``--kv-groups SPEC`` parsed (None without it); a bad SPEC is an input error."""
+    spec = getattr(args, "kv_groups", None)
+    if spec is None:
+        return None
+    from kvsim.sim.peers.kv_groups import KvGroupsError, parse_kv_groups
+    if args.block_size is not None:
+        raise InputError("--kv-groups: each group states its block size; leave --block-size out")
+    try:
+        return parse_kv_groups(spec)
+    except KvGroupsError as exc:
+        raise InputError(f"--kv-groups: {exc}") from None
 
 
 class _Cut(Exception):

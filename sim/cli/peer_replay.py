@@ -26,7 +26,7 @@ def replay_peer_log(path: str, args: Any, command: str, src: Any = None) -> int:
     """Re-judge one kvsim-peer/1 log (``src``: the input already opened); write ``--json`` / ``--html`` where
     ``args`` asks; the exit status."""
     from kvsim.sim.cli.peer_engine import engine_report
-    from kvsim.sim.peers.engines import ENGINES, EngineConfig, replay_log
+    from kvsim.sim.peers.engines import ENGINES, config_of, replay_log
     from kvsim.sim.peers.peer_log import PeerLogError, read
 
     src = src if src is not None else open_input(path)
@@ -35,13 +35,8 @@ def replay_peer_log(path: str, args: Any, command: str, src: Any = None) -> int:
         engine = head["engine"]
         if engine not in ENGINES:
             raise InputError(f"{src.name}:1: engine {engine!r} is not one kvsim drives ({', '.join(ENGINES)})")
-        c = head["config"]
         try:
-            cfg = EngineConfig(block_size=int(c["block_size"]), num_blocks=int(c["num_blocks"]),
-                               max_num_seqs=int(c["max_num_seqs"]),
-                               max_num_batched_tokens=int(c["max_num_batched_tokens"]),
-                               max_model_len=int(c["max_model_len"]), probe_every=int(c["probe_every"]),
-                               clear_at_end=bool(c["clear_at_end"]))
+            cfg = config_of(head["config"])
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{src.name}:1: header config: {exc}") from None
         try:

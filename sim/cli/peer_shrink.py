@@ -77,18 +77,19 @@ def repro_command(argv: list[str], workload: str, path: str, pool: tuple[str, in
 class _Driven:
     """vLLM or SGLang: every trial in one driver process (a fresh one only if the process itself died)."""
 
-    def __init__(self, engine: str, python: str, bs: int) -> None:
+    def __init__(self, engine: str, python: str, base: Any) -> None:
         from kvsim.sim.peers.engines import Session
-        self.engine, self.python, self.bs = engine, python, bs
+        self.engine, self.python, self.bs, self.base = engine, python, base.block_size, base
         self.session = Session(engine, python)
         self.restarts = 0
         self.last: Any = None
 
     def trial(self, requests: list, blocks: int, log: Any = None, run: dict | None = None) -> list:
         from kvsim.sim.cli.peer_engine import engine_config
-        from kvsim.sim.peers.engines import ENGINES, EngineError, Session, event_checker
-        cfg = engine_config(self.engine, requests, blocks, self.bs)
-        events = event_checker(self.engine, self.bs, cfg.num_blocks - ENGINES[self.engine].reserved_blocks)
+        from kvsim.sim.peers.engines import EngineError, Session, checker_for
+        cfg = engine_config(self.engine, requests, blocks, self.bs, self.base.kv_groups)
+        cfg.offload = self.base.offload
+        events = checker_for(self.engine, cfg)
         try:
             out = self.session.trial(requests, cfg, events, log, run)
         except EngineError:
@@ -102,8 +103,8 @@ class _Driven:
         return list(out.judge.act.recovery.roots)
 
     def need(self, case: Any) -> int:
-        from kvsim.sim.cli.peer_engine import blocks_needed
-        return blocks_needed(list(case.requests), self.bs)[0]
+        from kvsim.sim.cli.peer_engine import pool_need
+        return pool_need(list(case.requests), self.bs, self.base.kv_groups)
 
     def close(self) -> None:
         self.session.close()
@@ -254,7 +255,7 @@ def run_shrink(args: Any, reqs: list, name: str, sha: str, cfg: Any) -> int:
     usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
     quiet = bool(getattr(args, "quiet", False))
     t_start = time.monotonic()
-    driven = _Driven(engine, python, cfg.block_size)
+    driven = _Driven(engine, python, cfg)
     try:
         got = _search(args, driven, reqs, usable, quiet)
         if got is None:

@@ -40,8 +40,8 @@ from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.peers.workload import VOCAB, Request
 
 __all__ = ["ENGINES", "EngineSpec", "EngineConfig", "EngineOutcome", "EngineError", "DriverBug", "Session",
-           "driver_path", "engine_paths", "counter_check", "event_checker", "feed", "make_judge", "probe",
-           "replay_log", "run_engine", "wire_config", "wire_request"]
+           "driver_path", "engine_paths", "checker_for", "config_of", "counter_check", "event_checker", "feed",
+           "make_judge", "probe", "replay_log", "run_engine", "wire_config", "wire_request"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,10 @@ class EngineSpec:
 
 
 ENGINES = {
-    "vllm": EngineSpec("vllm", "vllm/driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"),)),
+    # PYTHONHASHSEED=0: the interpreter's own hash seed fixed, so set orders of bytes keys that reach the output
+    # (the Host tier's store events) are the same every run; the driver unsets it before vLLM reads it, so vLLM's
+    # NONE_HASH keeps its default seed
+    "vllm": EngineSpec("vllm", "vllm/driver.py", 16, 1, True, (("VLLM_TARGET_DEVICE", "cpu"), ("PYTHONHASHSEED", "0"))),
     "sglang": EngineSpec("sglang", "sglang/driver.py", 16, 1, False),
 }
 
@@ -79,9 +82,17 @@ class DriverBug(RuntimeError):
     """kvsim's own driver code raised (no frame of the traceback lies in the engine): kvsim's bug, exit 3."""
 
 
-def engine_paths(engine: str) -> dict[str, str]:
-    """The engine paths its driver counts, with what each one is (``sim.peers.ENGINE.paths``)."""
-    return importlib.import_module(f"kvsim.sim.peers.{engine}.paths").PATHS
+def engine_paths(engine: str, groups: list | None = None, host: bool = False) -> dict[str, str]:
+    """The engine paths its driver counts, with what each one is (``sim.peers.ENGINE.paths``); with ``groups``
+    (``--kv-groups``) each group's own paths too (``gN.<path>``, the module's ``group_paths``), with ``host``
+    (``--offload-blocks``) the Host tier's (``host.<path>``, its ``HOST_PATHS``)."""
+    module = importlib.import_module(f"kvsim.sim.peers.{engine}.paths")
+    out = dict(module.PATHS)
+    if groups:
+        out.update(module.group_paths(groups))
+    if host:
+        out.update(module.HOST_PATHS)
+    return out
 
 
 def counter_check(engine: str) -> Callable[[dict, dict[int, int]], list[tuple[str, dict]]]:
@@ -98,6 +109,8 @@ class EngineConfig:
     max_model_len: int = 1 << 20
     probe_every: int = 0            # deep counters every N steps (0: one probe per 1,024 blocks of pool)
     clear_at_end: bool = True       # end with the engine's ClearCache once every request finished
+    kv_groups: list | None = None   # --kv-groups: the cache groups (sim.peers.kv_groups.GroupSpec), None: one full
+    offload: dict | None = None     # --offload-blocks: the Host tier ({"blocks", "ack_delay", "seed", ...})
 
 
 @dataclass
@@ -133,11 +146,17 @@ def wire_request(r: Request) -> dict:
 
 
 def wire_config(cfg: EngineConfig) -> dict:
-    """The driver's config object."""
-    return {"block_size": cfg.block_size, "num_blocks": cfg.num_blocks, "max_num_seqs": cfg.max_num_seqs,
-            "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_model_len": cfg.max_model_len,
-            "vocab": VOCAB, "probe_every": cfg.probe_every or max(1, cfg.num_blocks // 1024),
-            "clear_at_end": cfg.clear_at_end}
+    """The driver's config object (a hybrid run's cache groups and Host tier included)."""
+    wire: dict[str, Any] = {
+        "block_size": cfg.block_size, "num_blocks": cfg.num_blocks, "max_num_seqs": cfg.max_num_seqs,
+        "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_model_len": cfg.max_model_len,
+        "vocab": VOCAB, "probe_every": cfg.probe_every or max(1, cfg.num_blocks // 1024),
+        "clear_at_end": cfg.clear_at_end}
+    if cfg.kv_groups:
+        wire["kv_groups"] = [g.as_wire() for g in cfg.kv_groups]
+    if cfg.offload:
+        wire["offload"] = cfg.offload
+    return wire
 
 
 def _feed(stdin: Any, lines: list[bytes]) -> None:
@@ -150,15 +169,30 @@ def _feed(stdin: Any, lines: list[bytes]) -> None:
         pass  # the driver died: its stdout says why
 
 
-def event_checker(engine: str, block_size: int, capacity: int) -> EventChecker:
+def event_checker(engine: str, block_size: int | None, capacity: int, host_chunks: int = 0) -> EventChecker:
     """The KV-event checker for an engine's stream: its preset where ``sim.peers.judges.events`` has one (hash
-    scheme, allowances), else block size and capacity with structure-only checks."""
+    scheme, allowances), else block size and capacity with structure-only checks. ``block_size`` None: each
+    group's first store declares its own (a ``--kv-groups`` run)."""
     from kvsim.sim.peers.judges import events as pe
     preset = getattr(pe, "PRESETS", {}).get(engine)
     checker: Any = pe.EventChecker
+    if preset is not None and preset.reuse_reports:
+        # the driver never sets kv_cache_report_mode="full": a parent-less store of live blocks is a second copy
+        # (a request recomputing blocks a group of a hybrid model could not serve), never a reuse report
+        import dataclasses
+        preset = dataclasses.replace(preset, reuse_reports=False)
+    caps = {"CPU": host_chunks} if host_chunks else None  # a Host tier's events: its own capacity
     if preset is not None:
-        return checker(block_size=block_size, capacity=capacity, preset=preset)
+        return checker(block_size=block_size, capacity=capacity, preset=preset, capacities=caps)
     return checker(block_size=block_size, hash_scheme="none", capacity=capacity)
+
+
+def checker_for(engine: str, cfg: EngineConfig) -> EventChecker:
+    """``event_checker`` for a run of ``cfg``: each group's own block size in a hybrid run, a Host tier's own
+    capacity."""
+    usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
+    return event_checker(engine, None if cfg.kv_groups else cfg.block_size, usable,
+                         cfg.offload["blocks"] if cfg.offload else 0)
 
 
 def _checker_parse() -> Callable | None:
@@ -177,16 +211,27 @@ def structure_check(engine: str) -> Callable | None:
         return None
 
 
-def make_judge(engine: str, block_size: int, num_blocks: int, events: EventChecker) -> EngineJudge:
+def make_judge(engine: str, cfg: EngineConfig, events: EventChecker) -> EngineJudge:
     """The step judge of one run of ``engine`` (live or re-judged from its kvsim-peer/1 log): decisions, events,
-    deep counters, eviction policy, and the frames, structure checks and recovery of ``sim.peers.judges.actionable``."""
+    deep counters, eviction policy (one full-attention group and no Host tier), a hybrid run's cache groups and
+    Host tier, and the frames, structure checks and recovery of ``sim.peers.judges.actionable``."""
     from kvsim.sim.peers.judges.actionable import Actionable
     spec = ENGINES[engine]
-    act = Actionable(block_size, structure=structure_check(engine), exact_tables=True,
+    usable = cfg.num_blocks - spec.reserved_blocks
+    groups = None
+    if cfg.kv_groups:  # every group of a hybrid run judged by the group judge's plug-in
+        from kvsim.sim.peers.judges.group_judge import GroupJudge
+        groups = GroupJudge(cfg.kv_groups, usable, counter_check(engine))
+    tier = None
+    if cfg.offload:  # the Host tier behind the engine, judged by the tier judge's plug-in
+        from kvsim.sim.peers.judges.host_judge import HostTierJudge
+        tier = HostTierJudge(cfg.offload["blocks"], cfg.num_blocks)
+    act = Actionable(cfg.block_size, structure=structure_check(engine), exact_tables=not cfg.kv_groups,
                      unit="page" if engine == "sglang" else "block")
-    return EngineJudge(block_size, num_blocks, events, reserved=spec.reserved_blocks,
+    return EngineJudge(cfg.block_size, cfg.num_blocks, events, reserved=spec.reserved_blocks,
                        same_step_hits=spec.same_step_hits, parse=_checker_parse(), probe_check=counter_check(engine),
-                       policy=policy_checker(engine, num_blocks - spec.reserved_blocks), act=act)
+                       policy=policy_checker(engine, usable) if groups is None and tier is None else None, act=act,
+                       groups=groups, tier=tier)
 
 
 def feed(out: EngineOutcome, msg: dict, line: int) -> str | None:
@@ -282,7 +327,7 @@ class Session:
             raise EngineError(f"{self.engine} driver: its process is gone")
         spec = ENGINES[self.engine]
         log = log if log is not None else Writer(None)
-        judge = make_judge(self.engine, cfg.block_size, cfg.num_blocks, events)
+        judge = make_judge(self.engine, cfg, events)
         out = EngineOutcome(judge, events)
         clock = time.perf_counter
         t_start = clock()
@@ -329,6 +374,9 @@ class Session:
         except KeyboardInterrupt:  # SIGINT/SIGTERM: the steps judged so far are the report, marked partial
             out.interrupted = f"{out.steps:,} steps, {finished} of {len(requests)} requests finished"
             self.kill()
+        except BaseException:  # kvsim's own bug while judging: stop the driver (it would block on a full pipe)
+            self.kill()
+            raise
         finally:
             feeder.join(timeout=5)
         self.trials += 1
@@ -367,13 +415,26 @@ def run_engine(engine: str, python: str, requests: list[Request], cfg: EngineCon
         return session.trial(requests, cfg, events, Writer(log), run, progress, batches)
 
 
+def config_of(c: dict) -> EngineConfig:
+    """The EngineConfig a driver config object (``wire_config``, a kvsim-peer/1 header's ``config``) stands for;
+    KeyError / TypeError / ValueError when it is malformed."""
+    groups = None
+    if c.get("kv_groups"):
+        from kvsim.sim.peers.kv_groups import GroupSpec
+        groups = [GroupSpec(str(g["kind"]), int(g["block_size"]), int(g.get("window") or 0)) for g in c["kv_groups"]]
+    return EngineConfig(block_size=int(c["block_size"]), num_blocks=int(c["num_blocks"]),
+                        max_num_seqs=int(c["max_num_seqs"]), max_num_batched_tokens=int(c["max_num_batched_tokens"]),
+                        max_model_len=int(c["max_model_len"]), probe_every=int(c["probe_every"]),
+                        clear_at_end=bool(c["clear_at_end"]), kv_groups=groups, offload=c.get("offload") or None)
+
+
 def replay_log(head: dict, reqs: list[dict], messages: Any) -> EngineOutcome:
     """Re-judge a kvsim-peer/1 log without the engine: the same judge, fed the recorded messages."""
     import numpy as np
-    engine, cfg = head["engine"], head["config"]
-    usable = cfg["num_blocks"] - ENGINES[engine].reserved_blocks
-    events = event_checker(engine, cfg["block_size"], usable)
-    judge = make_judge(engine, cfg["block_size"], cfg["num_blocks"], events)
+    engine = head["engine"]
+    cfg = config_of(head["config"])
+    events = checker_for(engine, cfg)
+    judge = make_judge(engine, cfg, events)
     out = EngineOutcome(judge, events)
     for r in reqs:
         judge.submit(r["id"], np.asarray(r["tokens"], dtype=np.int64))

@@ -23,8 +23,8 @@ from kvsim.sim.files import label, open_source
 from kvsim.sim.workloads.request import Request as WorkloadRequest
 
 __all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "REQUESTS_FORMAT", "block_tokens", "read_mooncake",
-           "read_prefix_stress", "read_requests", "read_workload", "requests_jsonl", "is_requests_header",
-           "WorkloadError", "PROGRESS_EVERY"]
+           "read_prefix_stress", "read_requests", "read_stress", "read_workload", "requests_jsonl",
+           "is_requests_header", "WorkloadError", "PROGRESS_EVERY"]
 
 REQUESTS_FORMAT = "kvsim-requests/1"
 """Requests as token ids (what ``--shrink`` writes): a header line ``{"format": "kvsim-requests/1", ...}``, then one
@@ -111,11 +111,21 @@ def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | No
     """The first ``limit`` rows of ``synthetic:prefix-stress:SEED`` as requests ``s0, s1, ...`` (its default
     count when None), each submitted at its row's step. Linear in ``limit``; ``progress(n)`` hears of every
     ``PROGRESS_EVERY`` requests made."""
+    return read_stress("prefix-stress", seed, limit, max_output, progress)
+
+
+def read_stress(name: str, seed: int, limit: int | None = None, max_output: int | None = None,
+                progress: Callable[[int], None] | None = None) -> list[Request]:
+    """The first ``limit`` rows of ``synthetic:NAME:SEED`` (``prefix-stress``: requests ``s0, s1, ...``;
+    ``hybrid-stress``: ``h0, h1, ...``), its default count when None, each submitted at its row's step. Linear in
+    ``limit``; ``progress(n)`` hears of every ``PROGRESS_EVERY`` requests made."""
+    from kvsim.sim.workloads import hybrid_stress as hs
     from kvsim.sim.workloads import prefix_stress as ps
 
+    gen, tag = (hs, "h") if name == hs.NAME else (ps, "s")
     memo: dict[int, np.ndarray] = {}
     out: list[Request] = []
-    for row in ps.rows(ps.DEFAULT_REQUESTS if limit is None else limit, seed):
+    for row in gen.rows(gen.DEFAULT_REQUESTS if limit is None else limit, seed):
         if progress is not None and len(out) % PROGRESS_EVERY == 0 and out:
             progress(PROGRESS_EVERY)
         parts = []
@@ -125,7 +135,7 @@ def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | No
                 blk = memo[cid] = block_tokens([cid], MOONCAKE_BLOCK)
             parts.append(blk[start:start + length])
         out_len = max(1, row.output if max_output is None else min(row.output, max_output))
-        out.append(Request(f"s{row.rid}", np.concatenate(parts), out_len, row.request().hash_ids, row.step))
+        out.append(Request(f"{tag}{row.rid}", np.concatenate(parts), out_len, row.request().hash_ids, row.step))
     return out
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from kvsim.spec.catalogue import transition_rule
 
+_A = "tests/peers/test_actionable.py::"
+
 transition_rule(
     "PEER-14", "The engine's own block structures are whole at every step: free queue, radix tree, page "
     "ownership and reference counts",
@@ -35,7 +37,16 @@ transition_rule(
               "part -- every tree node is its parent's child under the key SGLang files it by, its value as long as "
               "its key, its lock_ref never negative, and evictable_leaves lists only nodes in the tree. The finding "
               "names the block, page or node and the engine frame that last changed it (sim.peers.judges.frames).",
-    scope="cache")
+    scope="cache",
+    tests=(f"{_A}test_legal_structures_pass_and_are_exercised",
+           f"{_A}test_a_crafted_vllm_structure_violation_fires_peer14_naming_the_frame",
+           f"{_A}test_the_walk_finds_what_no_step_touched",
+           f"{_A}test_a_crash_message_judges_structure_not_the_unseen_tables",
+           f"{_A}test_a_crafted_sglang_structure_violation_fires_peer14",
+           f"{_A}test_a_broken_link_names_the_neighbour_whose_pointer_went_stale",
+           "tests/peers/test_actionable_engines.py::test_a_planted_bug_gives_few_roots_naming_the_engine_frame_and_"
+           "its_log_rejudges_the_same"),
+    context=("block", "blocks", "node", "check", "ref_cnt", "named", "neighbour", "in_free", "in_tree", "in_rows"))
 
 transition_rule(
     "PEER-15", "The engine allocates what the tokens need and evicts only what an allocation needs",
@@ -52,4 +63,7 @@ transition_rule(
               "tokens frees at least N when the tree had unlocked leaves left, and what it freed less its largest "
               "victim stays under N (it stops at the first leaf that reaches N). How many blocks the policy rules "
               "judge is PEER-12 / PEER-13's; this rule judges how much.",
-    scope="cache")
+    scope="cache",
+    tests=(f"{_A}test_legal_structures_pass_and_are_exercised", f"{_A}test_a_stray_eviction_fires_peer15",
+           f"{_A}test_an_over_allocated_table_fires_peer15", f"{_A}test_sglang_eviction_amount"),
+    context=("block", "node", "request", "check", "holds", "needs", "call", "need", "freed"))

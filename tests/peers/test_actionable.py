@@ -330,6 +330,6 @@ def test_a_broken_link_names_the_neighbour_whose_pointer_went_stale():
                       "point back at it" and ctx["neighbour"] == 7
     act = Actionable(BS)
     act.begin(msg)
-    text = act.finding(rule, 4, 0, message, dict(ctx, aspect=aspect))
+    text = act.finding(rule, 4, 0, message, dict(ctx), aspect)
     assert text.endswith("(block 7 was last taken out of the free queue by sitecustomize.py:3 in remove, called "
                          "from block_pool.py:807 in touch)")

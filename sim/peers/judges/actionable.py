@@ -65,11 +65,13 @@ class Actionable:
         # (PEER-9) that disagree while they do are explained by them, and name them
         self.off: dict[int, None] = {}
         self._said: set[tuple] = set()  # the structure findings of the last step, not filed again unchanged
+        self._aspect: str | None = None
 
     # -- findings ----------------------------------------------------------------------------------------------
-    def finding(self, rule: str, line: int, step: int, message: str, ctx: dict) -> str:
-        """File an engine finding; returns its message with the frame sentence added where one is known."""
-        aspect = ctx.pop("aspect", None)
+    def finding(self, rule: str, line: int, step: int, message: str, ctx: dict, aspect: str | None = None) -> str:
+        """File an engine finding; returns its message with the frame sentence added where one is known.
+        ``aspect``: which frame of its subject to name (``Frames.describe``; ``_file`` sets it for its own)."""
+        aspect, self._aspect = aspect or self._aspect, None
         if rule == "PEER-9" and self.off and not any(k in ctx for k in ("block", "blocks", "node", "request")):
             ctx["blocks"] = list(self.off)[:8]  # a pool-wide count off while these blocks are: their consequence
         said = self.frames.describe(ctx, aspect)
@@ -99,7 +101,7 @@ class Actionable:
     def end(self, judge: EngineJudge, msg: dict, line: int, crashed: bool = False) -> None:
         """After the judge read the step: the structure the driver reported, and the tables' amounts."""
         if self.structure is not None:
-            found = self.structure(msg, judge.holders, self.bs)
+            found = self.structure(msg, judge.named(), self.bs)
             self._track(msg, found)
             now: set[tuple] = set()
             for rule, message, ctx, aspect in found:
@@ -107,7 +109,7 @@ class Actionable:
                 same = (rule, message)  # the same statement as at the last step: the state has not moved
                 now.add(same)
                 if same not in self._said:
-                    judge.find(rule, line, message, aspect=aspect, **ctx)
+                    self._file(judge, rule, line, message, ctx, aspect)
             self._said = now
             if msg.get("ledger") is not None or msg.get("walk") is not None:
                 judge.premise["PEER-14"] += 1
@@ -139,10 +141,16 @@ class Actionable:
             judge.premise["PEER-15"] += 1
             need = -(-r.computed // bs)
             if len(r.table) > need:
-                judge.find("PEER-15", line, f"{rid} holds {len(r.table)} blocks after the step; its {r.computed} "
-                           f"computed tokens need {need}: an allocation took more than the tokens it was for",
-                           request=rid, block=r.table[-1], held=len(r.table), need=need, check="over_allocation",
-                           aspect="request")
+                self._file(judge, "PEER-15", line, f"{rid} holds {len(r.table)} blocks after the step; its "
+                           f"{r.computed} computed tokens need {need}: an allocation took more than the tokens it "
+                           "was for", {"request": rid, "block": r.table[-1], "holds": len(r.table), "needs": need,
+                                       "check": "over_allocation"}, "request")
+
+    def _file(self, judge: EngineJudge, rule: str, line: int, message: str, ctx: dict, aspect: str | None) -> None:
+        """A finding of this module through the judge (counted and recovered like every other), naming the
+        ``aspect`` of its subject's frames."""
+        self._aspect = aspect
+        judge.find(rule, line, message, **ctx)
 
 
 def attach(judge: Any, act: Actionable) -> None:

@@ -53,7 +53,8 @@ def check(msg: dict, holders: dict[int, int], block_size: int) -> list[Found]:
                                                   (rows, "private to a running request")) if n]
         out.append(("PEER-14", f"page {page} is owned {free + tree + rows} times ({', '.join(where)}): a page is "
                     "free, in the tree or private to one request, never two at once",
-                    {"block": page, "free": free, "tree": tree, "rows": rows, "check": "owned_twice"}, "block"))
+                    {"block": page, "in_free": free, "in_tree": tree, "in_rows": rows, "check": "owned_twice"},
+                    "block"))
     lost = walk.get("lost") or []
     if lost:
         more = walk.get("lost_n", len(lost)) - len(lost)

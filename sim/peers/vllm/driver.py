@@ -198,8 +198,28 @@ def probe(pool: Any) -> dict:
             "free_list_broken": b is None}
 
 
+def external_hits(stats: Any) -> int:
+    """Hit tokens a KV connector (the Host tier) served this step: the scheduler counts them apart from its own
+    prefix-cache hits, and a request's first computed tokens include both."""
+    cps = getattr(stats, "connector_prefix_cache_stats", None)
+    return int(cps.hits) if cps is not None else 0
+
+
+def sibling(name: str) -> Any:
+    """A module of this driver's own folder (``hybrid.py``), loaded by path: the driver imports nothing of kvsim."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"kvsim_vllm_{name}", os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), f"{name}.py"))
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load the driver's {name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def build(cfg: dict, folder: str, trial: int = 0) -> Any:
-    """The real Scheduler over a hand-built KV cache of cfg["num_blocks"] blocks, events on an ipc endpoint."""
+    """The real Scheduler over a hand-built KV cache of cfg["num_blocks"] blocks, events on an ipc endpoint;
+    with ``kv_groups`` one KV cache group per entry (``hybrid.py``), else one full-attention group."""
     import torch
     from vllm.config import CacheConfig, KVEventsConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -209,19 +229,42 @@ def build(cfg: dict, folder: str, trial: int = 0) -> Any:
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(TINY_LLAMA, f)
     bs, n, max_len = cfg["block_size"], cfg["num_blocks"], cfg["max_model_len"]
+    groups = cfg.get("kv_groups")
+    hash_bs = bs
+    extra: dict = {}
+    if groups:
+        hyb = sibling("hybrid")
+        bs, hash_bs = hyb.sizes(groups)
+        if hyb.has_mamba(groups):
+            extra["mamba_cache_mode"] = "align"
     model = ModelConfig(model=folder, skip_tokenizer_init=True, dtype="float16", max_model_len=max_len)
-    cache = CacheConfig(block_size=bs, enable_prefix_caching=True)
+    cache = CacheConfig(block_size=bs, enable_prefix_caching=True, **extra)
     sched = SchedulerConfig(max_num_seqs=cfg["max_num_seqs"], max_num_batched_tokens=cfg["max_num_batched_tokens"],
                             max_model_len=max_len, enable_chunked_prefill=True, is_encoder_decoder=False)
-    events = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=f"ipc://{folder}/kv-events-{trial}",
-                            topic="kv")
-    vc = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched, kv_events_config=events)
-    kv = KVCacheConfig(num_blocks=n, kv_cache_tensors=[], kv_cache_groups=[
+    kv = KVCacheConfig(num_blocks=n, kv_cache_tensors=[], kv_cache_groups=hyb.kv_cache_groups(groups) if groups else [
         KVCacheGroupSpec(["model.layers.0.self_attn.attn"],
                          FullAttentionSpec(block_size=bs, num_kv_heads=1, head_size=1, dtype=torch.float16))])
     cache.num_gpu_blocks = n
-    return Scheduler(vllm_config=vc, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(vc),
-                     block_size=bs, log_stats=True)
+
+    def scheduler(events: Any, transfer: Any) -> Any:
+        vc = VllmConfig(model_config=model, cache_config=cache, scheduler_config=sched, kv_events_config=events,
+                        kv_transfer_config=transfer)
+        return Scheduler(vllm_config=vc, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(vc),
+                         block_size=bs, hash_block_size=hash_bs, log_stats=True)
+
+    transfer = None
+    off = cfg.get("offload")
+    if off:  # the Host tier (offload.py): CPU chunks sized from a first, event-less build's chunk bytes
+        offload = sibling("offload")
+        probe_bytes = 1 << 26
+        first = scheduler(None, offload.transfer_config(off, probe_bytes))
+        probe = first.connector.connector_scheduler
+        per_chunk, per_token = probe_bytes // probe.manager._num_chunks, probe.config.kv_bytes_per_token
+        first.shutdown()
+        transfer = offload.transfer_config(off, per_chunk * off["blocks"], per_token)
+    events = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
+                            endpoint=f"ipc://{folder}/kv-events-{trial}", topic="kv")
+    return scheduler(events, transfer)
 
 
 class Subscriber:
@@ -320,7 +363,7 @@ def run_trial(cfg: dict, reqs: list, trial: int, folder: str, send: Any, where: 
     algo = sched.cache_config.prefix_caching_hash_algo
     hash_fn = get_hash_fn_by_name(algo)
     init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(cfg["block_size"], hash_fn)
+    hasher = get_request_block_hasher(sched.hash_block_size, hash_fn)
     sub = Subscriber(sched, f"ipc://{folder}/kv-events-{trial}")
     state["sub"] = sub
     pool = sched.kv_cache_manager.block_pool
@@ -328,18 +371,27 @@ def run_trial(cfg: dict, reqs: list, trial: int, folder: str, send: Any, where: 
     led.take(pool)  # the pool's construction is no step
     paths = Paths()
     every = max(1, int(cfg.get("probe_every", 1)))
+    groups = cfg.get("kv_groups")
+    tables = sibling("hybrid").Tables(sched, groups) if groups else None  # per-group tables (hybrid.py)
+    # the Host tier's worker side (offload.py), with --offload-blocks
+    worker: Any = sibling("offload").Worker(sched, cfg["offload"]) if cfg.get("offload") else None
+    main_group = tables.primary if tables else 0  # the first full group: "new" / "cached" name its blocks
     send({"hello": {"engine": f"vllm {vllm.__version__}", "block_size": cfg["block_size"],
                     "num_blocks": cfg["num_blocks"], "usable_blocks": cfg["num_blocks"] - 1,
-                    "hash_algo": algo, "import_s": round(import_s, 3), "paths": list(PATHS),
-                    "probe_every": every, "trial": trial}})
+                    "hash_algo": algo, "import_s": round(import_s, 3),
+                    "paths": list(PATHS) + (list(tables.n) if tables else []) +
+                    ([f"host.{p}" for p in worker.n] if worker else []), "probe_every": every,
+                    "host_chunks": worker.num_chunks if worker else 0,
+                    "scheduler_block_size": sched.block_size, "hash_block_size": sched.hash_block_size,
+                    "trial": trial}})
     vocab = cfg["vocab"]
-    bs = cfg["block_size"]
+    bs = sched.block_size
     clock = time.perf_counter
     cap = {r["id"]: (len(r["tokens"]) - 1) // bs * bs for r in reqs}
     step, idle = 0, 0
     walked = -1  # the ledger's change count at the last structure walk
     reqs = reqs[::-1]  # submitted before the step each names ("arrive"), at once when the scheduler is idle
-    while reqs or sched.has_requests():
+    while reqs or sched.has_requests() or (worker is not None and worker.busy()):
         where.update(step=step, phase="add_request", request=None)
         spent = led.cost
         t0 = clock()
@@ -353,6 +405,12 @@ def run_trial(cfg: dict, reqs: list, trial: int, folder: str, send: Any, where: 
         t0 = clock()
         so = sched.schedule()
         t1 = clock()
+        if tables is not None:  # the tables this step's forward reads (observation, not engine time)
+            tables.forget(list(so.preempted_req_ids or ()))
+            group_tables = tables.take(list(so.num_scheduled_tokens), tables.first_scheduled(so))
+            t1b = clock()
+            t0 += t1b - t1
+            t1 = t1b
         stats = sched.make_stats()
         pcs = stats.prefix_cache_stats if stats is not None else None
         ids = list(so.num_scheduled_tokens)
@@ -363,9 +421,10 @@ def run_trial(cfg: dict, reqs: list, trial: int, folder: str, send: Any, where: 
                 sampled.append([])
             else:
                 sampled.append([token(rid, req.num_output_tokens, vocab)])
+        kco, host = worker.step(step, so) if worker is not None else (None, None)
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
                                 sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
-                                pooler_output=[])
+                                pooler_output=[], kv_connector_output=kco)
         where["phase"] = "update_from_output"
         t2 = clock()
         outs = sched.update_from_output(so, mro)
@@ -387,15 +446,16 @@ def run_trial(cfg: dict, reqs: list, trial: int, folder: str, send: Any, where: 
         facts = led.take(pool)
         msg = {
             "step": step, "engine_s": (t1 - t0) + (t3 - t2) + add_s - inside,
-            "new": [[n.req_id, n.num_computed_tokens, list(n.block_ids[0])] for n in so.scheduled_new_reqs],
-            "cached": [[rid, rid in cr.resumed_req_ids, list(b[0]) if b is not None else None, c]
+            "new": [[n.req_id, n.num_computed_tokens, list(n.block_ids[main_group])]
+                    for n in so.scheduled_new_reqs],
+            "cached": [[rid, rid in cr.resumed_req_ids, list(b[main_group]) if b is not None else None, c]
                        for rid, b, c in zip(cr.req_ids, cr.new_block_ids, cr.num_computed_tokens, strict=True)],
             "scheduled": {rid: so.num_scheduled_tokens[rid] for rid in ids},
             "tokens": {rid: s[0] for rid, s in zip(ids, sampled, strict=True) if s},
             "finished": finished,
             "preempted": sorted(so.preempted_req_ids or ()),
             "stats": None if pcs is None else {
-                "requests": pcs.requests, "queries": pcs.queries, "hits": pcs.hits,
+                "requests": pcs.requests, "queries": pcs.queries, "hits": pcs.hits + external_hits(stats),
                 "preempted_requests": pcs.preempted_requests, "preempted_queries": pcs.preempted_queries,
                 "preempted_hits": pcs.preempted_hits},
             "free_blocks": pool.get_num_free_blocks(),
@@ -408,9 +468,21 @@ def run_trial(cfg: dict, reqs: list, trial: int, folder: str, send: Any, where: 
                 msg["walk"] = safe_walk(pool)
                 walked = led.changes
         msg["probe_s"] = inside + (clock() - t4)
+        if host is not None:  # the Host tier's jobs, acknowledgements, evictions, lookups (offload.py)
+            host["held"] = worker.held()
+            msg["offload"] = host
+            # vLLM counts a request's prefix-cache stats when its load starts, steps before it is
+            # scheduled: the per-step comparison with the admitted requests does not hold there
+            msg["stats"] = None
+            msg["paths"].update(worker.take_paths())
+        if tables is not None:  # one pool, several groups: accounted per group by kvsim's group judge
+            tables.forget(finished)
+            msg["groups"] = tables.section(group_tables, msg, pool)
+            msg["groups"]["copies"] = [[c.src_block_id, c.dst_block_id] for c in so.kv_cache_block_copies or ()]
+            msg["paths"].update(tables.take_paths())
         send(msg)
         step += 1
-        idle = 0 if ids else idle + 1
+        idle = 0 if ids or (worker is not None and worker.busy()) else idle + 1
         if idle >= 64:
             send({"stalled": sorted(sched.requests)})
             break
@@ -418,21 +490,29 @@ def run_trial(cfg: dict, reqs: list, trial: int, folder: str, send: Any, where: 
         where.update(step=step, phase="reset_prefix_cache", request=None)
         spent = led.cost
         t0 = clock()
-        ok = sched.reset_prefix_cache()
+        ok = sched.reset_prefix_cache(reset_connector=worker is not None)  # with a Host tier: both tiers
         # vLLM publishes the reset's AllBlocksCleared from the next update_from_output: an empty step
         so = sched.schedule()
+        kco, host = worker.step(step, so) if worker is not None else (None, None)
         sched.update_from_output(so, ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[],
                                                        logprobs=None, prompt_logprobs_dict={},
-                                                       pooler_output=[]))
+                                                       pooler_output=[], kv_connector_output=kco))
         t1 = clock()
         inside = led.cost - spent
         batches, seqs = sub.take(step)
         t4 = clock()
-        send({"step": step, "engine_s": t1 - t0 - inside, "new": [], "cached": [], "scheduled": {}, "tokens": {},
-              "finished": [], "preempted": [], "stats": None, "cleared": bool(ok),
-              "free_blocks": pool.get_num_free_blocks(), "cached_blocks": len(pool.cached_block_hash_to_block),
-              "batches": batches, "seqs": seqs, "paths": paths.take(), "ledger": led.take(pool),
-              "probe": probe(pool), "walk": safe_walk(pool), "probe_s": inside + clock() - t4})
+        msg = {"step": step, "engine_s": t1 - t0 - inside, "new": [], "cached": [], "scheduled": {}, "tokens": {},
+               "finished": [], "preempted": [], "stats": None, "cleared": bool(ok),
+               "free_blocks": pool.get_num_free_blocks(), "cached_blocks": len(pool.cached_block_hash_to_block),
+               "batches": batches, "seqs": seqs, "paths": paths.take(), "ledger": led.take(pool),
+               "probe": probe(pool), "walk": safe_walk(pool), "probe_s": inside + clock() - t4}
+        if tables is not None:
+            msg["groups"] = tables.section([], msg, pool)
+        if host is not None:
+            host["held"] = worker.held()
+            msg["offload"] = host
+            msg["paths"].update(worker.take_paths())
+        send(msg)
         step += 1
     send({"done": {"steps": step, "trial": trial}})
 

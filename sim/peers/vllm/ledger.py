@@ -15,7 +15,7 @@ changed) as it stands: ``[block, ref_cnt, queued, links_ok, hashed, pool frame, 
 links are broken adds ``prev, prev points back, next, next points back``, -1 a sentinel, -2 none) -- the facts the
 engine's own asserts rely on (``get_new_blocks`` asserts ``ref_cnt == 0`` of what the queue hands out; ``remove``
 raises on a block without neighbours) -- and the step's evictions: blocks the queue handed out, blocks whose
-hash was removed, and evictions of blocks the step did not hand out. kvsim judges them (PEER-14 .. PEER-16);
+hash was removed, and evictions of blocks the step did not hand out. kvsim judges them (PEER-14, PEER-15);
 this module only reads. ``walk`` is the whole free queue and cached-block map, read every ``probe_every``
 steps and when the engine raised.
 """
@@ -214,18 +214,26 @@ def install() -> None:
         return done
     pool_cls._maybe_evict_cached_block = evict_watched
 
-    reset = pool_cls.reset_prefix_cache
+    def clearing(name: str) -> None:
+        """Evictions inside ``name`` are no stray ones: reset_prefix_cache (ClearCache), evict_blocks (a KV
+        connector's documented eviction of blocks it reports invalid)."""
+        orig = getattr(pool_cls, name, None)
+        if orig is None:
+            return
 
-    def reset_watched(self: Any) -> bool:
-        led = CURRENT[0]
-        if led is not None:
-            led.clearing = True
-        try:
-            return reset(self)
-        finally:
+        def wrapper(self: Any, *args: Any, **kw: Any) -> Any:
+            led = CURRENT[0]
             if led is not None:
-                led.clearing = False
-    pool_cls.reset_prefix_cache = reset_watched
+                led.clearing = True
+            try:
+                return orig(self, *args, **kw)
+            finally:
+                if led is not None:
+                    led.clearing = False
+        setattr(pool_cls, name, wrapper)
+
+    clearing("reset_prefix_cache")
+    clearing("evict_blocks")
 
     def queue_op(name: str, verb: str, kind: str) -> None:
         orig = getattr(queue_cls, name)
