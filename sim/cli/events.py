@@ -157,6 +157,13 @@ def run(args: Any) -> int:
     for arg in args.logs:
         src = open_input(arg)  # read once, as a stream; its SHA-256 taken in the same pass
         path = src.name
+        from kvsim.sim.peers.peer_log import is_peer_log
+        if is_peer_log(src.first_line()):  # a recorded engine run: every step re-judged, its events among them
+            if len(args.logs) > 1:
+                raise InputError(f"{path}:1: a kvsim-peer/1 log (a recorded engine run) is re-judged on its own: "
+                                 f"`kvsim events {arg}`")
+            from kvsim.sim.cli.peer_replay import replay_peer_log
+            return replay_peer_log(arg, args, "kvsim events", src)
         if sniff(src.first_line()) == "kvtrace/1":
             raise InputError(f"{path}:1: this is a kvtrace/1 trace (store events), not a KV-event log: replay it "
                              f"with `kvsim replay {arg}`")

@@ -22,8 +22,13 @@ import numpy as np
 from kvsim.sim.files import label, open_source
 from kvsim.sim.workloads.request import Request as WorkloadRequest
 
-__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "read_prefix_stress", "read_stress",
-           "read_workload", "WorkloadError", "PROGRESS_EVERY"]
+__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "REQUESTS_FORMAT", "block_tokens", "read_mooncake",
+           "read_prefix_stress", "read_requests", "read_stress", "read_workload", "requests_jsonl",
+           "is_requests_header", "WorkloadError", "PROGRESS_EVERY"]
+
+REQUESTS_FORMAT = "kvsim-requests/1"
+"""Requests as token ids (what ``--shrink`` writes): a header line ``{"format": "kvsim-requests/1", ...}``, then one
+``{"id", "tokens", "max_new_tokens"[, "arrive"]}`` per request."""
 
 MOONCAKE_BLOCK = 512
 MAX_TOKENS = 1 << 28  # a larger token count is a typo in the workload, refused at its line
@@ -157,4 +162,56 @@ def read_workload(requests: Iterable[WorkloadRequest], limit: int | None = None,
         out_len = max(1, row.output if max_output is None else min(row.output, max_output))
         out.append(Request(f"m{len(out)}", block_tokens(list(row.hash_ids), row.prompt), out_len,
                            tuple(row.hash_ids)))
+    return out
+
+
+class _Explicit(msgspec.Struct):
+    id: str
+    tokens: list[int]
+    max_new_tokens: int
+    arrive: int = 0
+
+
+def is_requests_header(first_line: bytes) -> bool:
+    """Whether a file's first line is a kvsim-requests/1 header (a look, not a parse)."""
+    return f'"format":"{REQUESTS_FORMAT}"'.encode() in first_line.replace(b" ", b"")
+
+
+def requests_jsonl(reqs: list[Request], meta: dict) -> bytes:
+    """``reqs`` as a kvsim-requests/1 file: the header (``meta`` added to it), then one line per request."""
+    enc = msgspec.json.Encoder()
+    out = [enc.encode({"format": REQUESTS_FORMAT, **meta})]
+    for r in reqs:
+        row: dict = {"id": r.id, "tokens": r.tokens.tolist(), "max_new_tokens": r.max_new_tokens}
+        if r.arrival_step:
+            row["arrive"] = r.arrival_step
+        out.append(enc.encode(row))
+    return b"\n".join(out) + b"\n"
+
+
+def read_requests(stream, limit: int | None = None, max_output: int | None = None) -> list[Request]:
+    """The first ``limit`` requests of a kvsim-requests/1 file (``stream``: a `sim.files.Source`, read once)."""
+    dec = msgspec.json.Decoder(_Explicit)
+    out: list[Request] = []
+    path = stream.name
+    seen: set[str] = set()
+    with io.BufferedReader(stream) as f:
+        for n, raw in enumerate(f, start=1):
+            if n == 1 or not raw.strip():
+                continue
+            if limit is not None and len(out) >= limit:
+                break
+            try:
+                row = dec.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise WorkloadError(f"{path}:{n}: not a kvsim-requests/1 row: {exc}") from None
+            if not row.tokens or min(row.tokens) < 0 or max(row.tokens) >= VOCAB:
+                raise WorkloadError(f"{path}:{n}: tokens must be a non-empty list of ids in [0, {VOCAB})")
+            if row.max_new_tokens < 1 or row.max_new_tokens > MAX_TOKENS or row.arrive < 0:
+                raise WorkloadError(f"{path}:{n}: max_new_tokens must lie in [1, {MAX_TOKENS:,}], arrive >= 0")
+            if row.id in seen:
+                raise WorkloadError(f"{path}:{n}: request id {row.id!r} given twice")
+            seen.add(row.id)
+            out_len = row.max_new_tokens if max_output is None else min(row.max_new_tokens, max_output)
+            out.append(Request(row.id, np.asarray(row.tokens, dtype=np.int64), out_len, (), row.arrive))
     return out

@@ -32,7 +32,11 @@ transition_rule(
               "too short to reach H in any group is a hit that group cannot serve. A state group's part is PEER-22's "
               "(the state after exactly H tokens). A hit below what every group could serve is allowed behaviour "
               "(a miss, seen in the hit ratio), never a finding: the rule is that no group raises the hit.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
+           "tests/peers/test_group_judge.py::test_a_hit_the_window_group_cannot_serve_fires_peer_20",
+           "tests/peers/test_group_judge.py::test_a_window_slot_holding_another_prefix_fires_peer_20"),
+    context=("block", "group", "hit", "request", "slot"))
 
 transition_rule(
     "PEER-21", "Each group keeps what its retention needs: full groups every block below the frontier, sliding "
@@ -50,7 +54,11 @@ transition_rule(
               "(the keys and values those queries read). Dropping a slot wholly before c0 - W + 1 is allowed "
               "('may drop the rest'), keeping it too; whether a dropped block went back to the pool is PEER-9's "
               "count. A table shorter than c1's blocks is a forward writing where its table names nothing.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
+           "tests/peers/test_group_judge.py::test_a_full_group_slot_turning_null_fires_peer_21",
+           "tests/peers/test_group_judge.py::test_a_window_slot_dropped_while_the_queries_read_it_fires_peer_21"),
+    context=("block", "computed", "end", "group", "request", "slot"))
 
 transition_rule(
     "PEER-22", "A state group reads and hits only a state a forward wrote at exactly that boundary, in an earlier "
@@ -81,7 +89,18 @@ transition_rule(
               "the state after exactly c0 tokens of the request's own sequence (any request's with that prefix), "
               "written by a forward of an earlier step; starting at 0, the zeroed state (SGLang clears a fresh "
               "request's slot).",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
+           "tests/peers/test_group_judge.py::test_a_hit_on_a_state_never_written_there_fires_peer_22",
+           "tests/peers/test_group_judge.py::test_a_hit_on_a_state_the_same_step_computes_fires_peer_22",
+           "tests/peers/test_group_judge.py::test_a_hit_on_the_state_after_another_boundary_fires_peer_22",
+           "tests/peers/test_group_judge.py::test_a_running_state_freed_fires_peer_22",
+           "tests/peers/test_state_tags.py::test_tags_keep_a_run_that_reads_and_publishes_the_right_states",
+           "tests/peers/test_state_tags.py::test_a_state_read_after_another_boundary_fires_peer_22",
+           "tests/peers/test_state_tags.py::test_a_state_no_forward_wrote_fires_peer_22",
+           "tests/peers/test_state_tags.py::test_a_first_forward_from_a_state_never_zeroed_fires_peer_22",
+           "tests/peers/test_state_tags.py::test_a_state_read_of_another_prefix_fires_peer_22"),
+    context=("block", "computed", "end", "group", "request", "slot", "tag", "state_after", "writer"))
 
 transition_rule(
     "PEER-24", "A state group publishes into its index only the state a forward wrote at exactly the node's "
@@ -102,4 +121,8 @@ transition_rule(
               "state_tags), is the state after exactly L tokens of that request's sequence, L being the length of "
               "the key the node ends at. Which boundaries get a state (every checkpoint with no_buffer, the track "
               "grid with extra_buffer) is not judged.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_state_tags.py::test_tags_keep_a_run_that_reads_and_publishes_the_right_states",
+           "tests/peers/test_state_tags.py::test_a_state_published_for_another_boundary_fires_peer_24",
+           "tests/peers/test_state_tags.py::test_a_state_no_forward_wrote_published_fires_peer_24"),
+    context=("group", "length", "request", "state_after", "tag"))

@@ -30,4 +30,9 @@ transition_rule(
               "completed; an eviction of a chunk a load in flight reads is TS-L2-1's. The order in which idle keys "
               "are evicted (vLLM's LRU or ARC policy, with request-scoped recency) is not judged: only that the "
               "evicted key was idle.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_host_judge.py::test_legal_run_keeps_every_rule",
+           "tests/peers/test_host_judge.py::test_a_hit_on_a_key_whose_store_is_in_flight_fires_peer_23",
+           "tests/peers/test_host_judge.py::test_a_miss_on_a_key_the_tier_holds_fires_peer_23",
+           "tests/peers/test_host_judge.py::test_an_eviction_of_a_key_the_tier_does_not_hold_fires_peer_23"),
+    context=("chunk", "expected", "key", "result"))

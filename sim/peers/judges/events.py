@@ -6,7 +6,8 @@ from them, so every inconsistency leaves the router routing for hits that are no
 concepts (seed 002) make a cached prefix's identity its hash at multiples of prefix_granularity (l.13: "two
 requests share cache only at multiples of this many tokens") and say the scheduler "folds [cache mutations]
 into one externally visible prefix event" (l.193), hashed by "a second, independent block-hash
-implementation for external KV events" (l.309). The rules (``RULES``; titles, sources and decisions in ``CATALOGUE``):
+implementation for external KV events" (l.309). The rules (their catalogue entries in spec.rules.kv_events;
+``CATALOGUE`` as this judge's report states them):
 
 * EV-1 a removal names a live block (never a block never stored, or already removed);
 * EV-2 a store names no block that is already live (no double store without a removal);
@@ -21,7 +22,7 @@ implementation for external KV events" (l.309). The rules (``RULES``; titles, so
 Live blocks are keyed by medium, ``group_idx`` where events carry it (a hybrid vLLM model publishes one
 copy of each hash per cache group) and the batch's data-parallel rank (each rank has its own cache; its
 ``AllBlocksCleared`` empties that rank only). Engine presets (``PRESETS``) fix block size, hash scheme, tail
-policy, per-group keys and the engine-documented allowances (``CATALOGUE`` says why each is allowed).
+policy, per-group keys and the engine-documented allowances (the rules' entries say why each is allowed).
 
 Library use (the peer drivers feed events as they come)::
 
@@ -161,10 +162,14 @@ class EventChecker:
         self.consequence_count = 0
 
     # -- findings ----------------------------------------------------------------------------------------------
+    on_finding: Any = None  # called with (rule, line, message, context) of every finding: a peer run's recovery
+
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
         if self.max_findings is None or len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, message, ctx))
+        if self.on_finding is not None:
+            self.on_finding(rule, line, message, ctx)
 
     def _fold_orphan(self, line: int, parent: Any) -> None:
         """A store under a parent the stream does not hold, where the engine folds a sliding-window or state

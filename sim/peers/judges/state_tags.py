@@ -66,7 +66,7 @@ class StateTags:
                            f"the state after {have[0]} tokens of " + ("its own sequence" if have[3] == rid else
                                                                       f"{have[3]}'s") +
                            ("" if have[0] != c0 else " (another prefix)"), request=rid, group=g, computed=c0, tag=tag,
-                           holds=have[0], writer=have[3])
+                           state_after=have[0], writer=have[3])
         for tag, rid, t in st.get("writes", ()):
             self.tags[tag] = (t, state(rid, t), step, rid)
         for tag, rid, length in sec.get("published", ()):
@@ -81,4 +81,4 @@ class StateTags:
                 judge.find("PEER-24", line, f"{rid}'s checkpoint hands the tree the group {g} ({label}) state after "
                            f"{have[0]} tokens for the node ending at {length} tokens" +
                            ("" if have[0] != length else " of another prefix"), request=rid, group=g, length=length,
-                           tag=tag, holds=have[0])
+                           tag=tag, state_after=have[0])

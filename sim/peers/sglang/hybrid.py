@@ -63,6 +63,7 @@ class Model:
         self.writes: list[list] = []   # [tag, request, tokens]
         self.reads: list[list] = []    # [request, tokens before the forward, tag read]
         self.track = 0
+        self.cow = 0                   # hits whose state was copied from a tree node into the request's slot
         if self.on:
             temporal = eng.rtp.mamba_pool.mamba_cache.temporal
             self.cell = temporal.view(temporal.shape[0], temporal.shape[1], -1)
@@ -103,6 +104,8 @@ class Model:
             fb.mamba_clear_indices = batch.mamba_clear_indices
             fb.mamba_cow_src_indices = batch.mamba_cow_src_indices
             fb.mamba_cow_dst_indices = batch.mamba_cow_dst_indices
+            if batch.mamba_cow_src_indices is not None:
+                self.cow += int(batch.mamba_cow_src_indices.numel())
             self.cow_and_clear(runner, fb)
         track = None
         if self.eng.extra_buffer and batch.mamba_track_indices is not None:
@@ -137,6 +140,54 @@ class Model:
         return out
 
 
+CURRENT: list = [None]   # the observer of the trial running in this process
+WRAPPED: list = []       # the class-level wrappers, installed once per process (several trials run in one)
+
+
+def wrap() -> None:
+    """Thin wrappers, class-level in this process, reporting to the current trial's observer: the request being
+    checkpointed, the Mamba state each insert hands the tree, each match a component lowered, each eviction per
+    component."""
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache as U
+    checkpoint, insert, evict, match = U.checkpoint_into_tree, U.insert, U._evict, U._match_tree
+
+    def checkpoint_noted(self_: Any, req: Any, *a: Any, **k: Any) -> None:
+        obs = CURRENT[0]
+        obs.current = req
+        try:
+            checkpoint(self_, req, *a, **k)
+        finally:
+            obs.current = None
+
+    def insert_noted(self_: Any, params: Any) -> Any:
+        obs = CURRENT[0]
+        value = getattr(params, "mamba_value", None)
+        tag = obs.model.read(int(value.view(-1)[0])) if value is not None and obs.model.on else None
+        res = insert(self_, params)
+        if tag is not None and not res.mamba_exist and obs.current is not None:
+            obs.published.append([tag, obs.current.rid, len(params.key)])
+            obs.n[f"g{obs.g('mamba')}.checkpoint"] += 1
+        return res
+
+    def evict_noted(self_: Any, params: Any, *a: Any, **k: Any) -> Any:
+        obs = CURRENT[0]
+        res = evict(self_, params, *a, **k)
+        for kind, got in (("full", res.num_tokens_evicted), ("sliding", res.swa_num_tokens_evicted),
+                          ("mamba", res.mamba_num_evicted)):
+            g = obs.g(kind)
+            if g >= 0 and got:
+                obs.n[f"g{g}.eviction"] += got
+        return res
+
+    def match_noted(self_: Any, params: Any) -> Any:
+        res = match(self_, params)
+        if res.full_kv_hit_length > res.device_prefix_len + res.host_hit_length:
+            CURRENT[0].n["hit_lowered"] += 1
+        return res
+    U.checkpoint_into_tree, U.insert = checkpoint_noted, insert_noted
+    U._evict, U._match_tree = evict_noted, match_noted
+
+
 class Observer:
     """Per-group tables, pools, publications and paths of one run."""
 
@@ -154,49 +205,13 @@ class Observer:
                 self.n[f"g{i}.{p}"] = 0
         self.published: list[list] = []   # [tag, request, tokens] of each state the tree took
         self.current: Any = None           # the request being checkpointed
-        self._wrap()
+        CURRENT[0] = self
+        if not WRAPPED:
+            WRAPPED.append(True)
+            wrap()
 
-    def _g(self, kind: str) -> int:
+    def g(self, kind: str) -> int:
         return self.kinds.index(kind) if kind in self.kinds else -1
-
-    def _wrap(self) -> None:
-        """Thin wrappers, class-level in this process: the request being checkpointed, the Mamba state each insert
-        hands the tree, each match a component lowered, each eviction per component."""
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache as U
-        obs, n = self, self.n
-        gf, gs, gm = self._g("full"), self._g("sliding"), self._g("mamba")
-        checkpoint, insert, evict, match = U.checkpoint_into_tree, U.insert, U._evict, U._match_tree
-
-        def checkpoint_noted(self_: Any, req: Any, *a: Any, **k: Any) -> None:
-            obs.current = req
-            try:
-                checkpoint(self_, req, *a, **k)
-            finally:
-                obs.current = None
-
-        def insert_noted(self_: Any, params: Any) -> Any:
-            value = getattr(params, "mamba_value", None)
-            tag = obs.model.read(int(value.view(-1)[0])) if value is not None and obs.model.on else None
-            res = insert(self_, params)
-            if tag is not None and not res.mamba_exist and obs.current is not None:
-                obs.published.append([tag, obs.current.rid, len(params.key)])
-                n[f"g{gm}.checkpoint"] += 1
-            return res
-
-        def evict_noted(self_: Any, params: Any, *a: Any, **k: Any) -> Any:
-            res = evict(self_, params, *a, **k)
-            for g, got in ((gf, res.num_tokens_evicted), (gs, res.swa_num_tokens_evicted), (gm, res.mamba_num_evicted)):
-                if g >= 0 and got:
-                    n[f"g{g}.eviction"] += got
-            return res
-
-        def match_noted(self_: Any, params: Any) -> Any:
-            res = match(self_, params)
-            if res.full_kv_hit_length > res.device_prefix_len + res.host_hit_length:
-                n["hit_lowered"] += 1
-            return res
-        U.checkpoint_into_tree, U.insert = checkpoint_noted, insert_noted
-        U._evict, U._match_tree = evict_noted, match_noted
 
     # -- tables ----------------------------------------------------------------------------------------------------
     def table(self, g: int, r: Any) -> list[int]:
@@ -307,10 +322,12 @@ class Observer:
         out = {k: v for k, v in self.n.items() if v}
         for k in out:
             self.n[k] = 0
-        if self.model.track:
-            g = self._g("mamba")
-            out[f"g{g}.track"] = out.get(f"g{g}.track", 0) + self.model.track
-            self.model.track = 0
+        g = self.g("mamba")
+        for name in ("track", "cow"):
+            got = getattr(self.model, name)
+            if got:
+                out[f"g{g}.{name}"] = out.get(f"g{g}.{name}", 0) + got
+                setattr(self.model, name, 0)
         return out
 
     def take_published(self) -> list[list]:

@@ -332,7 +332,8 @@ def env_core() -> str:
     return os.environ.get("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "rust")
 
 
-def run(cfg: dict, given: list, send: Any, where: dict, token: Any, sibling: Any, t_start: float) -> int:
+def run(cfg: dict, given: list, send: Any, where: dict, token: Any, sibling: Any, t_start: float,
+        trial: int = 0) -> int:
     """The run: ``given`` is ``(arrive step, id, tokens, max new tokens)`` per request in workload order; one step line
     per scheduler iteration (``send``), then ``done`` or ``stalled``. Exceptions propagate to the driver's handler."""
     import time
@@ -357,7 +358,7 @@ def run(cfg: dict, given: list, send: Any, where: dict, token: Any, sibling: Any
                     "usable_blocks": eng.pages, "hash_algo": "sha256", "paths": sorted(obs.n), "probe_every": every,
                     "import_s": round(time.perf_counter() - t_start, 3),
                     "tree_core": eng.core, "mamba_strategy": plan["strategy"] if plan["mamba"] else None,
-                    "swa_pages": eng.swa_pages, "mamba_slots": eng.mamba_slots}})
+                    "swa_pages": eng.swa_pages, "mamba_slots": eng.mamba_slots, "trial": trial}})
     clock = time.perf_counter
 
     def events(step: int) -> list:
@@ -404,7 +405,7 @@ def run(cfg: dict, given: list, send: Any, where: dict, token: Any, sibling: Any
         step += 1
         idle = 0 if batch is not None else idle + 1
         if idle >= 64:
-            send({"stalled": sorted(reqs)})
+            send({"stalled": sorted([*reqs, *(rid for _a, rid, _t, _n in arrivals)])})
             return 0
     if cfg.get("clear_at_end"):
         where.update(step=step, phase="flush_cache", request=None)
@@ -421,7 +422,7 @@ def run(cfg: dict, given: list, send: Any, where: dict, token: Any, sibling: Any
                "paths": obs.take_paths()}
         send(msg)
         step += 1
-    send({"done": {"steps": step}})
+    send({"done": {"steps": step, "trial": trial}})
     return 0
 
 
