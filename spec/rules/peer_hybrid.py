@@ -35,7 +35,9 @@ transition_rule(
     scope="cache",
     tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
            "tests/peers/test_group_judge.py::test_a_hit_the_window_group_cannot_serve_fires_peer_20",
-           "tests/peers/test_group_judge.py::test_a_window_slot_holding_another_prefix_fires_peer_20"),
+           "tests/peers/test_group_judge.py::test_a_window_slot_holding_another_prefix_fires_peer_20",
+           "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
+           "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
     context=("block", "group", "hit", "request", "slot"))
 
 transition_rule(
@@ -46,7 +48,9 @@ transition_rule(
     'the first N slots to null holes)"; L239: "a group must retain every token its layers can see ... '
     '(window_left + 1 <= sliding_window_tokens, matching GroupGeometry::ExpiredBlocksAt)"; L66: "retention keeps '
     'exactly what the queries after the boundary read"; vllm/v1/core/single_type_kv_cache_manager.py '
-    'SlidingWindowManager.get_num_skipped_tokens, SingleTypeKVCacheManager.remove_skipped_blocks',
+    'SlidingWindowManager.get_num_skipped_tokens, SingleTypeKVCacheManager.remove_skipped_blocks; '
+    'sglang/srt/mem_cache/common.py free_swa_out_of_window_slots ("keep max(window, page) rounded up to whole '
+    'pages")',
     f"{_GJ}.retention",
     decisions="Judged on every forward, per scheduled request computing tokens [c0, c1): a full group's table has a "
               "non-null block in every slot below c1; a sliding-window group of window W has, in every slot "
@@ -57,7 +61,9 @@ transition_rule(
     scope="cache",
     tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
            "tests/peers/test_group_judge.py::test_a_full_group_slot_turning_null_fires_peer_21",
-           "tests/peers/test_group_judge.py::test_a_window_slot_dropped_while_the_queries_read_it_fires_peer_21"),
+           "tests/peers/test_group_judge.py::test_a_window_slot_dropped_while_the_queries_read_it_fires_peer_21",
+           "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
+           "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
     context=("block", "computed", "end", "group", "request", "slot"))
 
 transition_rule(
@@ -99,7 +105,9 @@ transition_rule(
            "tests/peers/test_state_tags.py::test_a_state_read_after_another_boundary_fires_peer_22",
            "tests/peers/test_state_tags.py::test_a_state_no_forward_wrote_fires_peer_22",
            "tests/peers/test_state_tags.py::test_a_first_forward_from_a_state_never_zeroed_fires_peer_22",
-           "tests/peers/test_state_tags.py::test_a_state_read_of_another_prefix_fires_peer_22"),
+           "tests/peers/test_state_tags.py::test_a_state_read_of_another_prefix_fires_peer_22",
+           "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
+           "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
     context=("block", "computed", "end", "group", "request", "slot", "tag", "state_after", "writer"))
 
 transition_rule(
@@ -124,5 +132,7 @@ transition_rule(
     scope="cache",
     tests=("tests/peers/test_state_tags.py::test_tags_keep_a_run_that_reads_and_publishes_the_right_states",
            "tests/peers/test_state_tags.py::test_a_state_published_for_another_boundary_fires_peer_24",
-           "tests/peers/test_state_tags.py::test_a_state_no_forward_wrote_published_fires_peer_24"),
+           "tests/peers/test_state_tags.py::test_a_state_no_forward_wrote_published_fires_peer_24",
+           "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
+           "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
     context=("group", "length", "request", "state_after", "tag"))
