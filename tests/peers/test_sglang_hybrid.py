@@ -41,6 +41,16 @@ def test_clean_hybrid_sglang_passes_with_every_group_path_reached(groups, core, 
     assert r["stats"]["peer"]["kv_groups"] == groups
 
 
+def test_clean_hybrid_sglang_passes_with_retractions(tmp_path, monkeypatch):
+    """SGLang's own test knob retracts a decode batch every 5 forwards: retracted requests resume with a new hit."""
+    monkeypatch.setenv("SGLANG_TEST_RETRACT", "1")
+    monkeypatch.setenv("SGLANG_TEST_RETRACT_INTERVAL", "5")
+    rc, r = peer(tmp_path, "retract", ["synthetic:hybrid-stress", "--requests", "40", "--blocks", "300",
+                                       "--kv-groups", "full:16,sliding:16:128,mamba:64"])
+    assert rc == 0 and r["verdict"] == "pass", r["violations"][:3]
+    assert r["stats"]["coverage"]["engine_paths"]["preemption"] > 0
+
+
 @pytest.mark.parametrize("groups", ["full:16,sliding:16:128", "full:16,mamba:64"])
 def test_clean_hybrid_sglang_passes_the_bundled_workload(groups, tmp_path):
     rc, r = peer(tmp_path, "tiny", [str(TINY), "--blocks", "100", "--kv-groups", groups])

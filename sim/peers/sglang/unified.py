@@ -15,7 +15,9 @@ What is SGLang's here, and what the driver plays:
   (``stash_chunked_request``), the last prefill batch merged into the running one, a new prefill batch from the
   real ``PrefillAdder`` (``init_next_round_input`` matches and copy-on-writes the Mamba state, ``add_one_req``
   locks), ``ScheduleBatch.init_new`` + ``prepare_for_extend``; else the running batch's ``prepare_for_decode``
-  (``retract_decode`` when ``check_decode_mem`` fails); the result through SGLang's own
+  (``retract_decode`` when ``check_decode_mem`` fails, or every N decode forwards under SGLang's own test knob
+  ``SGLANG_TEST_RETRACT=1 SGLANG_TEST_RETRACT_INTERVAL=N``); admission reserves output by the scheduler's own
+  ``NewTokenRatioTracker`` (decayed per decode, reset by a retraction's estimate); the result through SGLang's own
   ``SchedulerBatchResultProcessor`` (``checkpoint_kv_cache`` / ``release_kv_cache``);
 * the model: ``hybrid.Model`` (the forward's deferred Mamba copy-on-write and clear, the states it reads and
   writes, tracked as tags in the state tensors).
@@ -207,6 +209,12 @@ class Loop:
         self.preempted: list[str] = []
         self.resumed: set[str] = set()     # retracted requests admitted again in this step
         self.retracted: set[str] = set()
+        from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import NewTokenRatioTracker
+        self.ratio = NewTokenRatioTracker.from_config()  # the scheduler's own: admission reserves this share of output
+        from sglang.srt.environ import envs
+        # SGLang's own test knob (SGLANG_TEST_RETRACT, _INTERVAL): retract a decode batch every N forwards
+        self.test_retract = envs.SGLANG_TEST_RETRACT.get() and max(1, envs.SGLANG_TEST_RETRACT_INTERVAL.get())
+        self.forward_ct = 0
 
     def busy(self) -> bool:
         return bool(self.waiting or self.chunked is not None or (self.running is not None and self.running.reqs)
@@ -241,8 +249,10 @@ class Loop:
             return batch, "extend"
         if self.running is not None and self.running.reqs:
             where.update(phase="update_running_batch", request=None)
-            if not self.running.check_decode_mem():
-                retracted, _ratio, aborted = self.running.retract_decode()
+            self.forward_ct += 1
+            forced = bool(self.test_retract) and self.forward_ct % self.test_retract == 0 and len(self.running.reqs) > 1
+            if forced or not self.running.check_decode_mem():
+                retracted, self.ratio.current, aborted = self.running.retract_decode()
                 if aborted:
                     raise RuntimeError(f"retract_decode aborted {[r.rid for r in aborted]}")
                 self.preempted = sorted(r.rid for r in retracted)
@@ -250,6 +260,8 @@ class Loop:
                 self.retracted.update(self.preempted)
                 if not self.running.reqs:
                     return None, ""
+            else:
+                self.ratio.decay_step()
             self.running.prepare_for_decode()
             return self.running, "decode"
         return None, ""
@@ -260,7 +272,7 @@ class Loop:
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
         e = self.eng
         running = self.running if self.running is not None else self._empty_batch()
-        adder = PrefillAdder(e.ps, e.tree, e.alloc, running, 1.0, self.budget, CHUNK_TOKENS,
+        adder = PrefillAdder(e.ps, e.tree, e.alloc, running, self.ratio.current, self.budget, CHUNK_TOKENS,
                              max_running_requests=MAX_RUNNING)
         if self.chunked is not None:
             where["request"] = self.chunked.rid
