@@ -27,6 +27,7 @@ ROUND_EXAMPLES = {"ci": 20, "deep": 40}
 
 def machines() -> dict:
     from kvsim.sim.fuzz.cache_machine import CacheHostMachine, CacheMachine
+    from kvsim.sim.fuzz.contract_machine import ContractMachine
     from kvsim.sim.fuzz.judges import EngineJudgeMachine, EventsJudgeMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
@@ -38,6 +39,7 @@ def machines() -> dict:
             "simulate": SimulateMachine,
             "judge-events": EventsJudgeMachine,
             "judge-engine": EngineJudgeMachine,
+            "judge-contract": ContractMachine,
             "recovery": RecoveryMachine}
 
 
@@ -47,6 +49,7 @@ MACHINES = ("store", "host", "lockstep",
             "simulate",
             "judge-events",
             "judge-engine",
+            "judge-contract",
             "recovery")
 
 

@@ -1,0 +1,173 @@
+"""The `judge-contract` machine: TokenSpeed's cachetrace/1 contract judge (``sim.peers.cachetrace``) over plans a
+reference scheduler (``sim.fuzz.ts_reference``, written from seed 002 alone) makes, with one scheduler bug planted
+(``ts_faults``) or none.
+
+Hypothesis draws the configuration -- prefix granularity P 2-4, the full group's block granularity (P or a divisor),
+6-16 parents, a snapshot-state group or not, a Host tier and L3 or not, the plan's token budget, how far the
+header's single-request bound sits below what the pool holds -- then prompts over a three-token vocabulary (so
+prefixes repeat), resubmissions of earlier requests' tokens (hits, whole-page prompts) and plans; the run drains.
+One fault of ``ts_reference.FAULTS`` whose configuration allows it (or none, one example in five) fires at its first
+occasion from a drawn plan. The judge then reads the records as a file: on a clean run it must report nothing; on
+a run whose bug fired, nothing before the bug's line, the bug's rule at that line (with ``SAME_LINE``'s rules at
+most), and whatever after; a bug that found no occasion is a clean run. A failure is written to the campaign's
+found folder as the cachetrace/1 file, which ``kvsim replay`` judges again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from typing import NoReturn
+
+from hypothesis import strategies as st
+from hypothesis.control import current_build_context
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from kvsim.sim.files import write_atomic
+from kvsim.sim.fuzz.harness import FuzzFailure
+from kvsim.sim.fuzz.stats import RUN
+from kvsim.sim.fuzz.ts_faults import TABLE_FAULTS, FaultyTsRef
+from kvsim.sim.fuzz.ts_reference import FAULTS, HOST_FAULTS, L3_FAULTS, SAME_LINE, STATE_FAULTS
+
+VOCAB = 3
+NO_STATE = {"rewrite-cached", "hit-whole-prompt", "hit-same-plan", "gauge-active"}
+
+
+def applicable(fault: str, state: bool, host: bool, l3: bool, premise: bool) -> bool:
+    """Whether a configuration can show ``fault`` at all."""
+    if fault in STATE_FAULTS and not state or fault in HOST_FAULTS and not host or fault in L3_FAULTS and not l3:
+        return False
+    if fault == "evict-before-empty":
+        return premise
+    return not (fault in NO_STATE and state)
+
+
+class ContractMachine(RuleBasedStateMachine):
+    name = "judge-contract"
+    oracles: tuple = ()  # its coverage is its own rule counts and the judge rules the faults made it report
+
+    @staticmethod
+    def catalogue_ids() -> list[str]:
+        return []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ref: FaultyTsRef = None  # type: ignore[assignment]
+        self.reqs: list[list[int]] = []
+        self.failed = False
+
+    def count(self, label: str) -> None:
+        RUN.rules[label] = RUN.rules.get(label, 0) + 1
+        RUN.steps += 1
+
+    @initialize(p=st.sampled_from((2, 2, 3, 4)), fine=st.booleans(), pages=st.integers(6, 16),
+                kind=st.sampled_from(("plain", "plain", "state", "host", "host-state")), l3=st.booleans(),
+                budget=st.integers(3, 10), slack=st.integers(0, 3), seed=st.integers(0, 1 << 16),
+                at=st.integers(0, 6), data=st.data())
+    def start(self, p, fine, pages, kind, l3, budget, slack, seed, at, data) -> None:
+        bg = p // 2 if fine and p % 2 == 0 else p
+        state, host = "state" in kind, "host" in kind
+        l3 = l3 and host
+        premise = not state and not host and bg == p
+        faults = tuple(f for f in FAULTS if applicable(f, state, host, l3, premise))
+        fault = data.draw(st.sampled_from((None,) * max(1, len(faults) // 4) + faults))
+        self.cfg = {"p": p, "bg": bg, "pages": pages, "state": state, "host": host, "l3": l3, "budget": budget,
+                    "slack": slack, "seed": seed, "fault": fault, "at": at}
+        self.ref = FaultyTsRef(p, bg, pages, state=state, host_pages=64 if host else 0, l3=l3, budget=budget,
+                               slack=slack, seed=seed, fault=fault, fault_plan=at, vocab=VOCAB)
+        RUN.examples += 1
+        self.count(f"fault:{fault or 'none'}")
+        self.count(f"config:{kind}" + ("+l3" if l3 else ""))
+
+    def _submit(self, tokens: list[int], max_new: int) -> None:
+        rid = f"r{len(self.reqs)}"
+        self.reqs.append(tokens)
+        self.ref.submit(rid, tokens, max_new)
+
+    @rule(prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=14), max_new=st.integers(1, 6))
+    def submit(self, prompt, max_new) -> None:
+        self.count("submit")
+        self._submit(prompt, max_new)
+
+    @precondition(lambda self: self.reqs)
+    @rule(i=st.integers(0, 1 << 16), cut=st.integers(0, 5), extra=st.lists(st.integers(0, VOCAB - 1), max_size=5),
+          max_new=st.integers(1, 6), aligned=st.booleans())
+    def resubmit(self, i, cut, extra, max_new, aligned) -> None:
+        """An earlier request's tokens so far (prompt and produced), cut and extended, or cut to a page boundary."""
+        self.count("resubmit")
+        r = self.ref.running.get(f"r{i % len(self.reqs)}")
+        tokens = list(r.tokens) if r is not None else list(self.reqs[i % len(self.reqs)])
+        p = self.ref.p
+        if aligned and len(tokens) >= p:
+            self._submit(tokens[:len(tokens) - len(tokens) % p], max_new)
+        else:
+            self._submit(tokens[:max(1, len(tokens) - cut)] + extra, max_new)
+
+    @rule()
+    def plan(self) -> None:
+        self.count("plan")
+        self.ref.plan()
+
+    def teardown(self) -> None:
+        if self.ref is None or self.failed:
+            return
+        self.ref.drain()
+        self.judge()
+
+    # -- judging ------------------------------------------------------------------------------------------------
+    def judge(self) -> None:
+        from kvsim.sim.peers.cachetrace.judge import judge_cachetrace
+        from kvsim.sim.trace.cachetrace import CacheTraceInputError
+        recs = self.ref.records
+        data = b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in recs)
+        try:
+            j = judge_cachetrace("judge-contract.jsonl", io.BytesIO(data))
+        except CacheTraceInputError as exc:
+            self.fail("reference", "INPUT", f"the judge refused the reference's records: {exc}", data)
+        got = sorted((f.line, f.rule) for f in j.contract.findings)
+        got += sorted((f.line, f.rule) for f in j.events.findings)
+        fired = self.ref.fired
+        self.count(f"fired:{self.cfg['fault']}" if fired else "fired:none")
+        for rid, n in j.contract.exercised.items():
+            if n:
+                self.count(f"exercised:{rid}")
+        if not fired:
+            if got:
+                line, rid = got[0]
+                self.fail("false-alarm", rid, f"{self.cfg['fault'] or 'clean run'}: {rid} at line {line} with no "
+                          "scheduler bug planted", data)
+            return
+        rid, at = fired[0]
+        if at < 0:
+            at = len(recs)
+        self.count(f"rule:{rid}")
+        early = [x for x in got if x[0] < at]
+        if early:
+            self.fail("false-alarm", early[0][1], f"{self.cfg['fault']}: {early[0][1]} at line {early[0][0]}, before "
+                      f"the bug fired at line {at}", data)
+        there = {r for ln, r in got if ln == at}
+        if rid not in there:
+            self.fail("missed", rid, f"{self.cfg['fault']}: expected {rid} at line {at}; the judge reported "
+                      f"{got[:6]}", data)
+        allowed = {rid} | SAME_LINE.get(self.cfg["fault"], set())
+        if self.cfg["fault"] in TABLE_FAULTS:
+            allowed |= {"TS-POOL-5", "TS-ADM-4"}
+        if there - allowed:
+            other = sorted(there - allowed)[0]
+            self.fail("false-alarm", other, f"{self.cfg['fault']}: {other} at line {at} beside {rid}", data)
+
+    def fail(self, kind: str, rule: str, message: str, data: bytes) -> NoReturn:
+        self.failed = True
+        text = f"{rule} ({kind}) {message} [{json.dumps(self.cfg, sort_keys=True)}]"
+        try:
+            final = current_build_context().is_final
+        except Exception:  # noqa: BLE001 — outside a Hypothesis test (a direct call)
+            final = True
+        if final and RUN.found_dir is not None:
+            path = RUN.found_dir / f"{self.name}-{hashlib.sha256(data).hexdigest()[:12]}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data)
+            RUN.last_failure = {"kind": kind, "message": text, "rule": rule, "reproduced": True,
+                                "trace": str(path), "steps": len(self.ref.records), "replay": message}
+        raise FuzzFailure(text)
