@@ -31,6 +31,7 @@ from kvsim.sim.fuzz.ts_faults import TABLE_FAULTS, FaultyTsRef
 from kvsim.sim.fuzz.ts_reference import FAULTS, HOST_FAULTS, L3_FAULTS, SAME_LINE, STATE_FAULTS
 
 VOCAB = 3
+KINDS = ("plain", "plain", "state", "host", "host-state", "host-state")
 NO_STATE = {"rewrite-cached", "hit-whole-prompt", "hit-same-plan", "gauge-active"}
 
 
@@ -55,34 +56,40 @@ class ContractMachine(RuleBasedStateMachine):
         super().__init__()
         self.ref: FaultyTsRef = None  # type: ignore[assignment]
         self.reqs: list[list[int]] = []
+        self.actions: list[tuple | None] = []  # submissions (rid, tokens, max_new) and plans (None), in order
+        self.faults: list[str] = []
         self.failed = False
 
     def count(self, label: str) -> None:
         RUN.rules[label] = RUN.rules.get(label, 0) + 1
         RUN.steps += 1
 
-    @initialize(p=st.sampled_from((2, 2, 3, 4)), fine=st.booleans(), pages=st.integers(6, 16),
-                kind=st.sampled_from(("plain", "plain", "state", "host", "host-state")), l3=st.booleans(),
-                budget=st.integers(3, 10), slack=st.integers(0, 3), seed=st.integers(0, 1 << 16),
-                at=st.integers(0, 6), data=st.data())
-    def start(self, p, fine, pages, kind, l3, budget, slack, seed, at, data) -> None:
+    @initialize(p=st.sampled_from((2, 2, 3, 4)), pages=st.one_of(st.integers(6, 16), st.sampled_from((24, 32))),
+                budget=st.integers(3, 10),
+                slack=st.integers(0, 3), seed=st.integers(0, 1 << 16), at=st.integers(0, 4),
+                kind=st.sampled_from(KINDS), l3=st.booleans(), fine=st.booleans())
+    def start(self, p, pages, budget, slack, seed, at, kind, l3, fine) -> None:
         bg = p // 2 if fine and p % 2 == 0 else p
         state, host = "state" in kind, "host" in kind
         l3 = l3 and host
-        premise = not state and not host and bg == p
-        faults = tuple(f for f in FAULTS if applicable(f, state, host, l3, premise))
-        fault = data.draw(st.sampled_from((None,) * max(1, len(faults) // 4) + faults))
         self.cfg = {"p": p, "bg": bg, "pages": pages, "state": state, "host": host, "l3": l3, "budget": budget,
-                    "slack": slack, "seed": seed, "fault": fault, "at": at}
-        self.ref = FaultyTsRef(p, bg, pages, state=state, host_pages=64 if host else 0, l3=l3, budget=budget,
-                               slack=slack, seed=seed, fault=fault, fault_plan=at, vocab=VOCAB)
+                    "slack": slack, "seed": seed, "at": at}
+        self.ref = self.scheduler(None)
+        premise = not state and not host and bg == p
+        self.faults = [f for f in FAULTS if applicable(f, state, host, l3, premise)]
         RUN.examples += 1
-        self.count(f"fault:{fault or 'none'}")
         self.count(f"config:{kind}" + ("+l3" if l3 else ""))
+
+    def scheduler(self, fault: str | None) -> FaultyTsRef:
+        c = self.cfg
+        return FaultyTsRef(c["p"], c["bg"], c["pages"], state=c["state"], host_pages=64 if c["host"] else 0,
+                           l3=c["l3"], budget=c["budget"], slack=c["slack"], seed=c["seed"], fault=fault,
+                           fault_plan=c["at"], vocab=VOCAB)
 
     def _submit(self, tokens: list[int], max_new: int) -> None:
         rid = f"r{len(self.reqs)}"
         self.reqs.append(tokens)
+        self.actions.append((rid, list(tokens), max_new))
         self.ref.submit(rid, tokens, max_new)
 
     @rule(prompt=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=14), max_new=st.integers(1, 6))
@@ -104,39 +111,74 @@ class ContractMachine(RuleBasedStateMachine):
         else:
             self._submit(tokens[:max(1, len(tokens) - cut)] + extra, max_new)
 
+    @rule(prompt=st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=10), max_new=st.integers(1, 4))
+    def twins(self, prompt, max_new) -> None:
+        """The same prompt twice in a row: both may be admitted in one plan (a hit on what the other computes)."""
+        self.count("twins")
+        self._submit(prompt, max_new)
+        self._submit(list(prompt), max_new)
+
+    @rule(delta=st.integers(-1, 1), max_new=st.integers(1, 4), i=st.integers(0, 1 << 16))
+    def at_bound(self, delta, max_new, i) -> None:
+        """A request whose prompt and output make exactly the header's single-request bound (or one token off)."""
+        size = self.ref.bound + delta - max_new
+        if size < 1:
+            return
+        self.count("at-bound")
+        base = self.reqs[i % len(self.reqs)] if self.reqs else [0]
+        self._submit([base[k % len(base)] for k in range(size)], max_new)
+
     @rule()
     def plan(self) -> None:
         self.count("plan")
+        self.actions.append(None)
         self.ref.plan()
 
     def teardown(self) -> None:
+        """The clean run, then the same submissions and plans once per bug the configuration can show."""
         if self.ref is None or self.failed:
             return
-        self.ref.drain()
-        self.judge()
+        self.run(self.ref)
+        for fault in self.faults:
+            ref = self.scheduler(fault)
+            for act in self.actions:
+                if act is None:
+                    ref.plan()
+                else:
+                    ref.submit(*act)
+            self.run(ref)
+
+    def run(self, ref: FaultyTsRef) -> None:
+        ref.drain()
+        if not ref.idle:
+            self.fail("reference", "STALL", ref.fault, "the reference scheduler stopped making progress (its own bug)",
+                      _bytes(ref.records))
+        self.judge(ref)
 
     # -- judging ------------------------------------------------------------------------------------------------
-    def judge(self) -> None:
+    def judge(self, ref: FaultyTsRef) -> None:
         from kvsim.sim.peers.cachetrace.judge import judge_cachetrace
         from kvsim.sim.trace.cachetrace import CacheTraceInputError
-        recs = self.ref.records
-        data = b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in recs)
+        recs = ref.records
+        data = _bytes(recs)
+        fault = ref.fault
+        self.count(f"fault:{fault or 'none'}")
         try:
             j = judge_cachetrace("judge-contract.jsonl", io.BytesIO(data))
         except CacheTraceInputError as exc:
-            self.fail("reference", "INPUT", f"the judge refused the reference's records: {exc}", data)
+            self.fail("reference", "INPUT", fault, f"the judge refused the reference's records: {exc}", data)
         got = sorted((f.line, f.rule) for f in j.contract.findings)
         got += sorted((f.line, f.rule) for f in j.events.findings)
-        fired = self.ref.fired
-        self.count(f"fired:{self.cfg['fault']}" if fired else "fired:none")
+        fired = ref.fired
+        if fired:
+            self.count(f"fired:{fault}")
         for rid, n in j.contract.exercised.items():
-            if n:
+            if n and fault is None:
                 self.count(f"exercised:{rid}")
         if not fired:
             if got:
                 line, rid = got[0]
-                self.fail("false-alarm", rid, f"{self.cfg['fault'] or 'clean run'}: {rid} at line {line} with no "
-                          "scheduler bug planted", data)
+                self.fail("false-alarm", rid, fault, f"{rid} at line {line} with no scheduler bug planted", data)
             return
         rid, at = fired[0]
         if at < 0:
@@ -144,22 +186,21 @@ class ContractMachine(RuleBasedStateMachine):
         self.count(f"rule:{rid}")
         early = [x for x in got if x[0] < at]
         if early:
-            self.fail("false-alarm", early[0][1], f"{self.cfg['fault']}: {early[0][1]} at line {early[0][0]}, before "
-                      f"the bug fired at line {at}", data)
+            self.fail("false-alarm", early[0][1], fault, f"{early[0][1]} at line {early[0][0]}, before the bug fired "
+                      f"at line {at}", data)
         there = {r for ln, r in got if ln == at}
         if rid not in there:
-            self.fail("missed", rid, f"{self.cfg['fault']}: expected {rid} at line {at}; the judge reported "
-                      f"{got[:6]}", data)
-        allowed = {rid} | SAME_LINE.get(self.cfg["fault"], set())
-        if self.cfg["fault"] in TABLE_FAULTS:
+            self.fail("missed", rid, fault, f"expected {rid} at line {at}; the judge reported {got[:6]}", data)
+        allowed = {rid} | SAME_LINE.get(fault or "", set())
+        if fault in TABLE_FAULTS:
             allowed |= {"TS-POOL-5", "TS-ADM-4"}
         if there - allowed:
             other = sorted(there - allowed)[0]
-            self.fail("false-alarm", other, f"{self.cfg['fault']}: {other} at line {at} beside {rid}", data)
+            self.fail("false-alarm", other, fault, f"{other} at line {at} beside {rid}", data)
 
-    def fail(self, kind: str, rule: str, message: str, data: bytes) -> NoReturn:
+    def fail(self, kind: str, rule: str, fault: str | None, message: str, data: bytes) -> NoReturn:
         self.failed = True
-        text = f"{rule} ({kind}) {message} [{json.dumps(self.cfg, sort_keys=True)}]"
+        text = f"{rule} ({kind}) {fault or 'clean run'}: {message} [{json.dumps(self.cfg, sort_keys=True)}]"
         try:
             final = current_build_context().is_final
         except Exception:  # noqa: BLE001 — outside a Hypothesis test (a direct call)
@@ -169,5 +210,9 @@ class ContractMachine(RuleBasedStateMachine):
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, data)
             RUN.last_failure = {"kind": kind, "message": text, "rule": rule, "reproduced": True,
-                                "trace": str(path), "steps": len(self.ref.records), "replay": message}
+                                "trace": str(path), "steps": data.count(b"\n"), "replay": message}
         raise FuzzFailure(text)
+
+
+def _bytes(records: list[dict]) -> bytes:
+    return b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in records)

@@ -56,9 +56,10 @@ class FaultyTsRef(TsRef):
         if got is None:
             return
         rid, row, i, fresh = got
-        for other in self.running.values():
+        shown = rec.get("tables", {}).get("full", {})
+        for other in self.running.values():  # a row recorded before this plan (not named anew in it)
             named = [b for b in other.row if b > 0 and b not in row and b not in fresh and b not in self.pins]
-            if other.rid != rid and named and self._fire("fresh-aliased"):
+            if other.rid != rid and other.rid not in shown and named and self._fire("fresh-aliased"):
                 fresh[fresh.index(row[i])] = named[0]
                 row[i] = named[0]
                 return

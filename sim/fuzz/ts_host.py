@@ -33,6 +33,7 @@ class HostTierRef:
     l3_id: int
     remote: set[tuple[bytes, int]]
     found: set[tuple[bytes, int]]
+    once_found: set[tuple[bytes, int]]
     missing: set[tuple[bytes, int]]
     unread: set[tuple[bytes, int]]
     fetched: set[tuple[bytes, int]]
@@ -71,8 +72,10 @@ class HostTierRef:
         """Prefetch keys an answered query found (a failed one never again); probe the waiting requests' keys."""
         if not self.l3:
             return
-        get = sorted(k for k in self.found if k not in self.fetched)[:2]
-        bad = {"get-unqueried": self._unqueried(), "get-missing": sorted(self.missing)[:1],
+        # a prefetch now and then (a found key may wait, be probed again and be found lost)
+        get = sorted(k for k in self.found if k not in self.fetched)[:1] if self.rng.random() < 0.5 else []
+        lost = sorted(self.missing & self.once_found)  # found by one answered query, missing by a later one
+        bad = {"get-unqueried": self._unqueried(), "get-missing": lost[:1],
                "get-retry": sorted(self.unread)[:1]}.get(self.fault or "", [])
         if bad and self._fire(self.fault or ""):
             get = bad + [k for k in get if k not in bad]
@@ -94,16 +97,18 @@ class HostTierRef:
                     if key not in self.fetched and key not in self.unread and key not in keys:
                         keys.append(key)
         known = self.found | self.missing
-        keys = ([k for k in keys if k not in known] + [k for k in keys if k in known and self.rng.random() < 0.3])[:4]
+        keys = ([k for k in keys if k not in known] + [k for k in keys if k in known and self.rng.random() < 0.5])[:4]
         if keys:
             for key in keys:  # an object another instance held may be gone by now
-                if key in self.remote and self.rng.random() < 0.2:
+                if key in self.remote and self.rng.random() < 0.3:
                     self.remote.discard(key)
             self.l3_id += 1
             cache.append({"kind": "StorageQueryOp", "op_ids": [self.l3_id], "keys": [d.hex() for d, _ in keys],
                           "groups": [0] * len(keys), "offsets": [o for _, o in keys]})
             ok = [k in self.remote for k in keys]
             for key, good in zip(keys, ok):
+                if good:
+                    self.once_found.add(key)
                 (self.found if good else self.missing).add(key)
                 (self.missing if good else self.found).discard(key)
             storage.append({"op": self.l3_id, "success": ok})

@@ -53,8 +53,8 @@ FAULTS = {
     "hit-unaligned": "TS-PFX-1",        # a hit reported one token past its whole pages
     "hit-whole-prompt": "TS-PFX-1",     # a block-aligned prompt hit to its last token
     "hit-same-plan": "PEER-4",          # a hit on a page an earlier slot of the same plan computes
-    "refuse-within-bound": "TS-ADM-3",  # a request within the single-request bound refused
-    "accept-beyond-bound": "TS-ADM-3",  # a request beyond the bound admitted
+    "refuse-within-bound": "TS-ADM-3",  # a request of exactly the single-request bound refused
+    "accept-beyond-bound": "TS-ADM-3",  # a request one token beyond the bound admitted
     "evict-before-empty": "TS-ADM-4",   # a cached page evicted while an empty one is free
     "gauge-active": "TS-POOL-5",        # the gauge's active parents off by one
     "gauge-overflow": "TS-POOL-5",      # the gauge's empty + active beyond the usable parents
@@ -73,6 +73,7 @@ FAULTS = {
 # what a fault may also break on its own line
 SAME_LINE = {"fresh-aliased": {"TS-TBL-1"}, "hit-unaligned": {"PEER-4", "TS-ST-1"}, "hit-same-plan": {"TS-TBL-1"},
              "ckpt-misplaced": {"TS-ST-4"}, "ckpt-no-slot": {"TS-ST-4"}, "get-retry": {"TS-L2-13"}}
+SUBMIT_FAULTS = {"refuse-within-bound", "accept-beyond-bound"}
 STATE_FAULTS = {"ckpt-at-chunk-end", "ckpt-misplaced", "ckpt-no-slot", "no-endpoint", "state-hit-wrong-state",
                 "decode-state-hit", "ckpt-not-stored"}
 HOST_FAULTS = {"ckpt-not-stored", "ack-twice"}
@@ -152,6 +153,7 @@ class TsRef(HostTierRef):
         self.acked: list[int] = []
         self.remote: set[tuple[bytes, int]] = set()        # L3 objects (other instances' pages)
         self.found: set[tuple[bytes, int]] = set()
+        self.once_found: set[tuple[bytes, int]] = set()
         self.missing: set[tuple[bytes, int]] = set()
         self.unread: set[tuple[bytes, int]] = set()
         self.fetched: set[tuple[bytes, int]] = set()
@@ -183,7 +185,8 @@ class TsRef(HostTierRef):
         return len(self.records) + 1
 
     def _fire(self, name: str, line: int | None = None) -> bool:
-        if self.fault == name and not self.fired and self.plan_no >= self.fault_plan:
+        """Whether the planted bug ``name`` fires now: once, from plan ``fault_plan`` on (a submission's at once)."""
+        if self.fault == name and not self.fired and (self.plan_no >= self.fault_plan or name in SUBMIT_FAULTS):
             self.fired.append((FAULTS[name], self.line if line is None else line))
             return True
         return False
@@ -193,9 +196,10 @@ class TsRef(HostTierRef):
         n = len(prompt) + max(max_new, 1)
         rec: dict = {"op": "submit", "request": rid, "tokens": list(prompt), "max_new_tokens": max_new}
         refuse = n > self.bound
-        if not refuse and self._fire("refuse-within-bound"):
+        # the bugs at the bound's edge: a request of exactly the bound refused, one token past it admitted
+        if n == self.bound and self._fire("refuse-within-bound"):
             refuse = True
-        elif refuse and n <= self.true_bound and self._fire("accept-beyond-bound"):
+        elif n == self.bound + 1 <= self.true_bound and self._fire("accept-beyond-bound"):
             refuse = False
         if refuse:
             rec["refused"] = f"{n} tokens exceed the single-request bound"
@@ -223,7 +227,7 @@ class TsRef(HostTierRef):
         """A fresh page: the head of the empty FIFO, else the least recently released cached page (evicted)."""
         victims = self._evictable(pins)
         if self.fault == "evict-before-empty" and not self.fired and self.plan_no >= self.fault_plan and self.free:
-            # the bug: a victim before the empty pages (it shows if an empty page is still free when the plan is made)
+            # the bug: victims before the empty pages (it shows once an empty page is left free by a plan that evicts)
             certain = [b for b in victims if b in self.content and len(self.index[self.content[b]]) == 1]
             if certain:
                 blk = certain[0]
@@ -359,7 +363,7 @@ class TsRef(HostTierRef):
             hit, hblocks, sblock = self._match(r)
             need = -(-(len(r.prompt) + r.max_new - 1) // bg) - len(hblocks)
             avail = len(self.free) + len(self._evictable(pins, set(hblocks) | {sblock})) - self._promised()
-            if need + self.sreserve > avail:
+            if need + self.sreserve - (1 if sblock else 0) > avail:  # a hit's input state is one it holds
                 break
             self.waiting.popleft()
             for b in hblocks:

@@ -149,3 +149,4 @@ MUTANTS = [
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("cache.py")))["MUTANTS"]
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("simulate.py")))["MUTANTS"]
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("judges.py")))["MUTANTS"]
+MUTANTS += runpy.run_path(str(Path(__file__).with_name("contract.py")))["MUTANTS"]
