@@ -28,6 +28,7 @@ ROUND_EXAMPLES = {"ci": 20, "deep": 40}
 def machines() -> dict:
     from kvsim.sim.fuzz.cache_machine import CacheHostMachine, CacheMachine
     from kvsim.sim.fuzz.contract_machine import ContractMachine
+    from kvsim.sim.fuzz.crash_machine import CrashMachine
     from kvsim.sim.fuzz.judges import EngineJudgeMachine, EventsJudgeMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
@@ -40,6 +41,7 @@ def machines() -> dict:
             "judge-events": EventsJudgeMachine,
             "judge-engine": EngineJudgeMachine,
             "judge-contract": ContractMachine,
+            "judge-crash": CrashMachine,
             "recovery": RecoveryMachine}
 
 
@@ -50,6 +52,7 @@ MACHINES = ("store", "host", "lockstep",
             "judge-events",
             "judge-engine",
             "judge-contract",
+            "judge-crash",
             "recovery")
 
 
