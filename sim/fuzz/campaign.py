@@ -32,6 +32,7 @@ def machines() -> dict:
     from kvsim.sim.fuzz.judges import EngineJudgeMachine, EventsJudgeMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
+    from kvsim.sim.fuzz.policy_machine import PolicyMachine
     from kvsim.sim.fuzz.recovery_machine import RecoveryMachine
     from kvsim.sim.fuzz.simulation import SimulateMachine
     return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine,
@@ -42,6 +43,7 @@ def machines() -> dict:
             "judge-engine": EngineJudgeMachine,
             "judge-contract": ContractMachine,
             "judge-crash": CrashMachine,
+            "judge-policy": PolicyMachine,
             "recovery": RecoveryMachine}
 
 
@@ -53,6 +55,7 @@ MACHINES = ("store", "host", "lockstep",
             "judge-engine",
             "judge-contract",
             "judge-crash",
+            "judge-policy",
             "recovery")
 
 

@@ -151,3 +151,4 @@ MUTANTS += runpy.run_path(str(Path(__file__).with_name("simulate.py")))["MUTANTS
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("judges.py")))["MUTANTS"]
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("contract.py")))["MUTANTS"]
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("crash.py")))["MUTANTS"]
+MUTANTS += runpy.run_path(str(Path(__file__).with_name("policy.py")))["MUTANTS"]
