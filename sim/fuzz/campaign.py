@@ -29,6 +29,7 @@ def machines() -> dict:
     from kvsim.sim.fuzz.cache_machine import CacheHostMachine, CacheMachine
     from kvsim.sim.fuzz.contract_machine import ContractMachine
     from kvsim.sim.fuzz.crash_machine import CrashMachine
+    from kvsim.sim.fuzz.hash_machine import HashMachine
     from kvsim.sim.fuzz.judges import EngineJudgeMachine, EventsJudgeMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
@@ -44,6 +45,7 @@ def machines() -> dict:
             "judge-contract": ContractMachine,
             "judge-crash": CrashMachine,
             "judge-policy": PolicyMachine,
+            "judge-hash": HashMachine,
             "recovery": RecoveryMachine}
 
 
@@ -56,6 +58,7 @@ MACHINES = ("store", "host", "lockstep",
             "judge-contract",
             "judge-crash",
             "judge-policy",
+            "judge-hash",
             "recovery")
 
 
