@@ -27,6 +27,7 @@ ROUND_EXAMPLES = {"ci": 20, "deep": 40}
 
 def machines() -> dict:
     from kvsim.sim.fuzz.cache_machine import CacheHostMachine, CacheMachine
+    from kvsim.sim.fuzz.capacity_machine import CapacityMachine
     from kvsim.sim.fuzz.contract_machine import ContractMachine
     from kvsim.sim.fuzz.crash_machine import CrashMachine
     from kvsim.sim.fuzz.hash_machine import HashMachine
@@ -36,7 +37,7 @@ def machines() -> dict:
     from kvsim.sim.fuzz.policy_machine import PolicyMachine
     from kvsim.sim.fuzz.recovery_machine import RecoveryMachine
     from kvsim.sim.fuzz.simulation import SimulateMachine
-    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine,
+    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine, "capacity": CapacityMachine,
             "cache": CacheMachine,
             "cache-host": CacheHostMachine,
             "simulate": SimulateMachine,
@@ -49,7 +50,7 @@ def machines() -> dict:
             "recovery": RecoveryMachine}
 
 
-MACHINES = ("store", "host", "lockstep",
+MACHINES = ("store", "host", "lockstep", "capacity",
             "cache",
             "cache-host",
             "simulate",

@@ -153,3 +153,4 @@ MUTANTS += runpy.run_path(str(Path(__file__).with_name("contract.py")))["MUTANTS
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("crash.py")))["MUTANTS"]
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("policy.py")))["MUTANTS"]
 MUTANTS += runpy.run_path(str(Path(__file__).with_name("hashes.py")))["MUTANTS"]
+MUTANTS += runpy.run_path(str(Path(__file__).with_name("capacity.py")))["MUTANTS"]
