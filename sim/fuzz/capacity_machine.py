@@ -21,12 +21,15 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from kvsim.sim.files import write_atomic
 from kvsim.sim.fuzz import capacity_reference as ref
 from kvsim.sim.fuzz.harness import FuzzFailure
-from kvsim.sim.fuzz.stats import RUN
+from kvsim.sim.fuzz.stats import RUN, declare, reached
+
+declare([f"capacity:{p}:{o}" for p in ("explicit", "automatic") for o in ("refused", "at-min", "between", "at-max")]
+        + ["capacity:none:at-max"] + [f"capacity:pools:{b}" for b in ("off", "mtp", "dflash", "dflash2")])
 
 
 class CapacityMachine(RuleBasedStateMachine):
     name = "capacity"
-    oracles: tuple = ()
+    oracles = ("capacity",)  # branches: each policy refused and resolved at M_min, between and at M_max
 
     @staticmethod
     def catalogue_ids() -> list[str]:
@@ -89,6 +92,7 @@ class CapacityMachine(RuleBasedStateMachine):
                 self.fail("refused", f"{policy}: the model refuses ({exc.rule}: {exc}); the contract resolves "
                           f"M = {want}")
             self.count(f"refused:{policy}")
+            reached(f"capacity:{policy}:refused")
             return
         if want is None:
             self.fail("accepted", f"{policy}: the model resolves M = {got.m}; the contract refuses it")
@@ -96,7 +100,10 @@ class CapacityMachine(RuleBasedStateMachine):
         if got.m != want or got.pages != pools:
             self.fail("resolved", f"{policy}: the model resolves M = {got.m}, pools {got.pages}; the contract: "
                       f"M = {want}, pools {pools}")
-        self.count(f"resolved:{policy}" + ("-at-max" if want == hi else "-at-min" if want == lo else ""))
+        where = "at-max" if want == hi else "at-min" if want == lo else "between"
+        self.count(f"resolved:{policy}:{where}")
+        reached(f"capacity:{policy}:{where}")
+        reached(f"capacity:pools:{backend}")
 
     def fail(self, kind: str, message: str) -> NoReturn:
         self.failed = True

@@ -26,11 +26,15 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from kvsim.sim.files import write_atomic
 from kvsim.sim.fuzz.harness import FuzzFailure
-from kvsim.sim.fuzz.stats import RUN
+from kvsim.sim.fuzz.stats import RUN, declare, reached
 from kvsim.sim.fuzz.ts_faults import TABLE_FAULTS, FaultyTsRef
 from kvsim.sim.fuzz.ts_reference import FAULTS, HOST_FAULTS, L3_FAULTS, SAME_LINE, STATE_FAULTS
 
 VOCAB = 3
+# the judge rules the machine makes the contract judge check (premise held on a clean run) and the bugs it plants
+JUDGED = ("TS-TBL-1", "TS-POOL-4", "TS-PFX-1", "PEER-1", "PEER-2", "PEER-3", "PEER-4", "TS-ADM-3", "TS-ADM-4",
+          "TS-POOL-5", "TS-ST-1", "TS-ST-2", "TS-ST-3", "TS-ST-4", "TS-ST-5", "TS-L2-12", "TS-L2-13", "TS-L2-14")
+declare([f"contract:judged:{r}" for r in JUDGED] + [f"contract:fired:{f}" for f in FAULTS])
 KINDS = ("plain", "plain", "state", "host", "host-state", "host-state")
 NO_STATE = {"rewrite-cached", "hit-whole-prompt", "hit-same-plan", "gauge-active"}
 
@@ -46,7 +50,7 @@ def applicable(fault: str, state: bool, host: bool, l3: bool, premise: bool) -> 
 
 class ContractMachine(RuleBasedStateMachine):
     name = "judge-contract"
-    oracles: tuple = ()  # its coverage is its own rule counts and the judge rules the faults made it report
+    oracles = ("contract",)  # branches: each judge rule checked on a clean run, each bug planted and fired
 
     @staticmethod
     def catalogue_ids() -> list[str]:
@@ -65,7 +69,7 @@ class ContractMachine(RuleBasedStateMachine):
         RUN.steps += 1
 
     @initialize(p=st.sampled_from((2, 2, 3, 4)), pages=st.one_of(st.integers(6, 16), st.sampled_from((24, 32))),
-                budget=st.integers(3, 10),
+                budget=st.integers(3, 12),
                 slack=st.integers(0, 3), seed=st.integers(0, 1 << 16), at=st.integers(0, 4),
                 kind=st.sampled_from(KINDS), l3=st.booleans(), fine=st.booleans())
     def start(self, p, pages, budget, slack, seed, at, kind, l3, fine) -> None:
@@ -142,6 +146,8 @@ class ContractMachine(RuleBasedStateMachine):
         for fault in self.faults:
             ref = self.scheduler(fault)
             for act in self.actions:
+                if ref.fired and ref.fired[0][1] > 0:  # what follows a bug's line is not judged: the run ends
+                    break
                 if act is None:
                     ref.plan()
                 else:
@@ -149,8 +155,9 @@ class ContractMachine(RuleBasedStateMachine):
             self.run(ref)
 
     def run(self, ref: FaultyTsRef) -> None:
-        ref.drain()
-        if not ref.idle:
+        if not (ref.fired and ref.fired[0][1] > 0):  # (a plan's answer comes with it: nothing more to judge)
+            ref.drain()
+        if not ref.idle and not ref.fired:
             self.fail("reference", "STALL", ref.fault, "the reference scheduler stopped making progress (its own bug)",
                       _bytes(ref.records))
         self.judge(ref)
@@ -172,9 +179,10 @@ class ContractMachine(RuleBasedStateMachine):
         fired = ref.fired
         if fired:
             self.count(f"fired:{fault}")
+            reached(f"contract:fired:{fault}")
         for rid, n in j.contract.exercised.items():
-            if n and fault is None:
-                self.count(f"exercised:{rid}")
+            if n and fault is None and rid in JUDGED:
+                reached(f"contract:judged:{rid}")
         if not fired:
             if got:
                 line, rid = got[0]

@@ -28,13 +28,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from kvsim.sim.files import write_atomic
 from kvsim.sim.fuzz.crash_reference import classify, expected
 from kvsim.sim.fuzz.harness import FuzzFailure
-from kvsim.sim.fuzz.stats import RUN
+from kvsim.sim.fuzz.stats import RUN, declare, reached
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 PLACES = ("engine", "engine", "engine", "lookalike", "driver", "library", "kvsim")
 FUNCS = ("schedule", "allocate_slots", "free", "_evict", "step", "update_from_output", "insert", "match_prefix",
          "cache_blocks", "__init__", "<lambda>", "main")
 TYPES = ("AssertionError", "ValueError", "KeyError", "RuntimeError", "IndexError", "EngineFault")
+declare([f"crash:{e}:{how}" for e in ("vllm", "sglang") for how in ("crash", "bug", "error")]
+        + ["crash:sglang:engine-fault"]
+        + [f"crash:innermost:{p}" for p in ("engine", "lookalike", "driver", "library", "kvsim")])
 WORDS = ("block", "ref_cnt", "  ", "\n", "\t", "x" * 90, "request r7", "assert", "0", "", "évicted")
 
 
@@ -79,7 +82,7 @@ def raise_through(frames: list[dict], exc: BaseException) -> BaseException:
 
 class CrashMachine(RuleBasedStateMachine):
     name = "judge-crash"
-    oracles: tuple = ()
+    oracles = ("crash",)  # branches: each classification per engine, each kind of innermost frame
 
     @staticmethod
     def catalogue_ids() -> list[str]:
@@ -99,7 +102,7 @@ class CrashMachine(RuleBasedStateMachine):
     def start(self, engine, line) -> None:
         self.engine = engine
         self.mod = _driver(engine)
-        self.frames = [{"file": self.mod.__file__, "func": "main", "line": line, "request": None}]
+        self.frames = [{"file": self.mod.__file__, "func": "main", "line": line, "request": None, "place": "driver"}]
         RUN.examples += 1
         self.count(f"engine:{engine}")
 
@@ -111,7 +114,8 @@ class CrashMachine(RuleBasedStateMachine):
             return
         self.count(f"frame:{place}")
         self.frames.append({"file": _file(place, self.engine, len(self.frames), self.mod.__file__),
-                            "func": func if func != "<lambda>" else "anonymous", "line": line, "request": request})
+                            "func": func if func != "<lambda>" else "anonymous", "line": line, "request": request,
+                            "place": place})
 
     @precondition(lambda self: len(self.frames) >= 2)
     @rule(kind=st.sampled_from(TYPES), words=st.lists(st.sampled_from(WORDS), max_size=8),
@@ -131,6 +135,8 @@ class CrashMachine(RuleBasedStateMachine):
                         engine_fault=fault and self.engine == "sglang")
         how = classify(want, where)
         self.count(f"class:{how}")
+        reached(f"crash:{self.engine}:{'engine-fault' if fault and self.engine == 'sglang' else how}")
+        reached(f"crash:innermost:{self.frames[-1]['place']}")
         self.count(f"frame-named:{bool(want['frame'])}")
         if got != want:
             diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))

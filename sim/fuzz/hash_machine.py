@@ -25,17 +25,20 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from kvsim.sim.files import write_atomic
 from kvsim.sim.fuzz import hash_reference as ref
 from kvsim.sim.fuzz.harness import FuzzFailure
-from kvsim.sim.fuzz.stats import RUN
+from kvsim.sim.fuzz.stats import RUN, declare, reached
 
 SCHEMES = ("fnv1a64", "sha256", "vllm-sha256", "vllm-sha256-cbor", "sglang-sha256")
 # token ids at the edges of the encodings: CBOR heads (23/24, 255/256, 65535/65536, 32 bits), SGLang's u32 limit,
 # FNV-1a's 32-bit token framing
+declare([f"hash:{s}:{what}" for s in ("fnv1a64", "sha256", "vllm-sha256", "vllm-sha256-cbor", "sglang-sha256")
+         for what in ("clean", "tampered")]
+        + [f"hash:vllm:{f}" for f in ("extra-keys", "lookahead", "wide-group", "seed", "digest-values", "recognised")])
 EDGES = (23, 24, 255, 256, 65535, 65536, (1 << 32) - 1, 1 << 32, 1 << 40)
 
 
 class HashMachine(RuleBasedStateMachine):
     name = "judge-hash"
-    oracles: tuple = ()
+    oracles = ("hash",)  # branches: each scheme judged clean and tampered, vLLM's key features
 
     @staticmethod
     def catalogue_ids() -> list[str]:
@@ -200,6 +203,15 @@ class HashMachine(RuleBasedStateMachine):
             self.fail("unverified", "EV-7", f"{ev.stats['unverifiable']} blocks left unverified "
                       f"({ev.unverifiable_reasons}) on a stream every block of which recomputes", self.batches)
         self.count("clean")
+        reached(f"hash:{self.scheme}:clean")
+        if self.scheme.startswith("vllm"):
+            feats = {"extra-keys": any(b.get("extra_keys") for batch in self.batches for b in batch),
+                     "lookahead": any(b.get("lookahead_token_ids") for batch in self.batches for b in batch),
+                     "wide-group": self.k > 1, "seed": self.seed != ref.NONE_SEED, "digest-values": not self.as_int,
+                     "recognised": not self.pinned}
+            for f, on in feats.items():
+                if on:
+                    reached(f"hash:vllm:{f}")
         named: dict[Any, int] = {}  # value -> the last line naming it (stored, removed or as a parent)
         for n, batch in enumerate(self.batches):
             for b in batch:
@@ -222,6 +234,7 @@ class HashMachine(RuleBasedStateMachine):
             self.fail("missed" if (line + 1, "EV-7") not in got else "false-alarm", "EV-7",
                       f"one block's hash changed at line {line + 1}: the checker reported {got[:6]}", bad)
         self.count("rule:EV-7")
+        reached(f"hash:{self.scheme}:tampered")
 
     def judge(self, batches: list) -> tuple[list, Any]:
         from kvsim.sim.peers.judges.events import EventChecker, parse_batch

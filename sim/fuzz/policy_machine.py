@@ -28,15 +28,17 @@ from kvsim.sim.fuzz.harness import FuzzFailure
 from kvsim.sim.fuzz.ref_queue import POLICY_FAULTS, VllmQueueRef
 from kvsim.sim.fuzz.ref_queue import SAME_STEP as QUEUE_SAME_STEP
 from kvsim.sim.fuzz.ref_radix import RADIX_FAULTS, SAME_STEP, RadixRef
-from kvsim.sim.fuzz.stats import RUN
+from kvsim.sim.fuzz.stats import RUN, declare, reached
 
 VOCAB = 3
 MAX_STEPS = 300
+declare([f"policy:judged:{e}:{r}" for e, rules in (("vllm", ("PEER-12", "PEER-9")), ("sglang", ("PEER-13", "PEER-9")))
+         for r in rules] + [f"policy:fired:{f}" for f in (*POLICY_FAULTS, *RADIX_FAULTS)])
 
 
 class PolicyMachine(RuleBasedStateMachine):
     name = "judge-policy"
-    oracles: tuple = ()
+    oracles = ("policy",)  # branches: each checker judged on a clean run, each bug planted and fired
 
     @staticmethod
     def catalogue_ids() -> list[str]:
@@ -152,7 +154,7 @@ class PolicyMachine(RuleBasedStateMachine):
         if fault is None:  # what the clean run made the judge check
             for rid in ("PEER-9", "PEER-12", "PEER-13"):
                 if j.premise.get(rid):
-                    self.count(f"premise:{rid}")
+                    reached(f"policy:judged:{self.engine}:{rid}")
         self.count(f"fault:{fault or 'none'}")
         self.judge(fault, eng.fired, got, log)
 
@@ -163,6 +165,7 @@ class PolicyMachine(RuleBasedStateMachine):
                 self.fail("false-alarm", rid, fault, f"{rid} at step {step} with no bug planted", log)
             return
         self.count(f"fired:{fault}")
+        reached(f"policy:fired:{fault}")
         rid, at = fired[0]
         self.count(f"rule:{rid}")
         early = [x for x in got if x[0] < at]

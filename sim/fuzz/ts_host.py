@@ -52,14 +52,9 @@ class HostTierRef:
                 continue
             if gi == 0 and self.content.get(blk) != (d, off):
                 continue
-            if self.host_free:
-                hp = self.host_free.popleft()
-            elif self.host_used:
-                hp, (g_old, key_old) = next(iter(self.host_used.items()))
-                del self.host_used[hp]
-                self.stored[g_old].discard(key_old)
-            else:
+            if not self.host_free and not self.host_used:
                 continue
+            hp = self._host_page()
             self.host_used[hp] = (gi, (d, off))
             self.op_id += 1
             cache.append({"kind": "WriteBackOp", "op_ids": [self.op_id], "pages": [[blk, hp]], "groups": [gi],
@@ -77,11 +72,12 @@ class HostTierRef:
         lost = sorted(self.missing & self.once_found)  # found by one answered query, missing by a later one
         bad = {"get-unqueried": self._unqueried(), "get-missing": lost[:1],
                "get-retry": sorted(self.unread)[:1]}.get(self.fault or "", [])
-        if bad and self._fire(self.fault or ""):
+        room = len(self.host_free) + len(self.host_used)
+        if bad and len(get) + len(bad) <= room and self._fire(self.fault or ""):
             get = bad + [k for k in get if k not in bad]
-        if get and len(self.host_free) >= len(get):
+        if get and len(get) <= room:
             self.l3_id += 1
-            pages = [self.host_free.popleft() for _ in get]
+            pages = [self._host_page() for _ in get]
             cache.append({"kind": "StorageGetOp", "op_ids": [self.l3_id], "keys": [d.hex() for d, _ in get],
                           "groups": [0] * len(get), "offsets": [o for _, o in get], "host_blocks": pages})
             ok = [k in self.remote and self.rng.random() < 0.75 for k in get]
@@ -112,6 +108,15 @@ class HostTierRef:
                 (self.found if good else self.missing).add(key)
                 (self.missing if good else self.found).discard(key)
             storage.append({"op": self.l3_id, "success": ok})
+
+    def _host_page(self) -> int:
+        """A free Host page, else the least recently written acknowledged one (its key leaves the Host tier)."""
+        if self.host_free:
+            return self.host_free.popleft()
+        hp, (g_old, key_old) = next(iter(self.host_used.items()))
+        del self.host_used[hp]
+        self.stored[g_old].discard(key_old)
+        return hp
 
     def _unqueried(self) -> list:
         seen = self.found | self.missing | self.unread | self.fetched
