@@ -413,3 +413,25 @@ def test_a_second_signal_a_moment_after_the_first_is_the_same_request_to_stop(wo
     for name in ("kvreport.json", "junit.xml", "summary.md", "report.html"):
         assert (workdir / "twice-reports" / name).exists(), name
     assert json.loads((workdir / "twice-reports" / "kvreport.json").read_text())["verdict"] == "incomplete"
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_timeout_s_int_stops_a_tokenspeed_run_with_its_partial_report(workdir: Path, attempt: int) -> None:
+    """`kvsim peer tokenspeed` stopped by `timeout -s INT` writes the plans judged so far, marked partial and
+    incomplete (never a pass); its cachetrace/1 record is not renamed into place half written."""
+    pytest.importorskip("tokenspeed_scheduler")
+    if shutil.which("timeout") is None:
+        pytest.skip("coreutils timeout is not on this machine")
+    report, record = workdir / f"ts-{attempt}.json", workdir / f"ts-{attempt}.cachetrace.jsonl"
+    workload = ROOT / "sim" / "workloads" / "excerpts" / "mooncake_conversation_500.jsonl"
+    p = subprocess.run(["timeout", "-s", "INT", "5", *KVSIM, "peer", "tokenspeed", str(workload), "--pages", "200",
+                        "--no-timing", "--json", report.name, "--record", record.name], cwd=workdir,
+                       capture_output=True, timeout=120, env=env(KVSIM_REPORTS=str(workdir / "reports")),
+                       start_new_session=True)
+    err = p.stderr.decode()
+    assert p.returncode in (124, 130), err
+    assert "Traceback" not in err and "stopped at once" not in err, err
+    doc = json.loads(report.read_text())
+    assert doc["partial"]["signal"] == "SIGINT" and doc["partial"]["done"].endswith("requests finished")
+    assert doc["verdict"] in ("incomplete", "fail"), doc["headline"]
+    assert not record.exists() and f"{record.name}: not written (interrupted)" in err

@@ -140,3 +140,43 @@ def test_compare_puts_each_row_beside_simulate(tmp_path):
     for r in rows:
         if r is not sim:
             assert r["gap_to_simulate_points"] == round(100 * (r["hit_ratio"] - sim["hit_ratio"]), 2)
+
+
+def test_generation_looks_only_at_recent_candidates_so_it_is_linear(monkeypatch):
+    """Each draw chooses among the RECENT latest candidates (kept as they come), never a scan of every row made
+    so far: a million requests take seconds, not hours. Counted, not timed: how often a row's prompt length is
+    read (a scan per repeat read it for every earlier row, quadratically) stays proportional to the rows."""
+    reads = [0]
+    length = ps.StressRow.prompt.fget
+
+    def counted(self):
+        reads[0] += 1
+        return length(self)
+    monkeypatch.setattr(ps.StressRow, "prompt", property(counted))
+    for n in (1000, 4000):
+        reads[0] = 0
+        assert len(ps.rows(n, 0)) == n
+        assert reads[0] <= 4 * n, (n, reads[0])
+
+
+def test_peer_workload_generation_reports_progress():
+    from kvsim.sim.peers.workload import PROGRESS_EVERY
+    ticks: list[int] = []
+    reqs = read_prefix_stress(0, 2 * PROGRESS_EVERY + 5, progress=ticks.append)
+    assert len(reqs) == 2 * PROGRESS_EVERY + 5 and sum(ticks) == 2 * PROGRESS_EVERY
+
+
+def test_every_name_simulate_reads_feeds_the_peers_and_an_excerpt_is_its_file():
+    """`kvsim peer` takes the names `kvsim simulate` takes: a bundled Mooncake excerpt gives exactly the
+    requests its file does; Azure and synthetic rows become prompts of their block ids' tokens."""
+    from kvsim.sim.peers.workload import read_mooncake, read_workload
+    from kvsim.sim.workloads.open import excerpt_path
+
+    named = read_workload(open_workload("excerpt:conversation", 30), 30)
+    filed = read_mooncake(str(excerpt_path("conversation")), 30)
+    assert [r.id for r in named] == [r.id for r in filed]
+    assert all(np.array_equal(a.tokens, b.tokens) and a.max_new_tokens == b.max_new_tokens
+               for a, b in zip(named, filed, strict=True))
+    for name in ("excerpt:azure-code", "synthetic:4"):
+        reqs = read_workload(open_workload(name, 12), 12)
+        assert len(reqs) == 12 and all(len(r.tokens) > 0 and r.max_new_tokens >= 1 for r in reqs)

@@ -20,11 +20,21 @@ from typing import Any
 from rich.console import Console
 
 from kvsim.sim.cli.argtypes import integer, interpreter, output_path
-from kvsim.sim.cli.common import WRITTEN, InputError, add_output_options, open_input, output_style, progress_bar, write
+from kvsim.sim.cli.common import (
+    WRITTEN,
+    InputError,
+    Stopped,
+    add_output_options,
+    open_input,
+    output_style,
+    partial_mark,
+    progress_bar,
+    write,
+)
 from kvsim.sim.files import atomic_path
 from kvsim.sim.report.console import Style, print_findings, print_hazards, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
-from kvsim.sim.report.verdict import stamp
+from kvsim.sim.report.verdict import PARTIAL_KEY, stamp
 
 
 def add_parser(sub: Any) -> None:
@@ -33,7 +43,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("peer", choices=["tokenspeed", "vllm", "sglang", "compare"], help="the scheduler to drive")
     p.add_argument("workload", metavar="WORKLOAD", nargs="?", help="Mooncake JSON Lines (input_length, output_length, "
                    "hash_ids); '-' reads standard input; synthetic:prefix-stress[:SEED] generates the prefix-cache "
-                   "stress workload")
+                   "stress workload; any name kvsim simulate reads: excerpt:NAME, synthetic[:SEED], an Azure .csv")
     p.add_argument("--requests", type=integer(1), default=None, metavar="N", help="first N rows (default: all)")
     p.add_argument("--pages", type=integer(2), default=None,
                    help="num_device_pages, null page 0 included (default: unbounded, never evicts)")
@@ -112,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
                              "no WORKLOAD (kvsim peer tokenspeed --probe-config)")
         return _probe_config(args)
     if args.workload is None:
-        raise InputError(f"kvsim peer {args.peer}: WORKLOAD is required (a Mooncake JSON Lines file, '-' for stdin)")
+        raise InputError(f"kvsim peer {args.peer}: WORKLOAD is required (a Mooncake JSON Lines file, '-' for stdin, "
+                         "or a name kvsim simulate reads: excerpt:NAME, synthetic[:SEED], synthetic:prefix-stress)")
     if args.peer in ("vllm", "sglang", "compare"):
         from kvsim.sim.cli.peer_engine import run_compare, run_engine_peer
         return run_compare(args) if args.peer == "compare" else run_engine_peer(args)
@@ -178,20 +189,30 @@ def run(args: argparse.Namespace) -> int:
     meta = {"workload": Path(name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
     prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
-    with contextlib.ExitStack() as stack:  # outputs written under temporary names, renamed when complete
-        record = stack.enter_context(atomic_path(args.record)) if args.record else None
-        events_log = stack.enter_context(atomic_path(args.events_log)) if args.events_log else None
-        try:
-            if prog is not None:
-                with prog:
-                    task = prog.add_task("requests", total=len(reqs))
+    try:
+        with contextlib.ExitStack() as stack:  # outputs written under temporary names, renamed when complete
+            record = stack.enter_context(atomic_path(args.record)) if args.record else None
+            events_log = stack.enter_context(atomic_path(args.events_log)) if args.events_log else None
+            try:
+                if prog is not None:
+                    with prog:
+                        task = prog.add_task("requests", total=len(reqs))
+                        out = ts.run(reqs, cfg, record=record, meta=meta, max_plans=args.max_plans,
+                                     events_log=events_log, progress=lambda n: prog.advance(task, n))
+                else:
                     out = ts.run(reqs, cfg, record=record, meta=meta, max_plans=args.max_plans,
-                                 events_log=events_log, progress=lambda n: prog.advance(task, n))
-            else:
-                out = ts.run(reqs, cfg, record=record, meta=meta, max_plans=args.max_plans, events_log=events_log)
-        except OSError as exc:
-            raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
-    WRITTEN.extend(t for t in (args.record, args.events_log) if t)
+                                 events_log=events_log)
+            except OSError as exc:
+                raise InputError(f"{exc.filename}:0: cannot write: {exc.strerror or exc}") from None
+            if out.interrupted:  # leave the block: the record and event log are not renamed into place
+                raise _Cut(out)
+    except _Cut as cut:
+        out = cut.out
+        for target in (args.record, args.events_log):
+            if target:
+                sys.stderr.write(f"{target}: not written (interrupted)\n")
+    else:
+        WRITTEN.extend(t for t in (args.record, args.events_log) if t)
     stats = {"peer": {"scheduler": f"tokenspeed-scheduler {ts.version()}", "requests": len(reqs),
                       "num_device_pages": pages, "num_host_pages": args.host_pages, "pool": meta["pool"],
                       "prefix_granularity": p,
@@ -230,7 +251,10 @@ def run(args: argparse.Namespace) -> int:
                                                    report["stats"]["scheduler"]["hit_ratio"])
     from kvsim.sim.peers.judges.path_coverage import coverage
     from kvsim.sim.peers.tokenspeed.paths import PATHS, REACH
-    report["stats"]["coverage"] = coverage(PATHS, out.paths, report["rules"], REACH, stress=stress is not None)
+    report["stats"]["coverage"] = coverage(PATHS, out.paths, report["rules"], REACH,
+                                           stress=str(args.workload).startswith("synthetic:prefix-stress"))
+    if out.interrupted:
+        report[PARTIAL_KEY] = partial_mark(out.interrupted)
     verdict = stamp(report)  # an incomplete run (requests the scheduler stopped serving) is not a pass
     if args.json:
         write(args.json, dumps_report(report))
@@ -239,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
     if not style.quiet:
         _print(report, console, style)
     print_verdict(verdict, console, style, "kvsim peer")
+    if out.interrupted:
+        raise Stopped(out.interrupted)
     if args.inject_fault and not out.fault_applied:
         sys.stderr.write(f"kvsim peer: --inject-fault {args.inject_fault}: its premise never occurred in this run, so "
                          f"nothing was injected ({faults.WHY[args.inject_fault]})\n")
@@ -334,3 +360,11 @@ def _disagreement(o) -> str:
     if o.got == "present":
         return f"the bindings name {o.detail} ({o.clause})"
     return f"{o.detail}; seed 002 expects it {o.expected} ({o.clause})"
+
+
+class _Cut(Exception):
+    """A signal stopped the TokenSpeed run: leaves the outputs' block (which removes their temporary files)."""
+
+    def __init__(self, out: Any) -> None:
+        super().__init__(out.interrupted)
+        self.out = out

@@ -34,6 +34,7 @@ from kvsim.sim.cli.common import (
     output_style,
     partial_mark,
     plain_progress,
+    progress_bar,
     write,
 )
 from kvsim.sim.files import atomic_path
@@ -68,25 +69,65 @@ def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str
 
 
 def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
-    """``synthetic:prefix-stress[:SEED]``: its rows (``--requests``, ``--max-output`` applied), its name and the
-    SHA-256 of its requests (token ids, output lengths, submission steps); None for any other workload."""
+    """A workload named rather than given as a Mooncake file -- ``synthetic:prefix-stress[:SEED]`` (its rows,
+    each submitted at its step) or any other name `kvsim simulate` reads (``excerpt:NAME``, ``synthetic[:SEED]``,
+    an Azure ``.csv``) -- with ``--requests`` and ``--max-output`` applied, its name and a SHA-256: of the file a
+    bundled excerpt or a CSV is, else of the requests made (token ids, output lengths, submission steps). None
+    for a Mooncake file or ``-`` (the caller reads it as a stream, hashed in the same pass). Generation is linear
+    in the requests asked for and shows progress (a bar on a terminal, plain lines in a log)."""
     import hashlib
 
-    from kvsim.sim.peers.workload import read_prefix_stress
-    from kvsim.sim.workloads.open import prefix_stress_seed
+    from kvsim.sim.peers.workload import WorkloadError, read_mooncake, read_prefix_stress, read_workload
+    from kvsim.sim.workloads.open import (
+        WorkloadFormatError,
+        default_requests,
+        open_workload,
+        prefix_stress_seed,
+        resolve,
+    )
     from kvsim.sim.workloads.request import WorkloadInputError
+    spec = str(args.workload)
+    max_output = getattr(args, "max_output", None)
+    kind, path = "prefix-stress", ""
     try:
-        seed = prefix_stress_seed(str(args.workload))
+        seed = prefix_stress_seed(spec)
+        if seed is None:
+            if spec == "-" or not (spec.startswith(("excerpt:", "synthetic")) or spec.endswith(".csv")):
+                return None
+            kind, arg = resolve(spec)
+            path = str(arg) if kind in ("mooncake", "azure") else ""
+    except WorkloadFormatError:
+        return None
     except WorkloadInputError as exc:
         raise InputError(str(exc)) from None
-    if seed is None:
-        return None
-    reqs = read_prefix_stress(seed, args.requests, getattr(args, "max_output", None))
+    if kind == "mooncake":  # a bundled Mooncake excerpt: read as its file is
+        src = open_input(path)
+        try:
+            reqs = read_mooncake(src.name, args.requests, max_output, src)
+        except WorkloadError as exc:
+            raise InputError(str(exc)) from None
+        return reqs, spec, src.sha256()
+    prog = progress_bar(Console(stderr=True), "generating the workload", "requests")
+    with prog if prog is not None else contextlib.nullcontext():
+        task = prog.add_task("requests", total=args.requests or default_requests(spec)) if prog is not None else 0
+        tick = (lambda n: prog.advance(task, n)) if prog is not None else None
+        try:
+            if seed is not None:
+                reqs = read_prefix_stress(seed, args.requests, max_output, progress=tick)
+            else:
+                reqs = read_workload(open_workload(spec, args.requests), args.requests, max_output, progress=tick)
+        except WorkloadInputError as exc:
+            raise InputError(str(exc)) from None
+    if not reqs:
+        raise InputError(f"{spec}:1: no requests: nothing to drive the engine with")
+    if path:  # an Azure CSV (a file or a bundled excerpt)
+        with open(path, "rb") as f:
+            return reqs, spec, hashlib.file_digest(f, "sha256").hexdigest()
     h = hashlib.sha256()
     for r in reqs:
         h.update(f"{r.id}:{r.max_new_tokens}:{r.arrival_step}:".encode())
         h.update(r.tokens.astype("<i8").tobytes())
-    return reqs, str(args.workload), h.hexdigest()
+    return reqs, spec, h.hexdigest()
 
 
 def _blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
@@ -269,7 +310,9 @@ def _print(report: dict, console: Console, style: Style) -> None:
     if t:
         ratio = "n/a" if t["judge_to_engine"] is None else f"{t['judge_to_engine']:.2f}"
         cost = ", ".join(f"{q} {v:,.3f} ms" for q, v in (t.get("step_cost_ms") or {}).items()) or "n/a"
-        console.print(f"engine {t['engine_s']:,.3f} s, judge {t['judge_s']:,.3f} s + counters {t['probe_s']:,.3f} s "
+        start = "n/a" if t.get("engine_import_s") is None else f"{t['engine_import_s']:,.3f} s"
+        console.print(f"engine start-up {start} (apart from the steps); "
+                      f"engine {t['engine_s']:,.3f} s, judge {t['judge_s']:,.3f} s + counters {t['probe_s']:,.3f} s "
                       f"(judge / engine {ratio}); "
                       f"{t['events_per_s_engine'] or 0:,} block events/s (engine), {t['events_per_s_judge'] or 0:,} "
                       f"(judge); step cost {cost}", markup=False, soft_wrap=True)

@@ -5,6 +5,9 @@ trace, event, line, op, message, context), rules with their counters, stats. Whe
 sliding-window or state group (EV-3's entry), ``hazards`` lists the router-compatibility hazard once per
 cause (``id``, ``class``, ``consequences``) and ``consequences`` its later orphans (each with ``of``), counted
 in ``stats.hazards`` / ``stats.consequences`` beside ``stats.findings``; the verdict fails on violations only.
+The contract's findings follow the same discipline (``cachetrace.causes``): ``violations`` lists its roots (each
+with ``id``), ``consequences`` the first consequence per root, cause or entity and rule (each with ``of``), counted in
+``stats.consequences``; a rule's ``violated`` counts its roots, ``consequences`` the rest.
 Deterministic unless the caller adds a ``timing`` section (wall-clock figures of a live run, kept apart under
 ``stats.timing``).
 This module knows the judges' findings and summaries, not how they were produced. It sits at the top of
@@ -44,12 +47,15 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
     """The report of one judged input (``trace`` names it in violations)."""
     violations = []
     rules: dict[str, dict] = {}
-    if contract is not None:
-        violations += [f.as_dict(trace) for f in contract.findings]
+    if contract is not None:  # its roots; what follows from one (cachetrace.causes) is counted apart
+        violations += [f.as_dict(trace) for f in contract.findings if f.of is None]
         st = contract.stats
+        roots = contract.causes.rule_roots
         for rid, (title, clause) in pc.RULES.items():  # checked and exercised both count plans
             rules[rid] = {"title": title, "clause": clause, "checked": st["plans"],
-                          "exercised": contract.exercised[rid], "violated": contract.counts[rid]}
+                          "exercised": contract.exercised[rid], "violated": roots.get(rid, 0)}
+            if contract.counts[rid] > roots.get(rid, 0):
+                rules[rid]["consequences"] = contract.counts[rid] - roots.get(rid, 0)
     if events is not None:
         events.flush()
         violations += [f.as_dict(trace) for f in events.findings]
@@ -67,8 +73,13 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
         hazards = [{**f.as_dict(trace), "id": i, "class": "router-compatibility", "consequences": n if i == 1 else 0}
                    for i, f in enumerate(events.hazards, start=1)]
         out_stats.update(findings=len(violations), hazards=len(hazards), consequences=n)
+    found_after: list[dict] = []
     if contract is not None:
         out_stats["scheduler"] = contract.summary()
+        if contract.causes.suppressed:  # one cause, one finding: "N findings (M consequences suppressed)"
+            out_stats["findings"] = len(violations)
+            out_stats["consequences"] = int(out_stats.get("consequences", 0) or 0) + contract.causes.suppressed
+            found_after = [{**f.as_dict(trace), "entity": via} for f, via in contract.causes.first]
     if events is not None:
         out_stats["kv_events"] = events.summary()
     if total > len(violations):
@@ -78,6 +89,8 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
     if events is not None and events.folded_groups:
         report["hazards"] = hazards  # not violations: the verdict does not fail on them (EV-3's entry)
         report["consequences"] = [{**c, "trace": trace} for c in events.consequences]
+    if found_after:
+        report["consequences"] = found_after + [*(report.get("consequences") or [])]
     stamp(report)
     return report
 

@@ -12,6 +12,7 @@ segment copied after another prefix repeats its tokens exactly. Knows nothing of
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +20,10 @@ import msgspec
 import numpy as np
 
 from kvsim.sim.files import label, open_source
+from kvsim.sim.workloads.request import Request as WorkloadRequest
 
 __all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "read_prefix_stress",
-           "WorkloadError"]
+           "read_workload", "WorkloadError", "PROGRESS_EVERY"]
 
 MOONCAKE_BLOCK = 512
 MAX_TOKENS = 1 << 28  # a larger token count is a typo in the workload, refused at its line
@@ -99,14 +101,18 @@ def read_mooncake(path: str | Path, limit: int | None = None, max_output: int | 
     return out
 
 
-def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | None = None) -> list[Request]:
+def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | None = None,
+                       progress: Callable[[int], None] | None = None) -> list[Request]:
     """The first ``limit`` rows of ``synthetic:prefix-stress:SEED`` as requests ``s0, s1, ...`` (its default
-    count when None), each submitted at its row's step."""
+    count when None), each submitted at its row's step. Linear in ``limit``; ``progress(n)`` hears of every
+    ``PROGRESS_EVERY`` requests made."""
     from kvsim.sim.workloads import prefix_stress as ps
 
     memo: dict[int, np.ndarray] = {}
     out: list[Request] = []
     for row in ps.rows(ps.DEFAULT_REQUESTS if limit is None else limit, seed):
+        if progress is not None and len(out) % PROGRESS_EVERY == 0 and out:
+            progress(PROGRESS_EVERY)
         parts = []
         for cid, start, length in row.segments:
             blk = memo.get(cid)
@@ -115,4 +121,30 @@ def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | No
             parts.append(blk[start:start + length])
         out_len = max(1, row.output if max_output is None else min(row.output, max_output))
         out.append(Request(f"s{row.rid}", np.concatenate(parts), out_len, row.request().hash_ids, row.step))
+    return out
+
+
+PROGRESS_EVERY = 1000
+"""Requests made between two progress calls of a generated workload."""
+
+
+def read_workload(requests: Iterable[WorkloadRequest], limit: int | None = None, max_output: int | None = None,
+                  progress: Callable[[int], None] | None = None) -> list[Request]:
+    """Any workload `kvsim simulate` reads (``sim.workloads.open``: an Azure CSV, a bundled ``excerpt:NAME``,
+    ``synthetic[:SEED]``), as token prompts ``m0, m1, ...`` submitted at the start: each row's prompt blocks
+    become tokens by their ids exactly as a Mooncake row's do (`block_tokens`), so a Mooncake excerpt named
+    ``excerpt:conversation`` gives the same requests as its file; a row with an empty prompt is left out.
+    Linear in ``limit``; ``progress(n)`` hears
+    of every ``PROGRESS_EVERY`` requests made."""
+    out: list[Request] = []
+    for row in requests:
+        if limit is not None and len(out) >= limit:
+            break
+        if progress is not None and len(out) % PROGRESS_EVERY == 0 and out:
+            progress(PROGRESS_EVERY)
+        if row.prompt <= 0:  # an empty prompt is nothing to serve (kvsim simulate rejects it on arrival)
+            continue
+        out_len = max(1, row.output if max_output is None else min(row.output, max_output))
+        out.append(Request(f"m{len(out)}", block_tokens(list(row.hash_ids), row.prompt), out_len,
+                           tuple(row.hash_ids)))
     return out

@@ -279,6 +279,12 @@ def print_table(table: Table, console: Console, plain: bool) -> None:
     console.print(Text(text), soft_wrap=True, highlight=False)
 
 
+def _of(report: dict, c: dict) -> str:
+    """What a consequence follows from: a KV-event stream's router-compatibility hazard (numbered apart, EV-3's
+    entry) or a root finding."""
+    return f"{'hazard' if c.get('op') == 'kv' and report.get('hazards') else 'finding'} #{c.get('of', '')}"
+
+
 def _consequences_table(report: dict, max_rows: int) -> Table:
     """The first consequence per desynchronized entity (sim.recovery): what followed from which finding."""
     rows = report.get("consequences", [])
@@ -288,7 +294,7 @@ def _consequences_table(report: dict, max_rows: int) -> Table:
     for name in ("trace:line", "entity", "rule", "message"):
         table.add_column(name, overflow="fold")
     for c in rows[:max_rows]:
-        table.add_row(_t(f"#{c.get('of', '')}"), _t(f"{c.get('trace', '')}:{c.get('line', '')}"),
+        table.add_row(_t(_of(report, c)), _t(f"{c.get('trace', '')}:{c.get('line', '')}"),
                       _t(c.get("entity", "")), _t(c.get("rule", ""), "dim"), _t(c.get("message", ""), "dim"))
     return table
 
@@ -333,7 +339,7 @@ def _refusal_lines(report: dict) -> list[str]:
 def _consequence_lines(report: dict, max_rows: int) -> list[str]:
     """`path:line: consequence of finding #N: RULE message (entity)`, the first per desynchronized entity."""
     rows = report.get("consequences", [])
-    out = [f"{_one_line(c.get('trace', ''))}:{c.get('line', 0)}: consequence of finding #{c.get('of', '')}: "
+    out = [f"{_one_line(c.get('trace', ''))}:{c.get('line', 0)}: consequence of {_of(report, c)}: "
            f"{_one_line(c.get('rule', ''))} {_one_line(c.get('message', ''))} ({_one_line(c.get('entity', ''))})"
            for c in rows[:max_rows]]
     total = int(report.get("stats", {}).get("consequences", len(rows)) or 0)

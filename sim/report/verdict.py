@@ -98,7 +98,7 @@ headline says so (`partial`), whatever renders it."""
 def partial(v: Verdict, mark: Mapping[str, Any] | None) -> Verdict:
     """The verdict of a run cut short: a violation found so far still fails it ("FAIL: PARTIAL, interrupted by
     SIGINT after 4 of 110 scenarios: ..."); otherwise it is incomplete, never a pass ("INCOMPLETE: interrupted
-    by SIGINT after 4 of 110 scenarios: no violation so far ..."), whatever it judged before the signal (nothing,
+    by SIGINT after 4 of 110 scenarios; so far: no violation ..."), whatever it judged before the signal (nothing,
     possibly). The counts stay those of the part judged."""
     if not mark:
         return v
@@ -107,7 +107,7 @@ def partial(v: Verdict, mark: Mapping[str, Any] | None) -> Verdict:
     stopped = f"interrupted by {mark.get('signal', 'a signal')}{done}"
     if v.status == "fail":
         return Verdict("fail", f"FAIL: PARTIAL, {stopped}: {rest}", v.counts)
-    return Verdict("incomplete", f"INCOMPLETE: {stopped}: {rest} (so far)", v.counts)
+    return Verdict("incomplete", f"INCOMPLETE: {stopped}; so far: {rest}", v.counts)
 
 
 def verdict_of(report: Mapping[str, Any]) -> Verdict:
@@ -166,13 +166,15 @@ def _replay(report: Mapping[str, Any], stats: Mapping[str, Any]) -> Verdict:
     counts.update(violations=n, root_causes=n, consequences=len(after) + suppressed, stalled_requests=stalled)
     tail = f"; {plural(len(after), 'consequence')} of earlier findings, not counted" if after else ""
     hazards = report.get("hazards", []) or []
+    # a hazard counts its own consequences; the rest follow from root findings
+    of_hazards = sum(int(h.get("consequences", 0) or 0) for h in hazards)
+    if suppressed > of_hazards:
+        tail += f"; {plural(n, 'finding')} ({plural(suppressed - of_hazards, 'consequence')} suppressed)"
     if hazards:  # a router-compatibility hazard the contract designs (the EV-3 entry): reported, never failing
         counts.update(hazards=len(hazards))
         at = ", ".join(f"{h.get('rule')} at line {h.get('line')}" for h in hazards[:3])
         tail += (f"; {plural(len(hazards), 'router-compatibility hazard')} ({at}; "
-                 f"{plural(suppressed, 'consequence')} counted apart)")
-    elif suppressed:
-        tail += f"; {plural(n, 'finding')} ({plural(suppressed, 'consequence')} suppressed)"
+                 f"{plural(of_hazards, 'consequence')} counted apart)")
     if n:
         rules = {v.get("rule") for v in roots}
         noun = _noun(stats)

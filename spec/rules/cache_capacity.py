@@ -29,10 +29,18 @@ transition_rule(
     'TotalLcmBlocks"', f"{_C}.gauge",
     decisions="A plan's `gauge` is the scheduler's [empty_lcm_blocks, active_lcm_blocks] once the plan is built; "
               "total is the usable parents, num_device_pages - 1 (the null page reserved). Judged: empty + active "
-              "<= total (the cache-only remainder is a count), and, when every group packs one block per parent "
-              "and no state group is configured, active equals the distinct (group, block) pairs the live "
-              "requests' rows name after the plan. The comparison is skipped while a request is retracted (its "
-              "image is no live table) or while blocks handed out fresh to a request outside the batch (a "
-              "restore's growth) are not yet named by a row. Whether the cache-only remainder equals the blocks "
-              "the prefix index holds is not judged: evictions without re-grant are not in the plans.",
+              "<= total (the cache-only remainder is a count), and, when every group packs one block per parent, "
+              "active equals the distinct (group, block) pairs the live requests' rows name after the plan, a "
+              "state group's rows included: an internal checkpoint a plan materializes is a slot of its request's "
+              "table (L74: \"one forward materializes it and the final output, with capacity for both secured at "
+              "admission\"; \"The table keeps absolute slot positions\"), active, not cache-only residency. "
+              "Before issue 31 a state group skipped the comparison (\"its compact row is not the wheel's "
+              "occupancy accounting\"); with the state rows counted the wheel's gauge agrees on every plan but "
+              "those that materialize a checkpoint, where it is short by exactly their number (the wheel's active "
+              "count reads its own tables, which keep the checkpoint apart): a finding of the wheel, named by its "
+              "cause, whose later instances are the first one's consequences. The comparison is skipped while a "
+              "request is retracted (its image is no live table) or while blocks handed out fresh to a request "
+              "outside the batch (a restore's growth) are not yet named by a row. Whether the cache-only remainder "
+              "equals the blocks the prefix index holds is not judged: evictions without re-grant are not in the "
+              "plans.",
     scope="cache")

@@ -15,9 +15,14 @@ transition_rule(
     decisions="The probe is a plan's StorageQueryOp, answered per key (the object exists); the prefetch a "
               "StorageGetOp. Every (group, content hash, offset) a get names must have been found by a query "
               "answered before the get's plan, with no later answer (a query finding it missing, a get failing "
-              "to read it) since; a successful put of the key also makes it known. Whether the probe ran in the "
-              "same round, and that waiting work which cannot be admitted is not probed (L189), are not judged: "
-              "the plans do not say which requests could take a batch slot.",
+              "to read it) since -- the title's claim, nothing weaker: a successful put of the key by this "
+              "instance does not make it known (an earlier reading accepted it, so the title claimed more than "
+              "the check), since L189 has the event loop re-probe so that a queued hit cannot survive deletion "
+              "or a lost object, and another instance's flush (\"a fleet-wide wipe is an operator flush of every "
+              "instance\") or the store's own eviction may remove what this one put. On the wheel every get "
+              "follows a query (the bundled L3 runs stay clean). Whether the probe ran in the same round, and "
+              "that waiting work which cannot be admitted is not probed (L189), are not judged: the plans do not "
+              "say which requests could take a batch slot.",
     scope="cache")
 
 transition_rule(

@@ -14,12 +14,18 @@ transition_rule(
     'checkpoint is needed"; "only crossing rows enter the packed tail scan, initialized directly from their body '
     'final states. Body and tail outputs are restored to original token order, so every valid token is evaluated '
     'exactly once while the aligned and final states are both retained"; "Negative token indices make packing write '
-    'zeros; negative inverse sources make gathering write zero output padding"', state_scan.check_split_scan,
+    'zeros; negative inverse sources make gathering write zero output padding"; L86: "Such an inactive slot has a '
+    'negative checkpoint destination and output map; its dummy scan result cannot overwrite the body\'s final '
+    'state"', state_scan.check_split_scan,
     decisions="The recurrence is a stand-in h_t = 0.5 h_(t-1) + x_t (order-dependent, state-carrying). An "
               "implementation of the split passes when its outputs equal the unsplit scan's token for token, its "
               "aligned state equals the unsplit state at the checkpoint and its final state the unsplit final state; "
               "packing and gathering (check_pack_gather) write zero for every negative index, never x[-1]. The "
-              "kernels' layouts, staging buffers and graph capture are not modelled.",
+              "merged capacity graph (L86, check_capacity_scan against state_scan.capacity_scan) gives every "
+              "request a tail slot: one without an internal checkpoint runs a dummy scan whose checkpoint "
+              "destination and output map are -1, and the masked writer (write_masked) drops it -- its "
+              "continuation state stays the body's (the unsplit final state) and no checkpoint is written for it. "
+              "The kernels' layouts, staging buffers and graph capture are not modelled.",
     evidence="model", scope="cache")
 
 transition_rule(

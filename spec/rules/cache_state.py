@@ -31,9 +31,15 @@ _rule("TS-ST-1", "A published state block holds the state a prefill wrote at exa
       "request's own key at its hit, which is that boundary). A state written after a partial page is at no "
       "prefix boundary: the wheel publishes its prompt-end state under the partial tail's hash (the same cause as "
       "the TS-PFX-1 tail-hit finding), and this rule reports it. A block zeroed and never written holds no state. "
-      "Host provenance follows write-backs and load-backs. Whether the boundary is Endpoint or Promoted (rather "
+      "Host provenance follows write-backs and load-backs. A third view of publication is the KV events "
+      "(sim.peers.cachetrace.state_events): with a state group the scheduler folds every group's insertion into "
+      "one prefix event (L193) and announces a page only while every group holds it, so a stored page ending at L "
+      "tokens is a state published on Device at L; it must end where some prefill wrote an aligned state (a page "
+      "no tracked forward wrote a state for is not judged). Whether the boundary is Endpoint or Promoted (rather "
       "than an ordinary chunk end, L78) is not decided: the full group's match that makes a boundary Promoted is "
-      "not in the plan.")
+      "not in the plan. Findings whose state sits at its own partial page's end (stored under that page's key, "
+      "hit there, or announced there) name the cause 'partial tail published' and group under its first (one "
+      "cause, one finding).")
 _rule("TS-ST-2", "No state a decode wrote is published or stored on Host under a key",
       'cache concepts L78: "PrefillDone can publish pending prefill state before decode or PD handoff; decode itself '
       'records and publishes no state checkpoints"; L187: "Ordinary decode publishes history-cache Device entries '
@@ -41,7 +47,11 @@ _rule("TS-ST-2", "No state a decode wrote is published or stored on Host under a
       "A decode forward writes its request's running state into the output slot of its state row (slot 1 of the "
       "compact row; slot (after - 1) // block_granularity with absolute positions). That block may never be the "
       "source of a keyed state write-back nor the input state of a later request's hit, until it is handed out "
-      "again. The wheel's finish write-back of the running state (under the partial tail's key) is this rule's.")
+      "again, and no page the KV events announce may end where only a decode wrote a state (the fold: see TS-ST-1). "
+      "The wheel's finish write-back of the running state (under the partial tail's key) is this rule's, and so "
+      "is its Device publication of the running state at every grown tail the events show; both name the partial "
+      "tail's cause. A decode state at a whole page (m5's at 704 tokens in state_workload.jsonl) has no such "
+      "cause: a root of its own.")
 _rule("TS-ST-3", "An internal state checkpoint lies at floor(after/P)*P, strictly between before and after",
       'cache concepts L82: "the last internal reusable checkpoint is at floor(after / prefix_granularity) * '
       'prefix_granularity, strictly between before and after"; L74: "When the extent contains an internal '

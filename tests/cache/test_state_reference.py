@@ -84,6 +84,54 @@ def test_a_tail_from_zero_a_token_run_twice_or_wrapping_negative_indices_fires()
     assert msg is not None and msg.startswith("pack: entry 1 (index -1)")
 
 
+# -- TS-ST-6: the merged capacity graph's inactive slots (seed L86) ----------------------------------------------------
+
+def _capacity_with(writer):
+    """The capacity path with its continuation-state writer replaced: ``writer(finals, out_dest, tail_final)``."""
+    def impl(xs, ckpt):
+        n = len(xs)
+        outs, written, _ = ss.capacity_scan(xs, ckpt)
+        body = np.array([ss.scan(x if c is None else x[:c])[1] for x, c in zip(xs, ckpt, strict=True)])
+        tail = np.array([ss.scan(x[-1:] if c is None else x[c:], body[i])[1]
+                         for i, (x, c) in enumerate(zip(xs, ckpt, strict=True))])
+        out_dest = np.array([i if c is not None else -1 for i, c in enumerate(ckpt)])
+        return outs, written, list(writer(body.copy(), out_dest, tail))[:n]
+    return impl
+
+
+@pytest.mark.rule("TS-ST-6", "keeps")
+def test_inactive_capacity_slots_leave_the_bodys_final_state():
+    """Every request gets a tail slot; the one without an internal checkpoint (request 1) scans a dummy and the
+    masked writer drops it: the continuation state is the ordinary scan's for all four, a checkpoint only for
+    the three that have one."""
+    assert ss.check_capacity_scan(ss.capacity_scan, XS, CK) is None
+    outs, written, finals = ss.capacity_scan(XS, CK)
+    assert sorted(written) == [0, 2, 3] and np.isclose(finals[1], ss.scan(XS[1])[1])
+    assert ss.check_capacity_scan(_capacity_with(ss.write_masked), XS, CK) is None
+    assert ss.check_capacity_scan(ss.capacity_scan, XS, [None] * 4) is None  # a batch without any checkpoint
+
+
+@pytest.mark.rule("TS-ST-6", "fires")
+def test_a_dummy_scan_overwriting_the_final_state_fires():
+    def unmasked(buf, dest, values):  # buf[dest] = values: dest -1 wraps to the last row
+        buf[dest] = values
+        return buf
+
+    def every_row(buf, dest, values):  # the inactive slot written back to its own row
+        return values
+
+    why = ss.check_capacity_scan(_capacity_with(unmasked), XS, [None, 32, 16, None])  # row 3 takes a dummy
+    assert why is not None and why.startswith("request 3: the inactive slot's dummy scan overwrote")
+    why = ss.check_capacity_scan(_capacity_with(every_row), XS, CK)
+    assert why == (f"request 1: the inactive slot's dummy scan overwrote the body's final state "
+                   f"({ss.scan(XS[1][-1:], ss.scan(XS[1])[1])[1]} != {ss.scan(XS[1])[1]})")
+
+    def ghost_checkpoint(xs, ckpt):
+        outs, written, finals = ss.capacity_scan(xs, ckpt)
+        return outs, {**written, 1: 0.0}, finals
+    assert "no internal checkpoint, yet its inactive slot wrote" in ss.check_capacity_scan(ghost_checkpoint, XS, CK)
+
+
 # -- TS-ST-7: one checkpoint per request --------------------------------------------------------------------------
 
 CASES = [(0, 100, 16), (80, 100, 16), (64, 128, 16), (96, 100, 16), (0, 15, 16), (512, 640, 64), (33, 47, 16)]

@@ -111,3 +111,19 @@ def test_fnv1a64_bulk_equals_one_by_one_and_finds_a_bad_hash():
     c.batch([ct.BlockStored([fnv1a64(good, [5, 6, 7, 8]) ^ 1], good, [5, 6, 7, 8], 4)], 2)
     c.flush()
     assert [(f.rule, f.line) for f in c.findings] == [("EV-7", 2)]
+
+
+def test_every_finding_is_listed_however_many_there_are(tmp_path, capsys):
+    """No fixed cap: 1,500 removals of blocks never stored are 1,500 findings listed in the JSON report (the
+    judges kept the first 1,000 and the rest was counted only)."""
+    log = tmp_path / "removals.jsonl"
+    log.write_text("".join(json.dumps({"ts": i, "events": [{"type": "BlockRemoved", "block_hashes": [10_000 + i]}]})
+                           + "\n" for i in range(1500)))
+    checker = EventChecker(block_size=4)
+    for i in range(1500):
+        checker.batch([ct.BlockRemoved([10_000 + i])], i + 1)
+    assert checker.counts["EV-1"] == 1500 and len(checker.findings) == 1500
+    out = tmp_path / "r.json"
+    assert main(["events", str(log), "--block-size", "4", "--json", str(out), "--quiet"]) == 1
+    report = json.loads(out.read_text())
+    assert len(report["violations"]) == 1500 and "violations_not_listed" not in report["stats"]

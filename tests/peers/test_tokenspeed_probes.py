@@ -26,6 +26,20 @@ def test_counters_consistent_pass():
     assert counters.check({**OK, "available": 18}, 29, 0, host_tier=True) != []
 
 
+def test_a_shortfall_only_pinned_checkpoints_or_cache_ops_explain_and_none_once_drained():
+    """PEER-9: a parent neither active nor available is explained by an internal state checkpoint of this plan or
+    the one before (one parent each), or by a Host tier's ops in flight; never once the run has drained."""
+    assert counters.check({**OK, "available": 15}, 29, 0, checkpoints=2) == []
+    (found,) = counters.check({**OK, "available": 14}, 29, 0, checkpoints=2)
+    assert "26 of 29 usable parents accounted (2 explained by internal state checkpoints" in found[0]
+    assert counters.check({**OK, "available": 16}, 29, 0, host_tier=True, drained=True) != []
+    (found,) = counters.check({"active": 0, "available": 28, "empty": 20, "retracted": 0, "snapshot_free": 0}, 29, 0,
+                              drained=True)
+    assert "28 of 29 usable parents accounted once the run has drained" in found[0]
+    assert counters.check({"active": 0, "available": 29, "empty": 20, "retracted": 0, "snapshot_free": 0}, 29, 0,
+                          host_tier=True, drained=True) == []
+
+
 @pytest.mark.parametrize(("change", "snap", "words"), [
     ({"active": 13}, 0, "13 active and 17 available LCM blocks: 30 of 29 usable parents accounted"),
     ({"empty": 18}, 0, "18 empty LCM blocks but only 17 available"),
@@ -38,17 +52,46 @@ def test_counters_inconsistency_fires(change, snap, words):
 
 def test_clean_run_keeps_peer_9_and_counts_its_paths():
     o = ts.run(read_mooncake(TINY), ts.RunConfig(pages=30))
-    assert o.contract.counts["PEER-9"] == 0 and o.contract.exercised["PEER-9"] == o.plans
+    # a reading after every plan's answer, and one once the run has drained
+    assert o.contract.counts["PEER-9"] == 0 and o.contract.exercised["PEER-9"] == o.plans + 1
     assert o.paths["prefix_hit"] > 0 and o.paths["eviction"] > 0 and set(o.paths) == set(paths.PATHS)
 
 
 def test_planted_counter_drift_fires_peer_9(monkeypatch):
-    """The pool reports one parent too many active (a parent counted in both states): PEER-9 every plan."""
+    """The pool reports one parent too many active (a parent counted in both states): PEER-9 every plan, and once
+    more when the run has drained."""
     read = counters.read
     monkeypatch.setattr(counters, "read", lambda s: {**read(s), "active": read(s)["active"] + 1})
     o = ts.run(read_mooncake(TINY), ts.RunConfig(pages=30))
-    assert o.contract.counts["PEER-9"] == o.plans
+    assert o.contract.counts["PEER-9"] == o.plans + 1
     assert "usable parents accounted" in next(f.message for f in o.contract.findings if f.rule == "PEER-9")
+
+
+def test_a_parent_leaked_at_the_end_fires_peer_9_once_drained(monkeypatch):
+    """A Host tier excuses a parent neither active nor available while ops may hold it, not once the run has
+    drained: one parent short throughout fires only at the end."""
+    read = counters.read
+
+    def short(s):
+        got = read(s)
+        return {**got, "available": got["available"] - 1, "empty": min(got["empty"], got["available"] - 1)}
+    monkeypatch.setattr(counters, "read", short)
+    o = ts.run(read_mooncake(TINY), ts.RunConfig(pages=30, host_pages=16))
+    assert [f.message for f in o.contract.findings if f.rule == "PEER-9"] == [
+        "TokenSpeed reports 0 active and 28 available LCM blocks: 28 of 29 usable parents accounted once the run has "
+        "drained"]
+
+
+def test_state_checkpoints_pinned_outside_the_tables_keep_peer_9():
+    """The wheel keeps each internal state checkpoint out of its request's table in the plan that writes it and
+    pinned through the plan after (state_workload.jsonl, 512-token chunks: 5 checkpoints, 9 readings one parent
+    short): PEER-9 holds; the plan's own gauge leaving it out of the active count is TS-POOL-5's finding."""
+    from .test_state_group import SAMPLES
+    o = ts.run(read_mooncake(SAMPLES / "state_workload.jsonl"),
+               ts.RunConfig(pages=304, state_group=True, stagger=3, max_scheduled_tokens=512))
+    c = o.contract
+    assert c.counts["PEER-9"] == 0 and c.counts["TS-POOL-5"] == 5 and c.state.stats["checkpoints"] == 5
+    assert c.causes.rule_roots["TS-POOL-5"] == 1  # one cause: the first finding its root, four consequences
 
 
 class _Raising:

@@ -9,10 +9,14 @@
   come from the pool, active parents from the live requests' block tables, and cache-only residency is the
   remainder total - empty - active"): with a plan's ``gauge`` ([empty, active] LCM blocks), the remainder is
   never negative (empty + active <= the usable parents, num_device_pages - 1), and, where every group packs one
-  block per parent, active equals the distinct blocks the live requests' rows name. That comparison is skipped
-  while a request is retracted (its image is no live table) or blocks handed out fresh to a request outside the
-  batch (a restore's growth) are not yet named by a row (the judge cannot tell whose they are), and with a state
-  group (its compact row is not the wheel's occupancy accounting).
+  block per parent, active equals the distinct blocks the live requests' rows name -- a state group's rows
+  included: an internal checkpoint the plan materializes is a slot of its request's table (L74 "one forward
+  materializes it and the final output, with capacity for both secured at admission"; "The table keeps absolute
+  slot positions"), so it is active, not cache-only residency. That comparison is skipped while a request is
+  retracted (its image is no live table) or blocks handed out fresh to a request outside the batch (a restore's
+  growth) are not yet named by a row (the judge cannot tell whose they are). A gauge short by exactly the plan's
+  internal checkpoints has one cause (the scheduler keeps checkpoints outside its tables): the first such finding
+  is its root, the later ones its consequences.
 
 This module knows cachetrace/1 records, never a scheduler's API.
 """
@@ -43,8 +47,7 @@ class Capacity:
         cfg = contract.config
         self.bound = cfg.max_single_request_tokens
         self.total = cfg.num_device_pages - 1
-        self.per_block = all(g.cache_blocks_per_lcm_block == 1 for g in cfg.groups) and \
-            not any(g.attn_kind == "mamba" for g in cfg.groups)
+        self.per_block = all(g.cache_blocks_per_lcm_block == 1 for g in cfg.groups)
         self.exercised = {r: 0 for r in RULES}
         self.stats = {"refused": 0, "gauges": 0, "gauge_compared": 0}
 
@@ -85,7 +88,19 @@ class Capacity:
         for r in c.reqs.values():
             for g, row in r.rows.items():
                 live.update((g, b) for b in row if b > 0)
+        for g, rows in c.state.rows.items():
+            for row in rows.values():
+                live.update((g, b) for b in row if b > 0)
         self.stats["gauge_compared"] += 1
-        if active != len(live):
+        if active == len(live):
+            return
+        b = rec.batch
+        ckpts = sum(1 for x in b.checkpoint_lengths[:b.extends] if x)
+        if ckpts and active == len(live) - ckpts:
+            c.find("TS-POOL-5", line, f"the gauge reports {active} active parents; the live requests' block tables "
+                   f"name {len(live)} blocks (one parent each): the {ckpts} internal state checkpoint(s) this plan "
+                   "materializes are counted as cache-only residency, not active", active=active, live=len(live),
+                   cause="internal state checkpoints outside the active count")
+        else:
             c.find("TS-POOL-5", line, f"the gauge reports {active} active parents; the live requests' block "
                    f"tables name {len(live)} blocks (one parent each)", active=active, live=len(live))

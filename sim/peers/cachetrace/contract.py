@@ -28,19 +28,17 @@ key and last writer) to a Host page of the same group at plan time, and a load-b
 fresh Device page holding that Host page's content; a table that names it is judged by that content. A
 snapshot retracts its request: its rows are released (the stream-ordered snapshot store has read them) and
 its next row, after the restore, is judged afresh -- and, as its readmission, by TS-ADM-2
-(``retraction``): it must secure more headroom than its previous admission did. A page handed
-out fresh to a request outside the batch (a restore's growth page) counts as fresh when a table first names
-it, in a later plan -- a weaker check than the same-plan one, since the judge cannot tell which request it
-was meant for.
-
-Prefix keys are the SHA-256 chain of ``kvmodel.cache.prefix_hash`` over the request's tokens (prompt, then
-the tokens its results produced; ``request_state``); the rule table is ``rules``. This module knows cachetrace/1
-records, never a scheduler's API.
+(``retraction``): it must secure more headroom than its previous admission did. A page handed out fresh to a
+request outside the batch (a restore's growth page) counts as fresh when a table first names it, in a later
+plan -- weaker than the same-plan check: the judge cannot tell which request it was meant for. Prefix keys:
+``request_state``; the rule table: ``rules``; roots and consequences: ``causes``. Knows cachetrace/1 records,
+never a scheduler's API.
 """
 
 from __future__ import annotations
 
 from kvsim.sim.peers.cachetrace import capacity, eviction, host_tier, l3_reads, retraction, state_group, store_policy
+from kvsim.sim.peers.cachetrace.causes import Causes
 from kvsim.sim.peers.cachetrace.hits import PrefixHits
 from kvsim.sim.peers.cachetrace.request_state import RequestState
 from kvsim.sim.peers.cachetrace.rules import RULES, Finding
@@ -52,7 +50,7 @@ __all__ = ["RULES", "Contract", "Finding"]
 class Contract:
     """Feed it submit / plan / result records in order; ``findings`` collects what broke."""
 
-    def __init__(self, config: ct.Config, max_findings: int = 1000) -> None:
+    def __init__(self, config: ct.Config, max_findings: int | None = None) -> None:
         self.config = config
         self.p = config.prefix_granularity
         self.groups = {g.id: g for g in config.groups}
@@ -84,8 +82,9 @@ class Contract:
         self.issued: set[int] = set()
         self.acked: set[int] = set()
         self.hits: dict[str, int] = {}     # request -> prefix hit of its first extend
-        self.findings: list[Finding] = []
+        self.findings: list[Finding] = []  # roots and consequences alike, each marked (``id`` / ``of``)
         self.max_findings = max_findings
+        self.causes = Causes()             # one cause, one finding: the report lists the roots
         self.counts = {r: 0 for r in RULES}
         # plans in which each rule's premise held (fresh pages, a first prefix hit, a cache op): counted in
         # plans like `checked`, so exercised <= checked
@@ -97,10 +96,16 @@ class Contract:
         self._batch: ct.Batch | None = None
 
     # -- findings ---------------------------------------------------------------------------------------------
-    def find(self, rule: str, line: int, message: str, **ctx) -> None:
+    def find(self, rule: str, line: int, message: str, *, cause: str | None = None, about: tuple = (),
+             **ctx) -> None:
+        """Count and keep one finding; ``cause`` (kept in its context) and ``about``: see ``causes.Causes``."""
         self.counts[rule] += 1
-        if len(self.findings) < self.max_findings:
-            self.findings.append(Finding(rule, line, self.current_plan, message, ctx))
+        if cause:
+            ctx["cause"] = cause
+        f = Finding(rule, line, self.current_plan, message, ctx)
+        self.causes.file(f, cause, about)
+        if self.max_findings is None or len(self.findings) < self.max_findings:
+            self.findings.append(f)
 
     # -- records ----------------------------------------------------------------------------------------------
     def submit(self, rec: ct.Submit, line: int = 0) -> None:
@@ -352,8 +357,7 @@ class Contract:
             raise ValueError(f"op {oid} is listed as failed but not as acknowledged")
 
     def clear(self, rec: ct.Clear, line: int = 0) -> None:
-        """A ClearCache request: refused while write-backs are in flight (TS-L2-8); once accepted, nothing
-        computed before it may be hit again and the Host tier is empty."""
+        """A ClearCache: refused with write-backs in flight (TS-L2-8); accepted, nothing earlier may be hit again."""
         if rec.plan != self.current_plan:
             raise ValueError(f"clear after plan {rec.plan} does not follow that plan")
         n = self.l2.exercised["TS-L2-8"]
@@ -369,9 +373,14 @@ class Contract:
             for g in self.content:
                 self.content[g].clear()
 
-    def apply(self, rec: ct.Submit | ct.Plan | ct.Result | ct.Clear | ct.EngineError, line: int = 0) -> None:
-        """Feed one cachetrace/1 record (any but a KV-event batch, which the event checker judges) to its
-        handler."""
+    def kv(self, rec: ct.KvEvents, line: int = 0) -> None:
+        """A KV-event batch: what it shows of the state groups' publications."""
+        if self._state:
+            self.state.kv(rec.events, line)
+
+    def apply(self, rec: ct.Submit | ct.Plan | ct.Result | ct.Clear | ct.KvEvents | ct.EngineError,
+              line: int = 0) -> None:
+        """Feed one cachetrace/1 record to its handler (a KV-event batch: ``kv``; the event checker judges it)."""
         if isinstance(rec, ct.Plan):
             self.plan(rec, line)
         elif isinstance(rec, ct.Result):
@@ -380,26 +389,25 @@ class Contract:
             self.submit(rec, line)
         elif isinstance(rec, ct.Clear):
             self.clear(rec, line)
+        elif isinstance(rec, ct.KvEvents):
+            self.kv(rec, line)
         else:
             self.engine_error(rec, line)
 
     def engine_error(self, rec: ct.EngineError, line: int = 0) -> None:
-        """PEER-10: the scheduler raised from its own invariant check on the answers the trace shows (each of
-        them legal: acknowledgements may come plans after their op, seed 002 L108); the trace ends there."""
+        """PEER-10: the scheduler's own check refused legal answers (ACKs may come plans late, L108); the end."""
         self.engine_failed = True
         self.find("PEER-10", line, f"the scheduler failed {rec.call} after plan {rec.plan} with an internal error: "
                   f"{rec.message}", call=rec.call)
 
     def counters(self, found: list[tuple[str, dict]], line: int = 0) -> None:
-        """PEER-9: the scheduler's own pool counters, read after a plan's answer, disagree with each other
-        (``sim.peers.tokenspeed.counters`` reads and checks them)."""
+        """PEER-9: the scheduler's pool counters disagree (``sim.peers.tokenspeed.counters`` checks them)."""
         self.exercised["PEER-9"] += 1
         for message, ctx in found:
             self.find("PEER-9", line, message, **ctx)
 
     def finish(self, line: int = 0) -> None:
-        """End of the trace: every issued op must have been acknowledged; what the write-back policy owed is
-        judged if the trace ends drained (TS-L2-12)."""
+        """End of the trace: every issued op acknowledged; what the write-back policy owed (drained: TS-L2-12)."""
         if self.engine_failed:  # the run stopped where the scheduler failed: what it left open is no finding
             return
         self.l2.finish(line)
@@ -584,7 +592,7 @@ def _last_named(row: list[int]) -> int:
 
 
 def _release_holder(hold: dict, blk: int) -> None:
-    """One live table slot fewer names `blk`; the entry goes when none does."""
+    """One live table slot fewer names `blk` (the entry goes when none does)."""
     left = hold[blk] - 1
     if left:
         hold[blk] = left

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.kvmodel.cache.prefix_hash import hashed_pages
+from kvsim.sim.peers.cachetrace.causes import PARTIAL_TAIL
 from kvsim.sim.peers.cachetrace.view import PrefixHitsView, RequestView
 
 __all__ = ["PrefixHits"]
@@ -78,7 +79,8 @@ class PrefixHits:
         served by the canonical block (TS-TBL-1), every hit page published by an earlier plan (PEER-4)."""
         p = self.c.p
         if hit % p:
-            self._find("TS-PFX-1", line, f"{rid} hits {hit} tokens, not a multiple of {p}", request=rid, hit=hit)
+            self.c.find("TS-PFX-1", line, f"{rid} hits {hit} tokens, not a multiple of {p}", cause=PARTIAL_TAIL,
+                        request=rid, hit=hit)
             self._tail_hit(rid, r, hit, copied, line)
         if hit >= p:
             self._hit_shares_canonical(rid, r, hit, copied, line)

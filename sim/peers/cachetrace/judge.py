@@ -44,6 +44,7 @@ def judge_cachetrace(path, stream=None) -> Judged:
         try:
             if isinstance(rec, ct.KvEvents):
                 events.batch(rec.events, n)
+                contract.kv(rec, n)
             else:
                 contract.apply(rec, n)
         except (ValueError, KeyError, IndexError) as exc:
@@ -76,13 +77,16 @@ def merge_cachetraces(report: dict, inputs: list) -> dict:
         report["violations"] += one["violations"]
         if "hazards" in one:  # EV-3's fold orphans: one hazard, consequences counted apart (never violations)
             report.setdefault("hazards", []).extend(one["hazards"])
+        if "hazards" in one or one.get("consequences"):  # the orphans; what follows from a root (causes)
             report.setdefault("consequences", []).extend(one["consequences"])
             stats = report.setdefault("stats", {})
             stats["consequences"] = stats.get("consequences", 0) + one["stats"]["consequences"]
         for rid, c in one["rules"].items():
-            acc = report["rules"].setdefault(rid, {**c, "checked": 0, "exercised": 0, "violated": 0})
-            for k in ("checked", "exercised", "violated"):
-                acc[k] += c[k]
+            acc = report["rules"].setdefault(rid, {k: v for k, v in c.items() if k != "consequences"} |
+                                             {"checked": 0, "exercised": 0, "violated": 0})
+            for k in ("checked", "exercised", "violated", "consequences"):
+                if k in c:
+                    acc[k] = acc.get(k, 0) + c[k]
         report.setdefault("stats", {}).setdefault("cachetraces", {})[path] = one["stats"]
         if one["verdict"] == "fail":
             report["verdict"] = "fail"

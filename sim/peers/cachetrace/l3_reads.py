@@ -10,8 +10,10 @@ On the released wheel the probe is a plan's ``StorageQueryOp`` (answered per key
 prefetch a ``StorageGetOp`` (answered per key: read into its Host page). So:
 
 * TS-L2-13: every key a get names was found by a query answered before the get was issued, and no later
-  query answered since found it missing -- a get of a key never known to exist, or known lost, reads what
-  nothing promised.
+  answer since found it missing (a query, or a get failing to read it) -- a get of a key never known to exist, or
+  known lost, reads what nothing promised. A put of the key is no such answer: the seed's probe, not this
+  instance's own backup, is what makes a hit known ("re-probes prefix hashes ... so a queued hit cannot survive
+  deletion, eviction, or a lost object"; another instance's flush or the store's eviction may have removed it).
 * TS-L2-14: a key whose get failed (left unread) is not fetched again by a later get, unless a put of that key
   succeeded in between. A put that merely skipped an existing unreadable object keeps it unread (L189: "a
   create-only skip of an unreadable object keeps the blacklist"); cachetrace/1 does not say whether a put
@@ -97,9 +99,8 @@ class L3Reads:
                     self.unread[k] = sd.op
                     self.ever_failed.add(k)
                     self.found.discard(k)
-            elif kind == "StoragePutOp" and ok:
+            elif kind == "StoragePutOp" and ok:  # re-admits an unread key (TS-L2-14); known only once queried
                 self.unread.pop(k, None)
-                self.found.add(k)
 
     def cleared(self) -> None:
         """An accepted ClearCache: what the store holds is no longer known."""

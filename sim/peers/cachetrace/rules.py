@@ -33,9 +33,10 @@ RULES: dict[str, tuple[str, str]] = {
                "neither side dedups or invents an acknowledgement"),
     "PEER-4": ("a prefix hit covers only pages some request computed in an earlier plan",
                "the FIFO data plane orders any hitter's forward after the writer"),
-    "PEER-9": ("the scheduler's own pool counters agree with each other (active + available parents = the usable "
-               "pool; empty <= available; no snapshot block held with no request retracted)",
-               "its capacity belongs to the global empty-parent FIFO rather than any group"),
+    "PEER-9": ("the scheduler's own pool counters agree with each other (active + available parents never exceed "
+               "the usable pool, short only by parents pinned outside the tables, by none once drained; empty <= "
+               "available; no snapshot block held with no request retracted)",
+               "cache-only residency is the remainder total - empty - active"),
     "PEER-10": ("the scheduler completes every call on a legal sequence of answers, without an internal error",
                 "A pinned op's sources stay cached and unevictable until the ACK, so its copy overlaps whatever "
                 "the round does next"),
@@ -52,12 +53,21 @@ RULES: dict[str, tuple[str, str]] = {
 
 @dataclass
 class Finding:
+    """One finding: a root (``id``, numbered within its trace) or the consequence of root ``of``
+    (``causes.Causes``)."""
     rule: str
     line: int
     plan: int
     message: str
     context: dict = field(default_factory=dict)
+    id: int = 0
+    of: int | None = None
 
     def as_dict(self, trace: str) -> dict:
-        return {"rule": self.rule, "trace": trace, "event": self.plan, "line": self.line, "op": "plan",
-                "message": self.message, "context": self.context}
+        out = {"rule": self.rule, "trace": trace, "event": self.plan, "line": self.line, "op": "plan",
+               "message": self.message, "context": self.context}
+        if self.of is not None:
+            out["of"] = self.of
+        elif self.id:
+            out["id"] = self.id
+        return out

@@ -34,8 +34,10 @@ internal checkpoint; at a decode slot 0 is the input (a null hole once expired) 
 L82 "Its slot is (checkpoint - 1) / block_granularity"): the state after b tokens is slot (b - 1) // bg.
 
 The contract hands this judge the state rows (its own row checks are for history groups), the plan's fresh
-blocks and cache ops, and the forward (the judge reads it through ``view.StateGroupView``); Host provenance of a
-state block follows write-backs and load-backs.
+blocks and cache ops, the forward and the KV events (the judge reads it through ``view.StateGroupView``); Host
+provenance of a state block follows write-backs and load-backs. Publication is seen three ways: a keyed write-back,
+a hit, and a page the folded KV events announce (``state_events``). A state at its own partial page's end, published
+any of these ways, names the cause ``causes.PARTIAL_TAIL``.
 This module knows cachetrace/1 records, never a scheduler's API.
 """
 
@@ -43,6 +45,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvsim.kvmodel.cache.prefix_hash import page_digest
+from kvsim.sim.peers.cachetrace.causes import PARTIAL_TAIL
+from kvsim.sim.peers.cachetrace.state_events import StatePublications
 from kvsim.sim.peers.cachetrace.view import StateGroupView
 from kvsim.sim.trace import cachetrace as ct
 
@@ -68,12 +73,14 @@ RULES: dict[str, tuple[str, str]] = {
 @dataclass(frozen=True, slots=True)
 class _State:
     """What a state block holds: the state of ``request`` after ``boundary`` tokens, written by a prefill
-    (extend) or a decode forward; ``key`` the prefix digest (hex) when the boundary is a multiple of P."""
+    (extend) or a decode forward; ``key`` the prefix digest (hex) when the boundary is a multiple of P, else
+    ``tail`` the digest of the partial page ending there (the key a published partial tail carries)."""
     request: str
     boundary: int
     prefill: bool
     key: str | None
     plan: int
+    tail: str | None = None
 
 
 @dataclass(slots=True)
@@ -108,6 +115,9 @@ class StateGroups:
         self.shared_ids = all(g.cache_blocks_per_lcm_block == 1 for g in cfg.groups) and len(cfg.groups) > 1
         self.endpoints: set[str] = set()  # requests whose prompt's last aligned checkpoint was judged (TS-ST-4)
         self.exercised = {r: 0 for r in RULES}
+        self.published_in: int | None = None  # the plan whose write-backs or hits exercised TS-ST-1/2
+        self.announced_in: int | None = None  # the plan whose KV events exercised them (state_events)
+        self.pub = StatePublications(contract, self.p, self.ids[0]) if self.ids else None
         self.stats = {"state_writes": 0, "decode_state_writes": 0, "checkpoints": 0, "state_hits": 0,
                       "state_stores": 0, "endpoints_owed": 0, "checkpoints_owed": 0, "checkpoints_stored": 0,
                       "checkpoints_evicted_unstored": 0}
@@ -239,15 +249,22 @@ class StateGroups:
                 self.bound.discard((g, blk))
                 self.stats["checkpoints_evicted_unstored"] += 1
 
-    def _published(self, g: str, blk: int, st: _State | None, key: str | None, line: int, what: str) -> bool:
+    def _published(self, g: str, blk: int, st: _State | None, key: str | None, line: int, what: str,
+                   hit: int | None = None) -> bool:
         """TS-ST-1 / TS-ST-2 on one publication: ``key`` the prefix key it is published under (hex), or None for
-        a hit (judged by the caller against the boundary)."""
+        a hit of ``hit`` tokens off every prefix boundary (judged by the caller against the boundary)."""
         self.exercised["TS-ST-1"] += 1
         self.exercised["TS-ST-2"] += 1
+        self.published_in = self.c.current_plan
+        # a state off every prefix boundary stored under its own partial page's key, or handed to a hit ending
+        # there, is a published partial tail (a state under another key, or at another length, is not)
+        tail = PARTIAL_TAIL if st is not None and st.tail is not None and (
+            st.tail == key if hit is None else st.boundary == hit) else None
+        about = (("state", st.request, st.boundary),) if st is not None else ()  # the same state published again
         if st is not None and not st.prefill:
-            self._find("TS-ST-2", line, f"{what}: it holds the state {st.request}'s decode wrote after "
-                       f"{st.boundary} tokens (plan {st.plan}); decode publishes no state", group=g, block=blk,
-                       request=st.request)
+            self.c.find("TS-ST-2", line, f"{what}: it holds the state {st.request}'s decode wrote after "
+                        f"{st.boundary} tokens (plan {st.plan}); decode publishes no state", cause=tail, about=about,
+                        group=g, block=blk, request=st.request)
             return False
         if st is None:
             why = "holds no state a forward wrote"
@@ -258,7 +275,7 @@ class StateGroups:
             why = f"holds {st.request}'s state at boundary {st.boundary}, whose prefix key is {st.key[:12]}.."
         else:
             return True
-        self._find("TS-ST-1", line, f"{what}, which {why}", group=g, block=blk)
+        self.c.find("TS-ST-1", line, f"{what}, which {why}", cause=tail, about=about, group=g, block=blk)
         return False
 
     # -- the forward ----------------------------------------------------------------------------------------------
@@ -314,12 +331,17 @@ class StateGroups:
             return
         blk = row[slot]
         p = self.p
-        key = None
+        key = tail = None
         if prefill and boundary % p == 0 and boundary > 0:
             d = r.digest(boundary // p - 1, p)
             key = d.hex() if d is not None else None
-        self.held[g][blk] = _State(rid, boundary, prefill, key, self.c.current_plan)
+        elif boundary % p:
+            prev = r.digest(boundary // p - 1, p) if boundary >= p else b""
+            tail = page_digest(prev, r.token_slice(boundary // p * p, boundary)).hex() if prev is not None else None
+        self.held[g][blk] = _State(rid, boundary, prefill, key, self.c.current_plan, tail)
         self.stats["state_writes" if prefill else "decode_state_writes"] += 1
+        if self.pub is not None and g == self.pub.group:
+            self.pub.wrote(r, boundary, prefill)
         if prefill:
             self.written.setdefault(rid, set()).add(boundary)
             if key is not None:
@@ -342,7 +364,8 @@ class StateGroups:
             return
         st = self.held[g].get(blk)
         d = r.digest(hit // self.p - 1, self.p) if hit % self.p == 0 else None
-        if not self._published(g, blk, st, d.hex() if d is not None else None, line, what):
+        if not self._published(g, blk, st, d.hex() if d is not None else None, line, what,
+                               hit if d is None else None):
             return
         if st is not None and st.boundary != hit:
             self._find("TS-ST-1", line, f"{what}, which holds {st.request}'s state at boundary {st.boundary}, not at "
@@ -384,6 +407,19 @@ class StateGroups:
         self.newest.pop(rid, None)
         self.written.pop(rid, None)
         self.endpoints.discard(rid)
+        if self.pub is not None:
+            self.pub.ended(rid)
+
+    def kv(self, events: list, line: int) -> None:
+        """The KV events drained after a plan's answer: the state published on Device at each stored page's end
+        (``state_events``); counted as exercising TS-ST-1/2 in a plan its own ops and hits did not."""
+        if self.pub is None or not self.pub.stored(events, line):
+            return
+        plan = self.c.current_plan
+        if plan not in (self.published_in, self.announced_in):
+            self.announced_in = plan
+            self.c.exercised["TS-ST-1"] += 1
+            self.c.exercised["TS-ST-2"] += 1
 
     def cleared(self) -> None:
         for g in self.ids:
@@ -391,6 +427,8 @@ class StateGroups:
             self.host[g].clear()
         self.due.clear()
         self.bound.clear()
+        if self.pub is not None:
+            self.pub.cleared()
 
     def finish(self, line: int) -> None:
         """End of the trace: checkpoints still unstored are TS-ST-5 violations if it ended drained and the Host

@@ -58,7 +58,8 @@ class Findings(Protocol):
     @property
     def exercised(self) -> dict[str, int]: ...
 
-    def find(self, rule: str, line: int, message: str, **ctx: Any) -> None: ...
+    def find(self, rule: str, line: int, message: str, *, cause: str | None = None, about: tuple = (),
+             **ctx: Any) -> None: ...
 
 
 class Tables(Protocol):
@@ -162,7 +163,10 @@ class StorePolicyView(Findings, Tables, Contents, Protocol):
 
 
 class CapacityView(Findings, Tables, Protocol):
-    """What ``capacity.Capacity`` reads: the configuration and the live tables."""
+    """What ``capacity.Capacity`` reads: the configuration, the live tables and the state groups' rows."""
+
+    @property
+    def state(self) -> StateRows: ...
 
 
 class EvictionView(Findings, Tables, Contents, Protocol):

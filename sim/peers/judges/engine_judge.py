@@ -135,7 +135,7 @@ class EngineJudge:
     what broke. ``events`` is the KV-event checker the step's batches go to (its findings stay its own)."""
 
     def __init__(self, block_size: int, num_blocks: int, events: EventChecker, reserved: int = 1,
-                 max_findings: int = 1000, same_step_hits: bool = True,
+                 max_findings: int | None = None, same_step_hits: bool = True,
                  parse: Callable[[Any], list] | None = None, policy: Any = None,
                  probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None):
         self.bs = block_size
@@ -175,7 +175,7 @@ class EngineJudge:
     # -- findings ---------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
-        if len(self.findings) < self.max_findings:
+        if self.max_findings is None or len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, self._step, f"step {self._step}: {message}", ctx))
 
     find = _find  # for the engine's policy checker

@@ -86,8 +86,8 @@ _PENDING_ROOTS = 8  # root blocks tried before a stream's scheme is given up on
 class EventChecker:
     """Feed it events in order (``batch(events, line)``, ``sequence(seq, line)``); findings come out.
 
-    ``findings`` holds every finding (up to ``max_findings``; ``counts`` counts them all); ``drain()``
-    returns those found since its last call. ``notes`` says what the checker guessed (a block size learned
+    ``findings`` holds every finding (the first ``max_findings`` when one is given; ``counts`` counts them all);
+    ``drain()`` returns those found since its last call. ``notes`` says what the checker guessed (a block size learned
     from a store, a hash scheme recognised) -- the flags a user would pass to pin them.
 
     ``preset`` (``PRESETS[engine]``) supplies whatever is not given explicitly; ``hash_scheme`` ``"auto"``
@@ -96,7 +96,7 @@ class EventChecker:
     """
 
     def __init__(self, block_size: int | None = None, hash_scheme: str | None = None, capacity: int | None = None,
-                 partial_tails: bool = False, max_findings: int = 1000, *, preset: Preset | None = None,
+                 partial_tails: bool = False, max_findings: int | None = None, *, preset: Preset | None = None,
                  group_keys: bool = True, duplicate_copies: bool = False, reuse_reports: bool = False,
                  hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None,
                  folded_groups: bool = False) -> None:
@@ -149,13 +149,13 @@ class EventChecker:
         # stream, every later orphan a consequence counted apart (sim.recovery's bookkeeping, for events)
         self.folded_groups = folded_groups
         self.hazards: list[Finding] = []
-        self.consequences: list[dict] = []  # the first max_findings consequences, each with `of` (hazard id)
+        self.consequences: list[dict] = []  # the consequences (the first max_findings when given), each with `of`
         self.consequence_count = 0
 
     # -- findings ----------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
-        if len(self.findings) < self.max_findings:
+        if self.max_findings is None or len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, message, ctx))
 
     def _fold_orphan(self, line: int, parent: Any) -> None:
@@ -171,7 +171,7 @@ class EventChecker:
                                         {"parent": parent}))
             return
         self.consequence_count += 1
-        if len(self.consequences) < self.max_findings:
+        if self.max_findings is None or len(self.consequences) < self.max_findings:
             self.consequences.append({"rule": "EV-3", "event": line, "line": line, "op": "kv", "of": 1,
                                       "entity": f"parent {_short(parent)}",
                                       "message": f"store under parent {_short(parent)}, which the stream does not "

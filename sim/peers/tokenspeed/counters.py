@@ -1,17 +1,28 @@
 """PEER-9 on TokenSpeed's deep counters: what the wheel's bindings expose about its Device pool and snapshot
 pool, read after every plan's answer (a handful of calls into C++, cheap enough for every plan).
 
-The bindings (tokenspeed-scheduler 0.1.42) give the LCM-parent pool's ``active_lcm_blocks`` (parents some
-request or pinned op holds), ``available_lcm_blocks`` (parents that can be handed out: empty or holding only
-evictable cached blocks) and ``empty_lcm_blocks`` (parents with no occupied slot), and
-``snapshot_pool_free_blocks``, documented by the wheel as "a leak check: every block belongs to some suspended
-request's image". Seed 002 l.38: "its capacity belongs to the global empty-parent FIFO rather than any group";
-l.193: the scheduler "keeps no residency counters of its own" beyond what the event carries. Judged:
+The bindings (tokenspeed-scheduler 0.1.42) give the LCM-parent pool's ``active_lcm_blocks`` (distinct parents the
+tables of requests holding pages name: ``NumActiveLcmBlocks(request_tables)``), ``available_lcm_blocks`` (empty
+parents and parents whose every child is an unpinned cache entry) and ``empty_lcm_blocks`` (parents with no
+occupied slot), and ``snapshot_pool_free_blocks``, documented by the wheel as "a leak check: every block belongs to
+some suspended request's image". Seed 002 L36: an unbound parent's "capacity belongs to the global empty-parent
+FIFO rather than any group"; L42: the pool's parents are empty, active (the live requests' block tables) or
+cache-only residency, the remainder; L38: who holds a child "is a CacheBlockRef ownership fact that lives with the
+holders" (a request table, a prefix-cache entry, an in-flight transfer), and "held only by the cache" is asked of
+the index for "eviction policy and leak checks". So a cache-only parent another holder pins is neither active nor
+available, and the bindings count no third state. Judged:
 
-* ``active + available`` equals the usable pool (num_device_pages less the null page): a parent is held or can
-  be handed out, never lost between the two. With a Host tier the sum may fall short (never exceed): parents
-  the cache ops of a plan still hold count as neither (seen on the wheel with --host-pages, one or two parents
-  while write-backs are in flight; the bindings document no third state), so only the excess is judged there;
+* ``active + available`` never exceeds the usable pool (num_device_pages less the null page): no parent is counted
+  held and free at once;
+* it falls short only by parents kvsim knows a holder outside the tables keeps pinned: with a Host tier, parents
+  the plan's cache ops hold until their ACK (seen as one or two parents while write-backs are in flight; not
+  counted: any shortfall passes there); with a state group, one parent per internal checkpoint the plan or the
+  plan before materialized. Seen on the wheel: the checkpoint's parent is out of the request's table in the plan
+  that writes it (the row the plan emits names it, the active count does not: TS-POOL-5's finding, seed L42/L74)
+  and still pinned through the plan after, whose admission publishes it (L98 "Publication rides inside Admit");
+  the plan after that, it is an ordinary cache entry. Anything more is a parent lost between the two;
+* once the run ends drained (nothing live, every op acknowledged) the sum is exact, Host tier or not: a parent
+  still neither active nor available then has leaked;
 * ``empty <= available``: an empty parent can always be handed out;
 * with no request retracted, the snapshot pool is wholly free (``snapshot_pool_free_blocks`` equals
   num_snapshot_pages less the null page): an image nobody can restore is a leak.
@@ -33,14 +44,21 @@ def read(sched: Any) -> dict:
             "snapshot_free": sched.snapshot_pool_free_blocks()}
 
 
-def check(probe: dict, usable: int, snapshot_usable: int, host_tier: bool = False) -> list[tuple[str, dict]]:
+def check(probe: dict, usable: int, snapshot_usable: int, host_tier: bool = False, checkpoints: int = 0,
+          drained: bool = False) -> list[tuple[str, dict]]:
     """The PEER-9 findings (message, context) of one reading: ``usable`` Device parents, ``snapshot_usable``
-    snapshot-pool blocks (0: no snapshot pool), ``host_tier`` whether cache ops may hold parents."""
+    snapshot-pool blocks (0: no snapshot pool), ``host_tier`` whether cache ops may hold parents, ``checkpoints``
+    the internal state checkpoints this plan and the one before materialized (one pinned parent each),
+    ``drained`` whether the run has ended with nothing live and every op acknowledged."""
     out: list[tuple[str, dict]] = []
     act, avail, empty = probe["active"], probe["available"], probe["empty"]
-    if act + avail > usable or (act + avail < usable and not host_tier):
+    short = usable - act - avail
+    if short < 0 or (short > 0 and (drained or (not host_tier and short > checkpoints))):
+        why = ("" if short <= 0 else " once the run has drained" if drained else
+               f" ({checkpoints} explained by internal state checkpoints pinned outside the tables)" if checkpoints
+               else "")
         out.append((f"TokenSpeed reports {act} active and {avail} available LCM blocks: {act + avail} of {usable} "
-                    "usable parents accounted", {"active": act, "available": avail, "usable": usable}))
+                    f"usable parents accounted{why}", {"active": act, "available": avail, "usable": usable}))
     if empty > avail:
         out.append((f"TokenSpeed reports {empty} empty LCM blocks but only {avail} available",
                     {"empty": empty, "available": avail}))

@@ -50,13 +50,16 @@ class RunOutcome:
     fault_applied: bool | None = None  # whether the injected fault found its premise (None: no fault asked)
     engine_error: str | None = None    # the call the scheduler failed, and how (PEER-10); the run stopped there
     paths: dict[str, int] = field(default_factory=dict)  # engine paths taken (sim.peers.tokenspeed.paths)
+    interrupted: str | None = None  # a signal stopped the run: what was judged ("N plans, M of K requests finished")
 
 
 def run(requests: list[Request], cfg: RunConfig, record: str | None = None, meta: dict | None = None,
         max_plans: int | None = None, events_log: str | None = None, progress=None) -> RunOutcome:
     """Drive the scheduler through ``requests``; judge every plan; optionally record cachetrace/1 and write
     the KV events as a subscriber log (object-form batches ``{"ts": plan, "events": [...]}``).
-    ``progress(n)`` hears of the n requests each plan finished."""
+    ``progress(n)`` hears of the n requests each plan finished. A signal (KeyboardInterrupt) stops the run
+    between two calls: the plans judged so far are kept, ``interrupted`` says how far it got, and the end-of-run
+    checks (what is owed after the last plan) are not made -- the run did not end."""
     with engine_stdout_to_stderr():
         return _run(requests, cfg, record, meta, max_plans, events_log, progress)
 
@@ -155,6 +158,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
     idle = 0
     plan_no = 0
     draining, last_ops = 0, False  # plans planned with nothing left to schedule; whether the last issued ops
+    pinned = [0, 0]  # internal state checkpoints the previous plan and this one materialized (PEER-9)
     try:
         while True:
             submit_due(plan_no)
@@ -170,6 +174,11 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             if (drain and ((draining > 1 and not last_ops) or draining > cfg.max_idle_plans)) or \
                     (max_plans is not None and plan_no >= max_plans):
                 out.sched_s += clock() - t0
+                if drain and not last_ops:  # ended drained: the pool's counters must account for every parent
+                    t0 = clock()
+                    contract.counters(counters.check(counters.read(sched), usable, snapshot_usable, drained=True),
+                                      line)
+                    out.judge_s += clock() - t0
                 break
             plan = sched.next_execution_plan()
             t1 = clock()
@@ -296,7 +305,9 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
             out.sched_s += t6 - t5
             cost += t6 - t5
             out.plan_costs_ms.append(cost * 1e3)
-            contract.counters(counters.check(counters.read(sched), usable, snapshot_usable, cfg.host_pages > 0), line)
+            pinned = [pinned[1], sum(1 for x in ckpt if x)]
+            contract.counters(counters.check(counters.read(sched), usable, snapshot_usable, cfg.host_pages > 0,
+                                             sum(pinned)), line)
             t6b = clock()
             out.judge_s += t6b - t6
             t6 = t6b
@@ -311,6 +322,7 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                     elog.write(enc.encode({"ts": plan_no, "events": kv.events}) + b"\n")
                 t7 = clock()
                 events.batch(kv.events, line)
+                contract.kv(kv, line)
                 paths.count_events(out.paths, kv.events)
                 t8 = clock()
                 out.judge_s += t8 - t7
@@ -341,6 +353,9 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
                 short = {r for r in produced if produced[r] < budget[r]}
                 out.stalled = sorted((set(budget) - set(produced) - refused) | short)
                 break
+    except KeyboardInterrupt:  # a signal: what was judged is kept (the caller writes it, marked partial)
+        finished = sum(1 for r in budget if produced.get(r, 0) >= budget[r])
+        out.interrupted = f"{plan_no:,} plans, {finished} of {len(requests)} requests finished"
     except EngineFailure as exc:  # PEER-10: the run stops where the scheduler failed
         err = ct.EngineError(plan_no, exc.call, exc.message)
         line += 1
@@ -351,9 +366,10 @@ def _run(requests: list[Request], cfg: RunConfig, record: str | None, meta: dict
 
     if fault is not None:
         out.fault_applied = fault.fired
-    t0 = clock()
-    contract.finish(line)
-    out.judge_s += clock() - t0
+    if out.interrupted is None:  # no end-of-run checks when a signal cut the run short
+        t0 = clock()
+        contract.finish(line)
+        out.judge_s += clock() - t0
     out.plans = plan_no
     if store is not None:  # the object store's counts, and the scheduler's own (backup keys it dropped, ...)
         st = sched.storage_stats()
