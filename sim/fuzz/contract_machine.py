@@ -36,7 +36,8 @@ JUDGED = ("TS-TBL-1", "TS-POOL-4", "TS-PFX-1", "PEER-1", "PEER-2", "PEER-3", "PE
           "TS-POOL-5", "TS-ST-1", "TS-ST-2", "TS-ST-3", "TS-ST-4", "TS-ST-5", "TS-L2-12", "TS-L2-13", "TS-L2-14")
 declare([f"contract:judged:{r}" for r in JUDGED] + [f"contract:fired:{f}" for f in FAULTS])
 KINDS = ("plain", "plain", "state", "host", "host-state", "host-state")
-NO_STATE = {"rewrite-cached", "hit-whole-prompt", "hit-same-plan", "gauge-active"}
+SILENT = {"evict-before-empty"}  # a bug that changes the plans even where it shows nothing (judged even then)
+NO_STATE = {"rewrite-cached", "hit-whole-prompt", "hit-same-plan"}
 
 
 def applicable(fault: str, state: bool, host: bool, l3: bool, premise: bool) -> bool:
@@ -160,6 +161,9 @@ class ContractMachine(RuleBasedStateMachine):
         if not ref.idle and not ref.fired:
             self.fail("reference", "STALL", ref.fault, "the reference scheduler stopped making progress (its own bug)",
                       _bytes(ref.records))
+        if ref.fault is not None and not ref.fired and ref.fault not in SILENT:
+            self.count(f"fault:{ref.fault}")
+            return  # a bug with no occasion left the records as the clean run made them: judged there
         self.judge(ref)
 
     # -- judging ------------------------------------------------------------------------------------------------

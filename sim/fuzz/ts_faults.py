@@ -12,7 +12,7 @@ from .ts_reference import TsRef
 # faults that change a table: the page gauge the scheduler computed no longer matches the rows shown (TS-POOL-5), and
 # a fresh page renamed or dropped from the plan leaves a page the scheduler took looking free and empty (TS-ADM-4)
 TABLE_FAULTS = {"null-block", "block-beyond", "fresh-aliased", "row-hole", "hit-other-prefix", "hit-whole-prompt",
-                "hit-same-plan"}
+                "hit-same-plan", "state-hit-wrong-state", "decode-state-hit"}
 
 
 class FaultyTsRef(TsRef):
@@ -153,7 +153,7 @@ class FaultyTsRef(TsRef):
     # -- the gauge ----------------------------------------------------------------------------------------------------
     def _gauge_active(self, rec: dict, ext: list, first_hits: dict) -> None:
         g = rec["gauge"]
-        if not self.state and self._fire("gauge-active"):
+        if self._fire("gauge-active"):
             g[1] += -1 if g[1] else 1
 
     def _gauge_overflow(self, rec: dict, ext: list, first_hits: dict) -> None:

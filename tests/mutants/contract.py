@@ -33,8 +33,8 @@ MUTANTS = [
          bug="the page gauge's active parents compared one way only (TS-POOL-5): a gauge under-counting the live "
              "tables' blocks passes",
          file="sim/peers/cachetrace/capacity.py",
-         old="        if active != len(live):",
-         new="        if active > len(live):"),
+         old="        if active == len(live):\n            return",
+         new="        if active <= len(live):\n            return"),
     dict(name="contract-eviction-single-page-unjudged", machine="judge-contract",
          bug="TS-ADM-4 judges only plans that evict several pages: one cached page evicted while an empty page is "
              "free passes",
