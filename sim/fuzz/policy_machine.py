@@ -115,7 +115,8 @@ class PolicyMachine(RuleBasedStateMachine):
         j = EngineJudge(bs, blocks, ev, same_step_hits=vllm, parse=lambda b: parse_batch(b)[0],
                         policy=policy.checker(blocks - 1), probe_check=counters.check)
         log: list = [{"config": self.cfg, "fault": fault}]
-        before, got = 0, []
+        before = 0
+        got: list[tuple[int, str]] = []
         step_of_line: dict[int, int] = {}
         room = (blocks - 1) * bs
 

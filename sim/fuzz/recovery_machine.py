@@ -131,6 +131,7 @@ def reuse(c: Cause, base: Cause, what: str) -> None:
     new incarnation (activated, launched, retained again), then one new root cause on that incarnation -- which
     replay must report as a root cause of its own, never as a consequence of ``base``."""
     n, old = c.name, base.name + REUSABLE[base.kind][what]
+    bad: dict[str, object]
     if what == "ckpt":  # retained again, released, released again
         evs = _life(f"{n}p", f"{n}v", 128, retain=old) + [{"op": "release", "ckpt": old}]
         bad, tail, c.rule = {"op": "release", "ckpt": old}, [], "CKPT-2"

@@ -153,7 +153,8 @@ class VllmQueueRef(RefEngine):
             self.rank = {b: k for k, b in enumerate(order) if b in self.hash_of}  # the blocks freed as cached ones
             self.rank_step = self.step_no
             order.reverse()
-        first, last = [], []
+        first: list[int] = []
+        last: list[int] = []
         for blk in order:
             if not 0 < blk < self.num_blocks:
                 continue

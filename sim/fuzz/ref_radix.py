@@ -314,7 +314,8 @@ class RadixRef:
                 want[n.id] = want.get(n.id, 0) + 1
                 n = n.parent
         evictable = protected = count = wrong = 0
-        bad, leaves = [], set()
+        bad: list[list[int]] = []
+        leaves: set[int] = set()
         for n in self._walk():
             count += 1
             if n.lock_ref == 0:
