@@ -7,6 +7,13 @@ applied, by the model function named as its checker), the checker itself, and th
 taken where the seed is silent. Counters live in `kvmodel.store.coverage.Coverage`.
 A rule's checker is found from its id in one step: grep the id; it sits on the `@state_rule(...)`
 decorator of its checker or in the `transition_rule(...)` call naming it.
+
+Every id any command reports is an entry here (DESIGN §7): the store rules, TS-*, EV-* and PEER-*. A peer
+judge's rules are entries whose checker it names by dotted path; where a second judge checks the same id in
+its own words (the cache model and the TokenSpeed contract judge both check TS-TBL-1; each engine's judge
+reads PEER-9 for its own counters), the entry carries a `Reading` per such judge. Each entry also names its
+tests (pytest node ids, file::function: a test shows it kept by legal behaviour or fired by a crafted
+violation) and the context keys its findings carry (spec.findings says what each key means).
 """
 
 from __future__ import annotations
@@ -27,8 +34,26 @@ KINDS = ("state", "transition", "clause")
 # traces; `not_checkable` says why).
 EVIDENCE = ("engine", "model", "none")
 SCOPES = ("config", "pool", "page", "space", "row", "store", "cache", "none")  # cache: a kvmodel.cache CacheState
-_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL|L2|ST|NC)|PEER)"
+_ID = re.compile(r"^(CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-(POOL|PFX|ADM|GEO|RET|TBL|L2|ST|NC)|EV|PEER)"
                  r"-[1-9][0-9]*$")
+# Who reports a rule's findings (spec.findings describes each one's findings): kvtrace/1 replay (the store
+# rules), the cache model (TS-* state predicates, run by the fuzz machines and the tests), the TokenSpeed
+# cachetrace/1 contract judge, TokenSpeed's configuration probe, the vLLM/SGLang step judge, the KV-event judge.
+JUDGES = ("replay", "model", "tokenspeed", "probe", "engine", "events")
+_TEST = re.compile(r"^tests/[A-Za-z0-9_/]+\.py::[A-Za-z_][A-Za-z0-9_]*$")
+_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One more judge's check of a rule, in that judge's words where they differ from the entry's (empty: the
+    entry's own): the cache model checks TS-POOL-4 on its pool, the TokenSpeed contract judge on a scheduler's
+    plans; PEER-9 reads TokenSpeed's pool counters one way and vLLM's and SGLang's another."""
+    judge: str
+    checker: str  # a dotted name, as a peer judge's entry names its checker
+    title: str = ""
+    clause: str = ""
+    decisions: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,6 +69,13 @@ class Rule:
     evidence: str = "engine"  # see EVIDENCE
     not_checkable: str = ""  # why no kvtrace/1 trace can carry what the clause requires
     subsumed_by: tuple = ()  # rules that fire first wherever this one's premise holds in a trace
+    tests: tuple[str, ...] = ()  # pytest node ids (tests/....py::test_name) keeping and firing it
+    context: tuple[str, ...] = ()  # the keys of a finding's `context` (spec.findings.GLOSSARY says what each is)
+    readings: tuple[Reading, ...] = ()  # other judges checking this id in their own words
+
+    @property
+    def family(self) -> str:
+        return self.id.rsplit("-", 1)[0]
 
     @property
     def checker_name(self) -> str:
@@ -52,11 +84,54 @@ class Rule:
             return ""
         return fn if isinstance(fn, str) else f"{fn.__module__}.{fn.__qualname__}"
 
+    @property
+    def judge(self) -> str:
+        """Who reports this rule's findings (one of JUDGES), read from where its checker lives; "" for a clause."""
+        return judge_of(self.checker_name, self.scope)
+
+    def checkers(self) -> list[tuple[str, str]]:
+        """(judge, dotted checker name) of the entry, then of each reading, each pair once."""
+        own = [(self.judge, self.checker_name)] if self.checker is not None else []
+        return list(dict.fromkeys(own + [(r.judge, r.checker) for r in self.readings]))
+
+    def stated(self, judge: str) -> tuple[str, str, str]:
+        """(title, clause, decisions) as `judge`'s report lists them: its reading's words where it has them,
+        else the entry's; the title as a phrase (`phrase`)."""
+        r = next((x for x in self.readings if x.judge == judge), None)
+        title = (r.title if r else "") or self.title
+        return phrase(title), (r.clause if r else "") or self.clause, (r.decisions if r else "") or self.decisions
+
     def as_dict(self) -> dict:
-        return {"id": self.id, "title": self.title, "clause": self.clause, "kind": self.kind,
-                "checker": self.checker_name, "decisions": self.decisions, "evidence": self.evidence,
-                "not_checkable": self.not_checkable, "subsumed_by": list(self.subsumed_by),
-                "state_form": "guards the model" if self.kind == "state" and self.evidence == "engine" else ""}
+        return {"id": self.id, "family": self.family, "title": self.title, "clause": self.clause, "kind": self.kind,
+                "checker": self.checker_name, "judge": self.judge, "decisions": self.decisions,
+                "evidence": self.evidence, "not_checkable": self.not_checkable, "subsumed_by": list(self.subsumed_by),
+                "state_form": "guards the model" if self.kind == "state" and self.evidence == "engine" else "",
+                "readings": [{"judge": r.judge, "checker": r.checker, "title": r.title, "clause": r.clause,
+                              "decisions": r.decisions} for r in self.readings],
+                "context": list(self.context), "tests": list(self.tests)}
+
+
+def phrase(title: str) -> str:
+    """A title as a peer report lists it, a phrase: the first letter in lower case unless the first word is a
+    name (``SGLang's``, ``AllBlocksCleared``, ``Validate()``: another capital, a digit, a call or an underscore)."""
+    first = title.split(" ", 1)[0]
+    named = any(c.isupper() or c.isdigit() or c in "(_" for c in first[1:])
+    return title if named else title[:1].lower() + title[1:]
+
+
+def judge_of(checker: str, scope: str = "none") -> str:
+    """Who reports the findings of a rule checked by `checker` (a dotted name): see JUDGES."""
+    if not checker:
+        return ""
+    if ".sim.peers.tokenspeed.config_probe." in checker:
+        return "probe"
+    if ".sim.peers.cachetrace." in checker or ".sim.peers.tokenspeed." in checker:
+        return "tokenspeed"
+    if ".sim.peers.judges.events." in checker:
+        return "events"
+    if ".sim.peers." in checker:
+        return "engine"
+    return "model" if scope == "cache" else "replay"
 
 
 class InvalidRule(ValueError):
@@ -87,6 +162,17 @@ def _register(r: Rule) -> Rule:
                           "simulator, a dotted name)")
     if r.kind == "state" and r.scope == "none":
         raise InvalidRule(f"rule {r.id}: a state rule needs a scope")
+    if r.kind == "clause" and (r.tests or r.readings):
+        raise InvalidRule(f"rule {r.id}: a clause rule has no checker, so no tests and no readings")
+    bad = [t for t in r.tests if not _TEST.match(t)] + [k for k in r.context if not _KEY.match(k)]
+    if bad or len(set(r.tests)) != len(r.tests):
+        raise InvalidRule(f"rule {r.id}: tests are distinct 'tests/....py::test_name', context keys identifiers "
+                          f"({bad[:1] or 'a test named twice'})")
+    for x in r.readings:
+        own_words = bool(x.title or x.clause or x.decisions)
+        if x.judge not in JUDGES or "." not in x.checker or (x.judge == r.judge and not own_words):
+            raise InvalidRule(f"rule {r.id}: reading {x.judge!r} needs a judge of {JUDGES}, a dotted checker, and "
+                              "its own words when its judge is the entry's")
     _REGISTRY[r.id] = r
     return r
 
@@ -97,8 +183,10 @@ def unresolved() -> list[str]:
     Not checked at import: a catalogue entry that cannot be resolved fails the test suite
     (tests/test_catalogue_links.py), never a user's command.
     """
-    return [f"rule {r.id}: checker {r.checker!r} names no function (fix the dotted name)"
-            for r in sorted(_REGISTRY.values(), key=_order) if isinstance(r.checker, str) and not resolves(r.checker)]
+    return [f"rule {r.id}: checker {name!r} names no function (fix the dotted name)"
+            for r in sorted(_REGISTRY.values(), key=_order)
+            for name in ([r.checker] if isinstance(r.checker, str) else []) + [x.checker for x in r.readings]
+            if not resolves(name)]
 
 
 def resolves(dotted: str) -> bool:
@@ -129,6 +217,23 @@ def locate(dotted: str) -> tuple[str, int] | None:
                 return None
             body, line = (node.body if isinstance(node, ast.ClassDef) else []), node.lineno
         return origin, line
+    return None
+
+
+def where(dotted: str) -> str | None:
+    """``path:line`` of the definition a dotted name names, the path relative to the package (the repository's
+    layout: kvsim.sim.peers.x is sim/peers/x.py), never a machine path; None when it names nothing."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        origin = _module_file(parts[:cut])
+        if origin is None:
+            continue
+        found = locate(dotted)
+        if found is None:
+            return None
+        inner = parts[1:cut] if parts[0] == "kvsim" else parts[:cut]
+        rel = "/".join(inner + ["__init__"] if os.path.basename(origin) == "__init__.py" else inner) + ".py"
+        return f"{rel}:{found[1]}"
     return None
 
 
@@ -182,7 +287,8 @@ def require(ids: Iterable[str], where: str) -> None:
 
 
 def state_rule(rule_id: str, title: str, clause: str, scope: str, decisions: str = "",
-               full: Callable | None = None, evidence: str = "engine", subsumed_by: tuple = ()
+               full: Callable | None = None, evidence: str = "engine", subsumed_by: tuple = (),
+               tests: tuple[str, ...] = (), context: tuple[str, ...] = (), readings: tuple[Reading, ...] = ()
                ) -> Callable[[Callable], Callable]:
     """Decorator: register the decorated predicate as the checker of a state rule.
 
@@ -191,17 +297,20 @@ def state_rule(rule_id: str, title: str, clause: str, scope: str, decisions: str
     """
     def deco(fn: Callable) -> Callable:
         _register(Rule(rule_id, title, clause, "state", fn, scope, decisions, full, evidence,
-                       subsumed_by=tuple(subsumed_by)))
+                       subsumed_by=tuple(subsumed_by), tests=tuple(tests), context=tuple(context),
+                       readings=tuple(readings)))
         return fn
     return deco
 
 
 def transition_rule(rule_id: str, title: str, clause: str, checker: Callable | str, decisions: str = "",
-                    evidence: str = "engine", scope: str = "none") -> Rule:
+                    evidence: str = "engine", scope: str = "none", tests: tuple[str, ...] = (),
+                    context: tuple[str, ...] = (), readings: tuple[Reading, ...] = ()) -> Rule:
     """Register a transition rule whose checker is the model function enforcing it; a rule checked by the
     simulator (lockstep) or a peer judge names its checker by dotted path, so the catalogue never imports
     `sim`. Scope "cache" marks a rule of the cache concepts (tested with the cache and peer tests)."""
-    return _register(Rule(rule_id, title, clause, "transition", checker, scope, decisions, evidence=evidence))
+    return _register(Rule(rule_id, title, clause, "transition", checker, scope, decisions, evidence=evidence,
+                          tests=tuple(tests), context=tuple(context), readings=tuple(readings)))
 
 
 def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decisions: str = "") -> Rule:
@@ -212,7 +321,17 @@ def clause_rule(rule_id: str, title: str, clause: str, not_checkable: str, decis
 
 
 FAMILY_ORDER = ("CAP", "PAGE", "AS", "WR", "ENT", "UNIT", "REP", "CKPT", "CONS", "TRACE",
-                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL", "TS-L2", "TS-ST", "TS-NC", "PEER")
+                "TS-POOL", "TS-PFX", "TS-ADM", "TS-GEO", "TS-RET", "TS-TBL", "TS-L2", "TS-ST", "TS-NC", "EV", "PEER")
+# Names for several families at once (`kvsim rules store`, `kvsim rules TS`)
+FAMILY_GROUPS = {"store": FAMILY_ORDER[:10], "TS": tuple(f for f in FAMILY_ORDER if f.startswith("TS-"))}
+
+
+def families(word: str) -> tuple[str, ...]:
+    """The families a word names, in catalogue order: a family (``PEER``, ``ts-l2``: any case), ``TS`` (every
+    TS-* family) or ``store`` (the store contract's); () when it names none."""
+    up = word.upper()
+    group = next((fams for name, fams in FAMILY_GROUPS.items() if name.upper() == up), None)
+    return group if group is not None else tuple(f for f in FAMILY_ORDER if f == up)
 
 
 def _order(r: Rule) -> tuple[int, int]:
@@ -231,3 +350,9 @@ def all_rules() -> list[Rule]:
 
 def get(rule_id: str) -> Rule:
     return _REGISTRY[rule_id]
+
+
+def stated(ids: Iterable[str], judge: str) -> dict[str, tuple[str, str]]:
+    """{id: (title, clause)} as `judge`'s report lists the rules `ids` (Rule.stated), in the order given: the
+    peer judges' rule tables, derived from the catalogue."""
+    return {rid: get(rid).stated(judge)[:2] for rid in ids}

@@ -18,7 +18,7 @@ from kvsim.spec.catalogue import InvalidRule, all_rules, locate, require, resolv
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kvmodel", "spec", "sim", "gpu", "scenarios")
-RULE_ID = re.compile(r"""["']((?:CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE)-[0-9]+)["']""")
+RULE_ID = re.compile(r"""["']((?:CAP|PAGE|AS|WR|ENT|UNIT|REP|CKPT|CONS|TRACE|TS-[A-Z0-9]+|EV|PEER)-[0-9]+)["']""")
 
 
 def _literals() -> dict[str, list[str]]:

@@ -26,7 +26,8 @@ def _invocations(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     return {
         "replay": (["replay", trace, trace], ["--json", str(tmp / "r.json"), "--quiet", "--max-findings", "3"]),
         "check": (["check"], ["--out", str(tmp / "out"), "--quiet"]),
-        "rules": (["rules"], ["--json"]),
+        "rules": (["rules", "PEER", "EV"], ["--json"]),
+        "explain": (["explain", "PEER-9"], ["--json"]),
         "capacity": (["capacity", trace], ["--profile", "fp8", "--json"]),
         "bench": (["bench", "replay"], ["--events", "200", "--json", str(tmp / "b.json")]),
         "simulate": (["simulate", "excerpt:conversation"], ["--requests", "5", "--json", str(tmp / "s.json")]),
@@ -73,7 +74,7 @@ def test_options_before_between_and_after_positionals_parse_alike(command, tmp):
     assert all(p == parsed[0] for p in parsed), parsed
 
 
-@pytest.mark.parametrize("command", ["replay", "capacity", "simulate", "generate", "events"])
+@pytest.mark.parametrize("command", ["replay", "rules", "explain", "capacity", "simulate", "generate", "events"])
 def test_cheap_commands_run_alike_in_every_order(command, tmp, capsys):
     words, options = _invocations(tmp)[command]
     outcomes = []

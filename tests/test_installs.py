@@ -169,3 +169,7 @@ def test_kvsim_runs_however_it_is_installed(version, mode, tmp_path):
     assert {"UNIT-1", "TS-ADM-2", "PEER-11"} <= {r["id"] for r in listed}
     table = _run([kvsim, "rules"], cwd=elsewhere, env=env)
     assert table.returncode == 0 and "TS-ADM-2" in table.stdout, table.stderr[-1500:]
+    explained = _run([kvsim, "explain", "PEER-9", "--json"], cwd=elsewhere, env=env)  # its checkers, found anyhow
+    assert explained.returncode == 0, f"{mode} on {version}: {explained.stderr[-1500:]}"
+    places = [w["where"] for w in json.loads(explained.stdout)["where"]]
+    assert places and all(p.startswith("sim/peers/") and p.rsplit(":", 1)[1].isdigit() for p in places), places

@@ -51,7 +51,8 @@ def _runs(traces: list[str], tmp: Path) -> dict[str, list[list[str]]]:
                     "--html", f"{tmp}/r.html", "--stop-at-first"],
                    ["replay", tiny, "--lockstep"], ["replay", tiny, "--lockstep-profile", "int8"]],
         "check": [["check"]],
-        "rules": [["rules"], ["rules", "--json"]],
+        "rules": [["rules"], ["rules", "--json"], ["rules", "PEER", "EV"]],
+        "explain": [["explain", "PEER-9"], ["explain", "EV-3", "--json"]],
         "capacity": [["capacity", a], ["capacity", "--max-context", "2048", "--concurrency", "2", "--profile", "fp8",
                                        "--backend", "mtp:3"], ["capacity", "--backend", "dflash:1"]],
         "bench replay": [["bench", "replay", "--events", "500", "--json", f"{tmp}/b.json"]],
@@ -98,6 +99,8 @@ def test_the_command_runs(command, traces, tmp_path, capsys):
     out = capsys.readouterr().out
     if command == "rules":
         assert '"id": "UNIT-1"' in out or "UNIT-1" in out
+    if command == "explain":
+        assert "sim/peers/judges/engine_judge.py:" in out and '"id": "EV-3"' in out
     if command.startswith("bench"):
         name = {"bench replay": "b.json", "bench attention": "a.json", "bench lockstep": "l.json",
                 "bench simulate": "bs.json"}[command]

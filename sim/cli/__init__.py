@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = signals.unraisable(hook)  # type: ignore[assignment]
     try:
         try:
+            from kvsim.sim.cli import outputs as run_state
+            run_state.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
             from kvsim.sim.cli.parser import parse
             try:
                 args, outputs, inputs = parse(argv)

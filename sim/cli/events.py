@@ -69,6 +69,9 @@ def add_parser(sub: Any) -> None:
                    help="the engine folds a sliding-window or state group into each prefix event (TokenSpeed with "
                         "such a group): stores under parents the stream does not hold are one router-compatibility "
                         "hazard, not violations (EV-3's entry)")
+    p.add_argument("--no-reuse-reports", action="store_true",
+                   help="with --engine vllm: the engine ran without kv_cache_report_mode='full', so a parent-less "
+                        "store of live blocks is a second copy, not a reuse report (a `kvsim peer vllm` log)")
     p.add_argument("--zmq", metavar="ENDPOINT", default=None,
                    help="subscribe to a running engine's KV-event publisher (ipc://... or tcp://127.0.0.1:PORT)")
     p.add_argument("--replay", metavar="ENDPOINT", default=None,
@@ -85,6 +88,9 @@ def _checker(args: Any) -> Any:
     from kvsim.sim.peers.judges.events import PRESETS, EventChecker
 
     preset = PRESETS[args.engine] if args.engine else None
+    if preset is not None and args.no_reuse_reports:
+        import dataclasses
+        preset = dataclasses.replace(preset, reuse_reports=False)
     scheme = args.hash if args.hash is not None else (None if preset is not None else "auto")
     return EventChecker(args.block_size, scheme, args.capacity, args.partial_tails, preset=preset,
                         hash_seed=args.hash_seed, hash_block_size=args.hash_block_size,
@@ -151,6 +157,13 @@ def run(args: Any) -> int:
     for arg in args.logs:
         src = open_input(arg)  # read once, as a stream; its SHA-256 taken in the same pass
         path = src.name
+        from kvsim.sim.peers.peer_log import is_peer_log
+        if is_peer_log(src.first_line()):  # a recorded engine run: every step re-judged, its events among them
+            if len(args.logs) > 1:
+                raise InputError(f"{path}:1: a kvsim-peer/1 log (a recorded engine run) is re-judged on its own: "
+                                 f"`kvsim events {arg}`")
+            from kvsim.sim.cli.peer_replay import replay_peer_log
+            return replay_peer_log(arg, args, "kvsim events", src)
         if sniff(src.first_line()) == "kvtrace/1":
             raise InputError(f"{path}:1: this is a kvtrace/1 trace (store events), not a KV-event log: replay it "
                              f"with `kvsim replay {arg}`")

@@ -31,6 +31,15 @@ QUIET: list[bool] = []
 COMMAND: list[str] = []
 """The command running (its progress lines are named after it)."""
 
+ARGV: list[str] = []
+"""The arguments this run was given (after ``kvsim``): reports that carry their exact command line read it."""
+
+
+def command_line() -> str:
+    """This run's command line, quoted for a shell: ``kvsim peer vllm w.jsonl --blocks 90``."""
+    import shlex
+    return shlex.join(["kvsim", *ARGV])
+
 
 class InputError(Exception):
     """A bad command-line input (a file that cannot be read, a bad option value): exit 2."""

@@ -16,8 +16,8 @@ import os
 
 from kvsim.sim.cli.argtypes import KvsimParser, output_path
 
-COMMANDS = ("replay", "check", "rules", "capacity", "bench", "simulate", "generate", "fuzz", "selfcheck", "peer",
-            "events")
+COMMANDS = ("replay", "check", "rules", "explain", "capacity", "bench", "simulate", "generate", "fuzz", "selfcheck",
+            "peer", "events")
 
 
 def kvsim_version() -> str:

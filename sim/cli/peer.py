@@ -42,8 +42,9 @@ def add_parser(sub: Any) -> None:
                        "every step; compare: their hit ratios beside kvsim simulate's")
     p.add_argument("peer", choices=["tokenspeed", "vllm", "sglang", "compare"], help="the scheduler to drive")
     p.add_argument("workload", metavar="WORKLOAD", nargs="?", help="Mooncake JSON Lines (input_length, output_length, "
-                   "hash_ids); '-' reads standard input; synthetic:prefix-stress[:SEED] generates the prefix-cache "
-                   "stress workload; any name kvsim simulate reads: excerpt:NAME, synthetic[:SEED], an Azure .csv")
+                   "hash_ids); '-' reads standard input; synthetic:prefix-stress[:SEED] and "
+                   "synthetic:hybrid-stress[:SEED] generate the stress workloads; any name kvsim simulate reads: "
+                   "excerpt:NAME, synthetic[:SEED], an Azure .csv")
     p.add_argument("--requests", type=integer(1), default=None, metavar="N", help="first N rows (default: all)")
     p.add_argument("--pages", type=integer(2), default=None,
                    help="num_device_pages, null page 0 included (default: unbounded, never evicts)")
@@ -95,20 +96,42 @@ def add_parser(sub: Any) -> None:
                    help="perturb the recorded plans with one named fault (sim.peers.tokenspeed.faults), to see its "
                    "rule fire")
     p.add_argument("--record", type=output_path, metavar="F", help="tokenspeed: write every plan as cachetrace/1; "
-                   "vllm/sglang: write the engine's KV-event batches as a subscriber log (wire form, ts = step)")
+                   "vllm/sglang: write the run as a kvsim-peer/1 log (every step the driver reported), which "
+                   "`kvsim replay F` re-judges without the engine")
     p.add_argument("--engine-python", metavar="PYTHON", type=interpreter,
                    help="vllm/sglang: the engine venv's python, or the venv (scripts/install-engine ENGINE VENV)")
     p.add_argument("--blocks", type=integer(1), default=None,
                    help="vllm/sglang/compare: usable KV blocks of the pool (default: unbounded, never evicts)")
     p.add_argument("--block-size", type=integer(1), default=None,
                    help="vllm/sglang/compare: tokens per block (default 16)")
+    p.add_argument("--offload-blocks", type=integer(1), default=None, metavar="N",
+                   help="vllm: a Host tier of N CPU chunks behind the engine (its OffloadingConnector and "
+                   "CPUOffloadingManager), kvsim playing the worker side; with --ack-delay and --seed")
+    p.add_argument("--offload-policy", choices=["lru", "arc"], default="lru",
+                   help="vllm, with --offload-blocks: the CPU offloading manager's eviction policy (default lru)")
+    p.add_argument("--fail-loads", type=float, default=0.0, metavar="R",
+                   help="vllm, with --offload-blocks: each async Host load fails with probability R (drawn from "
+                   "--seed); the engine recomputes the request")
+    p.add_argument("--kv-groups", metavar="SPEC", default=None,
+                   help="vllm/sglang: the engine's own hybrid cache, one group per item: full:BLOCK, "
+                   "sliding:BLOCK:WINDOW, mamba:BLOCK (e.g. full:16,sliding:16:128); every group judged (PEER-20..22)")
     p.add_argument("--vllm-python", metavar="PYTHON", type=interpreter,
                    help="compare: vLLM's venv python or venv (vLLM skipped without it)")
     p.add_argument("--sglang-python", metavar="PYTHON", type=interpreter,
                    help="compare: SGLang's venv python or venv (SGLang skipped without it)")
     p.add_argument("--html", type=output_path, metavar="F", help="vllm/sglang: write the report as an HTML page")
     p.add_argument("--events-log", type=output_path, metavar="F",
-                   help="write the scheduler's KV events as JSON Lines batches (object form)")
+                   help="write the scheduler's KV events as JSON Lines batches (tokenspeed: object form; vllm/sglang: "
+                   "the engine's wire form, ts = step), for `kvsim events`")
+    p.add_argument("--shrink", action="store_true",
+                   help="reduce a failing run to a small one failing with the same root rule (fewest requests, "
+                   "shortest prompts and outputs, smallest pool; every trial in one engine process); writes "
+                   "NAME.min.jsonl and prints the one command that reproduces it")
+    p.add_argument("--shrink-out", type=output_path, metavar="F",
+                   help="with --shrink: where the minimal workload goes (default: NAME.min.jsonl in the current "
+                   "folder, NAME from WORKLOAD)")
+    p.add_argument("--shrink-trials", type=integer(1), default=400, metavar="N",
+                   help="with --shrink: the most trial runs it may take (default 400)")
     p.add_argument("--json", type=output_path, metavar="F", help="write the kvreport/1-style report")
     p.add_argument("--no-timing", action="store_true", help="leave wall-clock figures out of the report")
     add_output_options(p)
@@ -125,11 +148,14 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"kvsim peer {args.peer}: WORKLOAD is required (a Mooncake JSON Lines file, '-' for stdin, "
                          "or a name kvsim simulate reads: excerpt:NAME, synthetic[:SEED], synthetic:prefix-stress)")
     if args.peer in ("vllm", "sglang", "compare"):
-        from kvsim.sim.cli.peer_engine import run_compare, run_engine_peer
+        from kvsim.sim.cli.peer_engine import prepare, run_compare, run_engine_peer
+        if args.shrink and args.peer != "compare":
+            from kvsim.sim.cli.peer_shrink import run_shrink
+            return run_shrink(args, *prepare(args))
         return run_compare(args) if args.peer == "compare" else run_engine_peer(args)
     from kvsim.sim.peers import tokenspeed as ts
-    from kvsim.sim.peers.report import build, percentiles
-    from kvsim.sim.peers.workload import WorkloadError, read_mooncake
+    from kvsim.sim.peers.report import build, percentiles, recover
+    from kvsim.sim.peers.workload import WorkloadError, is_requests_header, read_mooncake, read_requests
 
     if not ts.available():
         raise InputError("kvsim peer: tokenspeed-scheduler is not installed (pip install 'kvsim[peers]')")
@@ -140,7 +166,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
         try:
-            reqs = read_mooncake(src.name, args.requests, args.max_output, src)
+            if is_requests_header(src.first_line()):  # token ids as given (what --shrink writes)
+                reqs = read_requests(src, args.requests, args.max_output)
+            else:
+                reqs = read_mooncake(src.name, args.requests, args.max_output, src)
         except WorkloadError as exc:
             raise InputError(str(exc)) from None
         if not reqs:
@@ -188,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
                        max_scheduled_tokens=args.max_scheduled_tokens)
     meta = {"workload": Path(name).name, "requests": len(reqs),
             "pool": "unbounded" if args.pages is None else "bounded"}
+    if args.shrink:
+        from kvsim.sim.cli.peer_shrink import run_ts_shrink
+        return run_ts_shrink(args, reqs, name, sha, cfg)
     prog = progress_bar(Console(stderr=True), "tokenspeed", "requests")
     try:
         with contextlib.ExitStack() as stack:  # outputs written under temporary names, renamed when complete
@@ -244,7 +276,10 @@ def run(args: argparse.Namespace) -> int:
     # violations name lines of the run's cachetrace/1 record: the file --record wrote, or, unrecorded, the record
     # the same (deterministic) run would write -- never the workload, whose lines are requests
     trace = args.record or "(tokenspeed run)"
-    report = build(inputs, trace, out.contract, out.events, stats)
+    report = recover(build(inputs, trace, out.contract, out.events, stats))  # one cause, one finding
+    from kvsim.sim.cli.peer_engine import run_facts
+    report["run"] = {**run_facts("tokenspeed", name, sha, len(reqs), None), "engine": f"tokenspeed-scheduler "
+                                                                                     f"{ts.version()}"}
     if args.pages is not None:  # beside kvsim simulate at the same capacity: a soft signal, never a violation
         from kvsim.sim.cli.peer_engine import policy_gap
         report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), (pages - 1) * p,

@@ -38,7 +38,7 @@ from kvsim.sim.cli.common import (
     write,
 )
 from kvsim.sim.files import atomic_path
-from kvsim.sim.report.console import Style, print_findings, print_table, print_verdict
+from kvsim.sim.report.console import Style, print_consequences, print_findings, print_table, print_verdict
 from kvsim.sim.report.kvreport import dumps_report
 from kvsim.sim.report.verdict import PARTIAL_KEY, stamp
 
@@ -52,7 +52,7 @@ TS_PAGE = 64  # TokenSpeed's prefix_granularity and `kvsim simulate`'s page (tok
 
 def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str]:
     """The workload's first ``--requests`` rows (token ids expanded as for TokenSpeed), its name and SHA-256."""
-    from kvsim.sim.peers.workload import WorkloadError, read_mooncake
+    from kvsim.sim.peers.workload import WorkloadError, is_requests_header, read_mooncake, read_requests
     stress = stress_requests(args)
     if stress is not None:
         return stress
@@ -60,7 +60,10 @@ def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str
         raise InputError("kvsim peer compare: WORKLOAD: standard input cannot feed several engines; give a file")
     src = open_input(args.workload)  # read once; its SHA-256 taken in the same pass
     try:
-        reqs = read_mooncake(src.name, args.requests, getattr(args, "max_output", None), src)
+        if is_requests_header(src.first_line()):  # token ids as given (what --shrink writes)
+            reqs = read_requests(src, args.requests, getattr(args, "max_output", None))
+        else:
+            reqs = read_mooncake(src.name, args.requests, getattr(args, "max_output", None), src)
     except WorkloadError as exc:
         raise InputError(str(exc)) from None
     if not reqs:
@@ -69,29 +72,30 @@ def _requests(args: Any, stdin_ok: bool = True) -> tuple[list[Request], str, str
 
 
 def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
-    """A workload named rather than given as a Mooncake file -- ``synthetic:prefix-stress[:SEED]`` (its rows,
-    each submitted at its step) or any other name `kvsim simulate` reads (``excerpt:NAME``, ``synthetic[:SEED]``,
-    an Azure ``.csv``) -- with ``--requests`` and ``--max-output`` applied, its name and a SHA-256: of the file a
-    bundled excerpt or a CSV is, else of the requests made (token ids, output lengths, submission steps). None
-    for a Mooncake file or ``-`` (the caller reads it as a stream, hashed in the same pass). Generation is linear
-    in the requests asked for and shows progress (a bar on a terminal, plain lines in a log)."""
+    """A workload named rather than given as a Mooncake file -- ``synthetic:prefix-stress[:SEED]`` or
+    ``synthetic:hybrid-stress[:SEED]`` (its rows, each submitted at its step) or any other name `kvsim simulate`
+    reads (``excerpt:NAME``, ``synthetic[:SEED]``, an Azure ``.csv``) -- with ``--requests`` and ``--max-output``
+    applied, its name and a SHA-256: of the file a bundled excerpt or a CSV is, else of the requests made (token
+    ids, output lengths, submission steps). None for a Mooncake file or ``-`` (the caller reads it as a stream,
+    hashed in the same pass). Generation is linear in the requests asked for and shows progress (a bar on a
+    terminal, plain lines in a log)."""
     import hashlib
 
-    from kvsim.sim.peers.workload import WorkloadError, read_mooncake, read_prefix_stress, read_workload
+    from kvsim.sim.peers.workload import WorkloadError, read_mooncake, read_stress, read_workload
     from kvsim.sim.workloads.open import (
         WorkloadFormatError,
         default_requests,
         open_workload,
-        prefix_stress_seed,
         resolve,
+        stress_spec,
     )
     from kvsim.sim.workloads.request import WorkloadInputError
     spec = str(args.workload)
     max_output = getattr(args, "max_output", None)
     kind, path = "prefix-stress", ""
     try:
-        seed = prefix_stress_seed(spec)
-        if seed is None:
+        stress = stress_spec(spec)
+        if stress is None:
             if spec == "-" or not (spec.startswith(("excerpt:", "synthetic")) or spec.endswith(".csv")):
                 return None
             kind, arg = resolve(spec)
@@ -112,8 +116,8 @@ def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
         task = prog.add_task("requests", total=args.requests or default_requests(spec)) if prog is not None else 0
         tick = (lambda n: prog.advance(task, n)) if prog is not None else None
         try:
-            if seed is not None:
-                reqs = read_prefix_stress(seed, args.requests, max_output, progress=tick)
+            if stress is not None:
+                reqs = read_stress(stress[0], stress[1], args.requests, max_output, progress=tick)
             else:
                 reqs = read_workload(open_workload(spec, args.requests), args.requests, max_output, progress=tick)
         except WorkloadInputError as exc:
@@ -130,98 +134,100 @@ def stress_requests(args: Any) -> tuple[list[Request], str, str] | None:
     return reqs, spec, h.hexdigest()
 
 
-def _blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
+def blocks_needed(reqs: list[Request], bs: int) -> tuple[int, str]:
     """The most blocks one request needs (prompt and output) and which request that is."""
     need, who = max(((-(-(len(r.tokens) + r.max_new_tokens) // bs), r.id) for r in reqs), key=lambda x: x[0])
     return need, who
 
 
-def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int) -> EngineConfig:
-    """The pool: ``blocks`` usable blocks (plus the engine's reserved ones); unbounded (never evicts) if None."""
+def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int,
+                  groups: list | None = None) -> EngineConfig:
+    """The pool: ``blocks`` usable blocks (plus the engine's reserved ones); unbounded (never evicts) if None.
+    With ``groups`` (``--kv-groups``) every group draws on the one pool: a request needs blocks in each."""
     from kvsim.sim.peers.engines import ENGINES, EngineConfig
     spec = ENGINES[engine]
-    need, who = _blocks_needed(reqs, bs)
-    if blocks is None:
-        blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
-    elif blocks < need:
+    if groups:
+        from kvsim.sim.peers.kv_groups import identity_grain
+        need, who = max(((_group_blocks(len(r.tokens) + r.max_new_tokens, groups), r.id) for r in reqs),
+                        key=lambda x: x[0])
+        if blocks is None:
+            blocks = sum(_group_blocks(len(r.tokens) + r.max_new_tokens, groups) for r in reqs)
+        grain = identity_grain(groups)
+    else:
+        need, who = blocks_needed(reqs, bs)
+        if blocks is None:
+            blocks = sum(-(-(len(r.tokens) + r.max_new_tokens) // bs) for r in reqs)
+        grain = bs
+    if blocks < need:
         raise InputError(f"--blocks: {blocks} blocks of {bs} tokens cannot hold request {who} ({need} blocks)")
     longest = max(len(r.tokens) + r.max_new_tokens for r in reqs)
     return EngineConfig(block_size=bs, num_blocks=blocks + spec.reserved_blocks,
-                        max_model_len=-(-(longest + bs) // bs) * bs)
+                        max_model_len=-(-(longest + grain) // grain) * grain, kv_groups=groups)
 
 
-def events_command(engine: str, record: str, bs: int, capacity: int) -> str:
-    """The `kvsim events` command line that judges the recorded log as this run's event checker did: the
-    engine's preset where ``sim.peers.judges.events`` has one (``--engine``), else its block size."""
+def pool_need(reqs: list[Request], bs: int, groups: list | None = None) -> int:
+    """The most blocks one request of ``reqs`` holds at once (over every group of a hybrid model)."""
+    if groups:
+        return max(_group_blocks(len(r.tokens) + r.max_new_tokens, groups) for r in reqs)
+    return blocks_needed(reqs, bs)[0]
+
+
+def _group_blocks(tokens: int, groups: list) -> int:
+    """Blocks one request of ``tokens`` tokens may hold at once over every group (a state group: its running
+    state, the state it started from and one checkpoint)."""
+    return sum(3 if g.kind == "mamba" else -(-tokens // g.block_size) for g in groups)
+
+
+def events_command(engine: str, record: str, bs: int, capacity: int | None) -> str:
+    """The `kvsim events` command line that judges a KV-event log (``--events-log``) as this run's event checker
+    did: the engine's preset where ``sim.peers.judges.events`` has one (``--engine``), else its block size."""
     from kvsim.sim.peers.judges import events as pe
     words = ["kvsim", "events", record]
     if engine in getattr(pe, "PRESETS", {}):
         words += ["--engine", engine]
+        if pe.PRESETS[engine].reuse_reports:  # as the peer run judged it (sim.peers.engines.event_checker)
+            words += ["--no-reuse-reports"]
     else:
         words += ["--block-size", str(bs)]
-    words += ["--capacity", str(capacity)]
+    if capacity is not None:
+        words += ["--capacity", str(capacity)]
     return " ".join(shlex.quote(w) for w in words)
 
 
-def run_engine_peer(args: Any) -> int:
-    from kvsim.sim.peers.engines import ENGINES, EngineError, engine_paths, event_checker, probe, run_engine
+def run_facts(engine: str, name: str, sha: str, n: int, python: str | None) -> dict:
+    """What a report and a kvsim-peer/1 header say about how the run was made: the exact command line, kvsim's
+    version, the engine's python and the workload's name, SHA-256 and size (the engine's version is added from
+    its driver's hello)."""
+    from kvsim.sim.cli.outputs import command_line
+    from kvsim.sim.cli.parser import kvsim_version
+    return {"command": command_line(), "kvsim": kvsim_version(), "engine_python": python,
+            "workload": {"name": name, "sha256": sha, "requests": n}}
+
+
+def engine_report(engine: str, out: Any, trace: str, inputs: list[dict], cfg: EngineConfig, workload: str,
+                  n_requests: int, bounded: bool, timing: bool, run: dict, gap: bool = True) -> dict:
+    """The kvreport/1 report of one judged engine run, live or re-judged from its log (the same roots); ``gap``:
+    put the hit ratio beside `kvsim simulate`'s (a bounded pool, the workload at hand)."""
+    from kvsim.sim.peers.engines import ENGINES, engine_paths
     from kvsim.sim.peers.judges.path_coverage import coverage
     from kvsim.sim.peers.report import add_engine_judge, build, percentiles
 
-    engine = args.peer
-    if not args.engine_python:
-        raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
-                         f"{engine} VENV, then pass VENV/bin/python)")
-    bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
-    reqs, name, sha = _requests(args)
-    cfg = engine_config(engine, reqs, args.blocks, bs)
-    why = probe(args.engine_python, engine)
-    if why:
-        raise InputError(f"--engine-python: {why}")
+    events = out.events
+    bs = cfg.block_size
     usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
-    events = event_checker(engine, bs, usable)
-    for target in (args.record, args.json, args.html):
-        if target and not Path(target).parent.exists():
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-    err = Console(stderr=True)
-    try:
-        # the event log is written under a temporary name, renamed into place when complete (sim.files)
-        with atomic_path(args.record) if args.record else contextlib.nullcontext() as record:
-            if err.is_terminal and not getattr(args, "quiet", False):
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-                with Progress(TextColumn(f"{engine} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), console=err, transient=True) as prog:
-                    task = prog.add_task("requests finished", total=len(reqs))
-                    out = run_engine(engine, args.engine_python, reqs, cfg, events, record=record,
-                                     progress=lambda done, total: prog.update(task, completed=done))
-            else:
-                plain = plain_progress(f"{engine} requests finished", "requests")
-                with plain if plain is not None else contextlib.nullcontext():
-                    key = plain.add_task("requests", total=len(reqs)) if plain is not None else 0
-                    out = run_engine(engine, args.engine_python, reqs, cfg, events, record=record,
-                                     progress=(lambda done, total: plain.update(key, completed=done))
-                                     if plain is not None else None)
-            if out.interrupted:  # leave the block: the event log is not renamed into place, half written
-                raise _Cut(out)
-    except _Cut as cut:
-        out = cut.out
-        if args.record:
-            err.print(f"{args.record}: not written (interrupted)", markup=False, highlight=False, soft_wrap=True)
-    except EngineError as exc:
-        raise InputError(f"--engine-python: {exc}") from None
-    except OSError as exc:
-        temporary = exc.filename is None or str(exc.filename).endswith(".part")
-        raise InputError(f"{args.record if args.record and temporary else exc.filename}:0: cannot write: "
-                         f"{exc.strerror or exc}") from None
-    if args.record and not out.interrupted:
-        WRITTEN.append(args.record)
     ev = events.summary()
-    stats: dict = {"peer": {"engine": out.hello.get("engine", engine), "requests": len(reqs), "block_size": bs,
+    stats: dict = {"peer": {"engine": out.hello.get("engine", engine), "requests": n_requests, "block_size": bs,
                             "num_blocks": cfg.num_blocks, "usable_blocks": usable,
-                            "capacity_tokens": usable * bs, "pool": "unbounded" if args.blocks is None else "bounded",
+                            "capacity_tokens": usable * bs, "pool": "bounded" if bounded else "unbounded",
                             "hash_algo": out.hello.get("hash_algo"), "event_hash_check": events.scheme,
                             "steps": out.steps, "stalled_requests": len(out.stalled)}}
-    if not args.no_timing:
+    if cfg.kv_groups:
+        from kvsim.sim.peers.kv_groups import describe
+        stats["peer"]["kv_groups"] = describe(cfg.kv_groups)
+    if cfg.offload:
+        stats["peer"]["host_tier"] = {**cfg.offload, "chunks_reported": out.hello.get("host_chunks"),
+                                      **out.judge.tier.summary()}
+    if timing:
         n_events = ev["stored"] + ev["removed"] + ev["cleared"]
         stats["timing"] = {
             "engine_s": round(out.engine_s, 3), "judge_s": round(out.judge_s, 3), "probe_s": round(out.probe_s, 3),
@@ -233,16 +239,95 @@ def run_engine_peer(args: Any) -> int:
             else None,
             "events_per_s_engine": round(n_events / out.engine_s) if out.engine_s else None,
             "events_per_s_judge": round(n_events / out.judge_s) if out.judge_s else None}
-    trace = args.record or f"({engine} event stream)"  # findings name lines of the recorded event log
-    inputs = [{"path": name, "sha256": sha, "events": out.steps}]
     report = add_engine_judge(build(inputs, trace, None, events, stats), out.judge, trace)
-    if args.blocks is not None:
-        report["stats"]["policy_gap"] = policy_gap(str(args.workload), len(reqs), usable * bs,
+    report["run"] = {**run, "engine": out.hello.get("engine", engine)}
+    if bounded and gap:
+        report["stats"]["policy_gap"] = policy_gap(workload, n_requests, usable * bs,
                                                    report["stats"]["scheduler"]["hit_ratio"])
-    report["stats"]["coverage"] = coverage(engine_paths(engine), out.judge.paths, report["rules"],
-                                           stress=str(args.workload).startswith("synthetic:prefix-stress"))
+    report["stats"]["coverage"] = coverage(engine_paths(engine, cfg.kv_groups, bool(cfg.offload)), out.judge.paths,
+                                           report["rules"], stress=workload.startswith("synthetic:"))
     if out.crash is not None:
         report["stats"]["engine_crash"] = out.crash
+    return report
+
+
+def prepare(args: Any) -> tuple[list[Request], str, str, EngineConfig]:
+    """The run's requests, the workload's name and SHA-256, and the engine's config (a hybrid model's cache groups
+    and Host tier included); the engine venv checked."""
+    from kvsim.sim.peers.engines import ENGINES, probe
+
+    engine = args.peer
+    if not args.engine_python:
+        raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
+                         f"{engine} VENV, then pass VENV/bin/python)")
+    groups = _kv_groups(args)
+    if groups and engine != "vllm":
+        raise InputError(f"--kv-groups: {engine}'s hybrid caches are not driven by kvsim yet (vllm only)")
+    bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
+    if groups:
+        from kvsim.sim.peers.kv_groups import primary_group
+        bs = groups[primary_group(groups)].block_size  # the block size of the table PEER-5 ... PEER-8 read
+    reqs, name, sha = _requests(args)
+    cfg = engine_config(engine, reqs, args.blocks, bs, groups)
+    cfg.offload = _offload(args, engine, groups)
+    why = probe(args.engine_python, engine)
+    if why:
+        raise InputError(f"--engine-python: {why}")
+    return reqs, name, sha, cfg
+
+
+def run_engine_peer(args: Any) -> int:
+    from kvsim.sim.peers.engines import ENGINES, EngineError, checker_for, run_engine
+
+    engine = args.peer
+    reqs, name, sha, cfg = prepare(args)
+    bs = cfg.block_size
+    usable = cfg.num_blocks - ENGINES[engine].reserved_blocks
+    events = checker_for(engine, cfg)
+    for target in (args.record, args.json, args.html, args.events_log):
+        if target and not Path(target).parent.exists():
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+    err = Console(stderr=True)
+    run = run_facts(engine, name, sha, len(reqs), args.engine_python)
+    try:
+        # the run's log is written under a temporary name, renamed into place when complete (sim.files)
+        with atomic_path(args.record) if args.record else contextlib.nullcontext() as record, \
+                atomic_path(args.events_log) if args.events_log else contextlib.nullcontext() as wire:
+            go: dict[str, Any] = dict(record=record, run=run, wire=wire)
+            if err.is_terminal and not getattr(args, "quiet", False):
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+                with Progress(TextColumn(f"{engine} {{task.description}}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=err, transient=True) as prog:
+                    task = prog.add_task("requests finished", total=len(reqs))
+                    out = run_engine(engine, args.engine_python, reqs, cfg, events,
+                                     progress=lambda done, total: prog.update(task, completed=done), **go)
+            else:
+                plain = plain_progress(f"{engine} requests finished", "requests")
+                with plain if plain is not None else contextlib.nullcontext():
+                    key = plain.add_task("requests", total=len(reqs)) if plain is not None else 0
+                    out = run_engine(engine, args.engine_python, reqs, cfg, events,
+                                     progress=(lambda done, total: plain.update(key, completed=done))
+                                     if plain is not None else None, **go)
+            if out.interrupted:  # leave the block: the logs are not renamed into place, half written
+                raise _Cut(out)
+    except _Cut as cut:
+        out = cut.out
+        for target in (args.record, args.events_log):
+            if target:
+                err.print(f"{target}: not written (interrupted)", markup=False, highlight=False, soft_wrap=True)
+    except EngineError as exc:
+        raise InputError(f"--engine-python: {exc}") from None
+    except OSError as exc:
+        temporary = exc.filename is None or str(exc.filename).endswith(".part")
+        target = args.record or args.events_log
+        raise InputError(f"{target if target and temporary else exc.filename}:0: cannot write: "
+                         f"{exc.strerror or exc}") from None
+    if not out.interrupted:
+        WRITTEN.extend(t for t in (args.record, args.events_log) if t)
+    trace = args.record or f"({engine} run)"  # findings name lines of the run's kvsim-peer/1 log
+    inputs = [{"path": name, "sha256": sha, "events": out.steps}]
+    report = engine_report(engine, out, trace, inputs, cfg, str(args.workload), len(reqs), args.blocks is not None,
+                           not args.no_timing, run)
     if out.interrupted:
         report[PARTIAL_KEY] = partial_mark(out.interrupted)
     verdict = stamp(report)  # stalled requests make an incomplete run, never a pass
@@ -258,10 +343,22 @@ def run_engine_peer(args: Any) -> int:
     print_verdict(verdict, console, style, f"kvsim peer {engine}")
     if out.interrupted:
         raise Stopped(out.interrupted)
-    if args.record and not style.quiet:
-        sys.stderr.write(f"kvsim peer: judge the recorded event log with: "
-                         f"{events_command(engine, args.record, bs, usable)}\n")
+    if not style.quiet:
+        if args.record:
+            sys.stderr.write(f"kvsim peer: re-judge the recorded run without the engine: "
+                             f"{shlex.join(['kvsim', 'replay', args.record])}\n")
+        if args.events_log:
+            sys.stderr.write(f"kvsim peer: judge the KV-event log with: "
+                             f"{events_command(engine, args.events_log, bs, None if cfg.offload else usable)}\n")
+        if not verdict.passed and not out.interrupted:
+            sys.stderr.write(f"kvsim peer: shrink it to a minimal reproducer: {shlex.join(['kvsim', *_argv()])} "
+                             "--shrink\n")
     return verdict.exit_code
+
+
+def _argv() -> list[str]:
+    from kvsim.sim.cli.outputs import ARGV
+    return list(ARGV)
 
 
 GAP_NOTE = ("a soft signal, never a violation: kvsim simulate's scheduler and 64-token pages are not the engine's; "
@@ -317,6 +414,14 @@ def _print(report: dict, console: Console, style: Style) -> None:
                       f"{t['events_per_s_engine'] or 0:,} block events/s (engine), {t['events_per_s_judge'] or 0:,} "
                       f"(judge); step cost {cost}", markup=False, soft_wrap=True)
     print_findings(report["violations"], console, style, 20)
+    crash = s.get("engine_crash")
+    if crash:
+        after = next((c for c in report.get("consequences", ()) if c.get("rule") == "PEER-11"), None)
+        console.print(f"the engine raised {crash.get('type')} at {crash.get('frame')} in step {crash.get('step')}"
+                      + (f": a consequence of finding #{after['of']}" if after else ""), markup=False,
+                      soft_wrap=True, highlight=False)
+    if report.get("consequences"):
+        print_consequences(report, console, style, 3)
 
 
 # -- compare ----------------------------------------------------------------------------------------------------
@@ -421,6 +526,40 @@ def _print_compare(result: dict, console: Console, style: Style) -> None:
     print_table(t, console, style.plain)
     for note in result["notes"]:
         console.print(note, markup=False, soft_wrap=True)
+
+
+def _offload(args: Any, engine: str, groups: list | None) -> dict | None:
+    """``--offload-blocks N`` (with ``--ack-delay``, ``--seed``, ``--offload-policy``, ``--fail-loads``) as the
+    driver's ``offload`` config; None without it."""
+    blocks = getattr(args, "offload_blocks", None)
+    if blocks is None:
+        if getattr(args, "fail_loads", 0.0):
+            raise InputError("--fail-loads: only with --offload-blocks")
+        if getattr(args, "ack_delay", 0):
+            raise InputError(f"--ack-delay: no Host jobs to delay in a {engine} run without --offload-blocks")
+        return None
+    if engine != "vllm":
+        raise InputError(f"--offload-blocks: {engine}'s Host tier is not driven by kvsim yet (vllm only)")
+    if groups:
+        raise InputError("--offload-blocks: with one full-attention group only (leave --kv-groups out)")
+    if not 0.0 <= args.fail_loads <= 1.0:
+        raise InputError(f"--fail-loads: {args.fail_loads} is not a probability in [0, 1]")
+    return {"blocks": blocks, "ack_delay": args.ack_delay, "seed": args.seed, "policy": args.offload_policy,
+            "fail_loads": args.fail_loads}
+
+
+def _kv_groups(args: Any) -> list | None:
+    """``--kv-groups SPEC`` parsed (None without it); a bad SPEC is an input error."""
+    spec = getattr(args, "kv_groups", None)
+    if spec is None:
+        return None
+    from kvsim.sim.peers.kv_groups import KvGroupsError, parse_kv_groups
+    if args.block_size is not None:
+        raise InputError("--kv-groups: each group states its block size; leave --block-size out")
+    try:
+        return parse_kv_groups(spec)
+    except KvGroupsError as exc:
+        raise InputError(f"--kv-groups: {exc}") from None
 
 
 class _Cut(Exception):

@@ -26,6 +26,7 @@ from kvsim.sim.cli.common import (
     write_reports,
 )
 from kvsim.sim.files import Source, label
+from kvsim.sim.peers.peer_log import is_peer_log
 from kvsim.sim.report.build import build_report, timelines
 from kvsim.sim.report.console import print_report
 from kvsim.sim.report.verdict import stamp
@@ -56,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
     for t in args.traces:  # each input opened once; its first line says which format it is
         src = open_input(t)
         first = src.first_line()
+        if is_peer_log(first):  # a real engine's run (kvsim peer --record): re-judged alone, without the engine
+            if len(args.traces) > 1:
+                raise InputError(f"{src.name}:1: a kvsim-peer/1 log (a recorded engine run) is re-judged on its own: "
+                                 f"`kvsim replay {t}`")
+            from kvsim.sim.cli.peer_replay import replay_peer_log
+            return replay_peer_log(t, args, "kvsim replay", src)
         kind = sniff(first)
         if kind == "kv-events":
             raise InputError(f"{src.name}:1: this is a KV-event log (BlockStored / BlockRemoved batches), not a "

@@ -1,5 +1,7 @@
-"""`kvsim rules`: the rule catalogue, with the per-rule coverage of the last run; `--obligations`: the seed-002
-obligation ledger (spec/obligations/seed002.toml) counted by section and status, at the baseline and now."""
+"""`kvsim rules [FAMILY ...]`: the rule catalogue -- every id any command reports, store rules, TS-*, EV-* and
+PEER-* -- or only the families named, with the per-rule coverage of the last run; `--obligations`: the seed-002
+obligation ledger (spec/obligations/seed002.toml) counted by section and status, at the baseline and now.
+`kvsim explain RULE` prints one entry in full."""
 
 from __future__ import annotations
 
@@ -16,13 +18,16 @@ from kvsim.sim.cli.common import EXIT_OK, InputError, last_run_path, open_input,
 from kvsim.sim.report.console import print_rules, print_table
 from kvsim.sim.report.kvreport import FORMAT
 from kvsim.spec import obligations as ob
-from kvsim.spec.catalogue import all_rules
+from kvsim.spec.catalogue import FAMILY_GROUPS, FAMILY_ORDER, all_rules, families
 
 COUNTERS = ("checked", "exercised", "violated")
 
 
 def add_parser(sub) -> None:
     ru = sub.add_parser("rules", help="the rule catalogue, with the last run's coverage")
+    ru.add_argument("families", nargs="*", metavar="FAMILY", help="list only these families: a family ("
+                    f"{', '.join(FAMILY_ORDER)}; any case), or {' / '.join(FAMILY_GROUPS)} for all of theirs "
+                    "(default: every rule)")
     ru.add_argument("--json", action="store_true", help="print the catalogue as JSON")
     ru.add_argument("--report", type=input_file, metavar="F", help="take the coverage from this kvreport/1 file "
                     "('-': standard input) (default: the last run's, kept in $KVSIM_REPORTS/last-run.json or "
@@ -37,13 +42,29 @@ def add_parser(sub) -> None:
     ru.set_defaults(fn=run)
 
 
+def selected(words: list[str]) -> tuple[str, ...]:
+    """The families the FAMILY words name, or InputError naming the first word that names none."""
+    out: list[str] = []
+    for word in words:
+        fams = families(word)
+        if not fams:
+            raise InputError(f"kvsim rules: {word!r} is no rule family (families: {', '.join(FAMILY_ORDER)}; "
+                             f"{' and '.join(FAMILY_GROUPS)} name several; `kvsim explain ID` prints one rule)")
+        out += fams
+    return tuple(dict.fromkeys(out))
+
+
 def run(args) -> int:
     if args.obligations:
+        if args.families:
+            raise InputError("kvsim rules: FAMILY: not with --obligations (the ledger is counted by seed section)")
         return run_obligations(args)
     for flag in ("list", "kind"):
         if getattr(args, flag) is not None:
             raise InputError(f"kvsim rules: --{flag}: only with --obligations")
-    rows = [r.as_dict() for r in all_rules()]  # engine-judging rules first, then model guards, then clauses
+    chosen = set(selected(args.families))
+    rows = [r.as_dict() for r in all_rules() if not chosen or r.family in chosen]
+    # engine-judging rules first, then model guards, then clauses
     rows.sort(key=lambda r: ("engine", "model", "none").index(r["evidence"]))
     path = args.report if args.report else last_run_path()
     if args.report or Path(path).is_file():
@@ -75,15 +96,9 @@ def report_counters(path: str | Path) -> dict:
 
 
 def known_rules() -> dict[str, tuple[str, str]]:
-    """Every rule id an obligation may name, with its evidence and seed citation: the catalogue's, and the
-    peer judges' own (PEER-*, EV-*), which the catalogue does not hold."""
-    from kvsim.sim.peers.cachetrace import contract
-    from kvsim.sim.peers.judges import engine_judge, events
-
-    known = {rid: ("engine", cite) for rid, (_title, cite) in {**contract.RULES, **engine_judge.RULES}.items()}
-    known.update({rid: ("engine", r.clause) for rid, r in events.CATALOGUE.items()})
-    known.update({r.id: (r.evidence, r.clause) for r in all_rules()})
-    return known
+    """Every rule id an obligation may name, with its evidence and seed citation: the catalogue's (every rule a
+    command can report, the peer judges' PEER-* and EV-* included)."""
+    return {r.id: (r.evidence, r.clause) for r in all_rules()}
 
 
 def run_obligations(args) -> int:

@@ -98,21 +98,80 @@ def build(inputs: list[dict], trace: str, contract: pc.Contract | None, events: 
 def add_engine_judge(report: dict, judge, trace: str) -> dict:
     """Add an ``EngineJudge``'s findings, rule counters (PEER-5 ... PEER-9, its engine's policy rule) and summary
     (``stats.scheduler``) to a report ``build`` made for the same run's event stream; the verdict fails on any
-    violation."""
+    violation. A judge with recovery (``sim.peers.judges.actionable``) lists root causes only: ``violations`` are the
+    roots (each with ``id``), ``consequences`` the first consequence per entity (each with ``of``), both counted
+    in ``stats`` (``findings``, ``consequences``); a rule's ``violated`` counts its roots."""
     from kvsim.sim.peers.judges import engine_judge as ej
 
-    report["violations"] += [f.as_dict(trace) for f in judge.findings]
-    report["violations"].sort(key=lambda v: (v["line"], v["rule"]))
+    act = getattr(judge, "act", None)
+    if act is None:
+        report["violations"] += [f.as_dict(trace) for f in judge.findings]
+    else:
+        rec = act.recovery
+        report["violations"] = [r.as_dict(trace) for r in rec.roots]
+        for v in report["violations"]:
+            v["consequences"] = rec.per_root.get(v["id"], 0)
+        report["consequences"] = [{**c, "trace": trace} for c in rec.first]
+        for rid, cell in report["rules"].items():  # the event stream's rules: their roots only
+            if rid in judge.events.counts:
+                cell["violated"] = rec.rule_roots.get(rid, 0)
+                cell["consequences"] = judge.events.counts[rid] - cell["violated"]
+    report["violations"].sort(key=lambda v: (v["line"], v.get("id", 0), v["rule"]))
     steps = judge.stats["steps"]
     for rid, (title, clause) in getattr(judge, "rules", ej.RULES).items():
         decisions = getattr(judge, "decisions", ej.DECISIONS)[rid]
+        violated = judge.counts[rid] if act is None else act.recovery.rule_roots.get(rid, 0)
         report["rules"][rid] = {"title": title, "clause": clause, "decisions": decisions, "checked": steps,
-                                "exercised": judge.premise[rid], "violated": judge.counts[rid]}
+                                "exercised": judge.premise[rid], "violated": violated}
+        if act is not None:
+            report["rules"][rid]["consequences"] = judge.counts[rid] - violated
     report["stats"]["scheduler"] = judge.summary()
-    total = sum(r["violated"] for r in report["rules"].values())
-    listed = len(report["violations"])
     report["stats"].pop("violations_not_listed", None)
-    if total > listed:
-        report["stats"]["violations_not_listed"] = total - listed
+    if act is not None:
+        report["stats"]["findings"] = len(act.recovery.roots)
+        report["stats"]["consequences"] = act.recovery.suppressed
+    else:
+        total = sum(r["violated"] for r in report["rules"].values())
+        listed = len(report["violations"])
+        if total > listed:
+            report["stats"]["violations_not_listed"] = total - listed
+    stamp(report)
+    return report
+
+
+def recover(report: dict) -> dict:
+    """One cause, one finding (``sim.peers.judges.peer_recovery``) for the findings of a report that no judge filed
+    yet: the contract's roots keep their numbers (``cachetrace.causes`` filed them, its consequences name them);
+    the event stream's findings are filed here, numbered after them -- a root gets ``id``, the rest go to
+    ``consequences`` (the first per entity) and ``stats``; a rule's ``violated`` counts its roots."""
+    from kvsim.sim.peers.judges.peer_recovery import PeerRecovery, Record
+
+    rec = PeerRecovery()
+    first_id = max((int(v.get("id") or 0) for v in report["violations"]), default=0)
+    kept: list[dict] = []
+    for v in sorted(report["violations"], key=lambda v: (v["line"], v["rule"])):
+        if v.get("op") != "kv":
+            kept.append(v)
+            continue
+        r = Record(v["rule"], v["line"], v["message"], dict(v.get("context") or {}), None, op="kv")
+        if rec.add(r) is not None:
+            kept.append({**v, "id": first_id + r.id, "consequences": 0})
+    for v in kept:
+        if v.get("op") == "kv" and "id" in v:
+            v["consequences"] = rec.per_root.get(v["id"] - first_id, 0)
+    report["violations"] = kept
+    if rec.suppressed:
+        trace = kept[0]["trace"] if kept else ""
+        report["consequences"] = list(report.get("consequences") or []) + [
+            {**c, "of": c["of"] + first_id, "trace": trace} for c in rec.first]
+        for rid, cell in report["rules"].items():
+            if rid.startswith("EV-") and cell["violated"]:
+                after = cell["violated"] - rec.rule_roots.get(rid, 0)
+                if after > 0:
+                    cell["consequences"] = after
+                    cell["violated"] -= after
+        stats = report["stats"]
+        stats["findings"] = len(kept)
+        stats["consequences"] = int(stats.get("consequences", 0) or 0) + rec.suppressed
     stamp(report)
     return report

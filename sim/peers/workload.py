@@ -22,8 +22,13 @@ import numpy as np
 from kvsim.sim.files import label, open_source
 from kvsim.sim.workloads.request import Request as WorkloadRequest
 
-__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "block_tokens", "read_mooncake", "read_prefix_stress",
-           "read_workload", "WorkloadError", "PROGRESS_EVERY"]
+__all__ = ["Request", "MOONCAKE_BLOCK", "VOCAB", "REQUESTS_FORMAT", "block_tokens", "read_mooncake",
+           "read_prefix_stress", "read_requests", "read_stress", "read_workload", "requests_jsonl",
+           "is_requests_header", "WorkloadError", "PROGRESS_EVERY"]
+
+REQUESTS_FORMAT = "kvsim-requests/1"
+"""Requests as token ids (what ``--shrink`` writes): a header line ``{"format": "kvsim-requests/1", ...}``, then one
+``{"id", "tokens", "max_new_tokens"[, "arrive"]}`` per request."""
 
 MOONCAKE_BLOCK = 512
 MAX_TOKENS = 1 << 28  # a larger token count is a typo in the workload, refused at its line
@@ -106,11 +111,21 @@ def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | No
     """The first ``limit`` rows of ``synthetic:prefix-stress:SEED`` as requests ``s0, s1, ...`` (its default
     count when None), each submitted at its row's step. Linear in ``limit``; ``progress(n)`` hears of every
     ``PROGRESS_EVERY`` requests made."""
+    return read_stress("prefix-stress", seed, limit, max_output, progress)
+
+
+def read_stress(name: str, seed: int, limit: int | None = None, max_output: int | None = None,
+                progress: Callable[[int], None] | None = None) -> list[Request]:
+    """The first ``limit`` rows of ``synthetic:NAME:SEED`` (``prefix-stress``: requests ``s0, s1, ...``;
+    ``hybrid-stress``: ``h0, h1, ...``), its default count when None, each submitted at its row's step. Linear in
+    ``limit``; ``progress(n)`` hears of every ``PROGRESS_EVERY`` requests made."""
+    from kvsim.sim.workloads import hybrid_stress as hs
     from kvsim.sim.workloads import prefix_stress as ps
 
+    gen, tag = (hs, "h") if name == hs.NAME else (ps, "s")
     memo: dict[int, np.ndarray] = {}
     out: list[Request] = []
-    for row in ps.rows(ps.DEFAULT_REQUESTS if limit is None else limit, seed):
+    for row in gen.rows(gen.DEFAULT_REQUESTS if limit is None else limit, seed):
         if progress is not None and len(out) % PROGRESS_EVERY == 0 and out:
             progress(PROGRESS_EVERY)
         parts = []
@@ -120,7 +135,7 @@ def read_prefix_stress(seed: int, limit: int | None = None, max_output: int | No
                 blk = memo[cid] = block_tokens([cid], MOONCAKE_BLOCK)
             parts.append(blk[start:start + length])
         out_len = max(1, row.output if max_output is None else min(row.output, max_output))
-        out.append(Request(f"s{row.rid}", np.concatenate(parts), out_len, row.request().hash_ids, row.step))
+        out.append(Request(f"{tag}{row.rid}", np.concatenate(parts), out_len, row.request().hash_ids, row.step))
     return out
 
 
@@ -147,4 +162,56 @@ def read_workload(requests: Iterable[WorkloadRequest], limit: int | None = None,
         out_len = max(1, row.output if max_output is None else min(row.output, max_output))
         out.append(Request(f"m{len(out)}", block_tokens(list(row.hash_ids), row.prompt), out_len,
                            tuple(row.hash_ids)))
+    return out
+
+
+class _Explicit(msgspec.Struct):
+    id: str
+    tokens: list[int]
+    max_new_tokens: int
+    arrive: int = 0
+
+
+def is_requests_header(first_line: bytes) -> bool:
+    """Whether a file's first line is a kvsim-requests/1 header (a look, not a parse)."""
+    return f'"format":"{REQUESTS_FORMAT}"'.encode() in first_line.replace(b" ", b"")
+
+
+def requests_jsonl(reqs: list[Request], meta: dict) -> bytes:
+    """``reqs`` as a kvsim-requests/1 file: the header (``meta`` added to it), then one line per request."""
+    enc = msgspec.json.Encoder()
+    out = [enc.encode({"format": REQUESTS_FORMAT, **meta})]
+    for r in reqs:
+        row: dict = {"id": r.id, "tokens": r.tokens.tolist(), "max_new_tokens": r.max_new_tokens}
+        if r.arrival_step:
+            row["arrive"] = r.arrival_step
+        out.append(enc.encode(row))
+    return b"\n".join(out) + b"\n"
+
+
+def read_requests(stream, limit: int | None = None, max_output: int | None = None) -> list[Request]:
+    """The first ``limit`` requests of a kvsim-requests/1 file (``stream``: a `sim.files.Source`, read once)."""
+    dec = msgspec.json.Decoder(_Explicit)
+    out: list[Request] = []
+    path = stream.name
+    seen: set[str] = set()
+    with io.BufferedReader(stream) as f:
+        for n, raw in enumerate(f, start=1):
+            if n == 1 or not raw.strip():
+                continue
+            if limit is not None and len(out) >= limit:
+                break
+            try:
+                row = dec.decode(raw)
+            except msgspec.DecodeError as exc:
+                raise WorkloadError(f"{path}:{n}: not a kvsim-requests/1 row: {exc}") from None
+            if not row.tokens or min(row.tokens) < 0 or max(row.tokens) >= VOCAB:
+                raise WorkloadError(f"{path}:{n}: tokens must be a non-empty list of ids in [0, {VOCAB})")
+            if row.max_new_tokens < 1 or row.max_new_tokens > MAX_TOKENS or row.arrive < 0:
+                raise WorkloadError(f"{path}:{n}: max_new_tokens must lie in [1, {MAX_TOKENS:,}], arrive >= 0")
+            if row.id in seen:
+                raise WorkloadError(f"{path}:{n}: request id {row.id!r} given twice")
+            seen.add(row.id)
+            out_len = row.max_new_tokens if max_output is None else min(row.max_new_tokens, max_output)
+            out.append(Request(row.id, np.asarray(row.tokens, dtype=np.int64), out_len, (), row.arrive))
     return out

@@ -37,7 +37,8 @@ from kvsim.sim.report.kvreport import (
 )
 from kvsim.sim.report.verdict import Verdict, plural, unlisted, verdict_of
 
-__all__ = ["print_report", "print_rules", "print_findings", "print_hazards", "print_verdict", "print_table",
+__all__ = ["print_report", "print_rules", "print_findings", "print_hazards", "print_consequences", "print_verdict",
+           "print_table",
            "finding_line", "github_annotation", "Style", "MAX_VIOLATION_ROWS"]
 
 MAX_VIOLATION_ROWS = 50
@@ -347,6 +348,17 @@ def _consequence_lines(report: dict, max_rows: int) -> list[str]:
         out.append(f"… {total:,} consequences suppressed in all (the first per entity listed; the JSON report "
                    "lists them)")
     return out
+
+
+def print_consequences(report: dict, console: Console, style: Style, max_rows: int = 5) -> None:
+    """The first consequences (at most ``max_rows``) and how many were suppressed in all, after the roots."""
+    if style.quiet or not report.get("consequences"):
+        return
+    if style.plain:
+        for line in _consequence_lines(report, max_rows):
+            console.print(Text(line), soft_wrap=True, highlight=False)
+    else:
+        console.print(_consequences_table(report, max_rows))
 
 
 def print_report(report: dict, console: Console, max_rows: int = MAX_VIOLATION_ROWS, style: Style | None = None,

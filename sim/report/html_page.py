@@ -232,6 +232,10 @@ def _why(report: dict) -> str:
 def _toc(report: dict) -> str:
     links = [("inputs", "Inputs" + (" (scenarios)" if is_check(report) else "")), ("traces", "Traces"),
              ("violations-section", "Violations"), ("refusals", "Refusals"), ("coverage", "Rule coverage")]
+    if report.get("consequences"):
+        links.insert(3, ("consequences", "Consequences"))
+    if report.get("run"):
+        links.insert(4 if report.get("consequences") else 3, ("run", "Run"))
     if (report.get("stats") or {}).get("coverage"):
         links.append(("engine-paths", "Engine paths"))
     if _mismatches(report):
@@ -346,6 +350,33 @@ def _coverage(report: dict) -> str:
     return "".join(parts)
 
 
+def _run(report: dict) -> str:
+    """How a peer run was made (``run``): the exact command line, the versions, the workload's digest -- what
+    reproduces it."""
+    run = report.get("run")
+    if not run:
+        return ""
+    wl = run.get("workload") or {}
+    rows = [_tr([_td(k, "nw"), _td(str(v), "msg")]) for k, v in (
+        ("command", run.get("command", "")), ("engine", run.get("engine", "")), ("kvsim", run.get("kvsim", "")),
+        ("workload", f"{wl.get('name', '')} ({wl.get('requests', '?')} requests, sha256 {wl.get('sha256', '')})"),
+        *((("re-judged from", run["rejudged"]),) if run.get("rejudged") else ()))]
+    return '<h2 id="run">Run</h2>' + _table(["", ""], rows, frozenset())
+
+
+def _consequences(report: dict, max_rows: int) -> str:
+    """The first consequence per entity (each of an earlier root finding), after the roots: counted apart, never
+    violations."""
+    rows = report.get("consequences") or []
+    if not rows:
+        return ""
+    total = int((report.get("stats") or {}).get("consequences", len(rows)) or 0)
+    body = [_tr([_td(f"#{c.get('of', '')}", "n"), _td(c.get("rule", "")), _td(str(c.get("line", "")), "n"),
+                 _td(c.get("entity", "")), _td(c.get("message", ""), "msg")]) for c in rows[:max_rows]]
+    return (f'<h2 id="consequences">Consequences ({total:,}; the first per entity)</h2>'
+            + _table(["of", "rule", "line", "entity", "message"], body, frozenset({2})))
+
+
 def _engine_paths(report: dict) -> str:
     """A peer run's engine paths (stats.coverage): how often the run took each; a path never taken is a part of
     the engine the PASS says nothing about."""
@@ -375,8 +406,8 @@ def render_html(report: dict, timelines: dict, max_rows: int = MAX_VIOLATION_ROW
     body = "\n".join([
         f"<h1>{report_title(report)} report: {judged.word}</h1>", verdict, _toc(report),
         _why(report), _inputs(report), '<h2 id="traces">Traces</h2>', note, *traces,
-        f'<div id="violations-section">{_violations(report, max_rows)}</div>', _refusals(report), _coverage(report),
-        _engine_paths(report),
+        f'<div id="violations-section">{_violations(report, max_rows)}</div>', _consequences(report, max_rows),
+        _run(report), _refusals(report), _coverage(report), _engine_paths(report),
     ])
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

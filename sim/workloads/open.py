@@ -4,7 +4,8 @@ or the seeded synthetic generator.
 ``WORKLOAD`` is one of: a path ending in ``.jsonl`` (Mooncake) or ``.csv`` (Azure); ``excerpt:NAME`` for a
 file shipped in ``sim/workloads/excerpts`` (``conversation``, ``synthetic``, ``azure-conv``, ``azure-code``);
 ``synthetic`` or ``synthetic:SEED`` for the generator; ``synthetic:prefix-stress[:SEED]`` for the
-prefix-cache stress generator (``sim.workloads.prefix_stress``). A file whose name does not say its format -- ``-``
+prefix-cache stress generator (``sim.workloads.prefix_stress``), ``synthetic:hybrid-stress[:SEED]`` for the hybrid
+and tiered cache one (``sim.workloads.hybrid_stress``). A file whose name does not say its format -- ``-``
 (standard input), ``/dev/stdin``, a process substitution -- needs it given (``fmt``: ``mooncake`` or
 ``azure``); the file is read once, as a stream.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import cast
 
 from kvsim.sim.files import STDIN
+from kvsim.sim.workloads import hybrid_stress
 from kvsim.sim.workloads.azure import iter_azure
 from kvsim.sim.workloads.mooncake import iter_mooncake
 from kvsim.sim.workloads.prefix_stress import DEFAULT_REQUESTS as DEFAULT_STRESS_REQUESTS
@@ -53,9 +55,9 @@ def resolve(spec: str, fmt: str | None = None) -> tuple[str, object]:
     """(kind, argument): ("mooncake", path) | ("azure", path) | ("synthetic", seed) | ("synthetic",
     ("prefix-stress", seed)); bad names raise. ``fmt`` (mooncake | azure) names the format of a file whose name
     does not say it."""
-    stress = prefix_stress_seed(spec)
+    stress = stress_spec(spec)
     if stress is not None:
-        return "synthetic", (STRESS, stress)
+        return "synthetic", stress
     if spec == "synthetic" or spec.startswith("synthetic:"):
         seed = spec.partition(":")[2] or "0"
         if not seed.isdigit():
@@ -79,27 +81,40 @@ def resolve(spec: str, fmt: str | None = None) -> tuple[str, object]:
     raise WorkloadFormatError(spec, 0, "reading a workload from standard input needs --format mooncake|azure"
                               if spec == STDIN else "cannot tell the workload's format from its name (a .jsonl "
                               "Mooncake or .csv Azure file, excerpt:NAME, synthetic[:SEED] or "
-                              "synthetic:prefix-stress[:SEED]): pass --format mooncake|azure")
+                              "synthetic:prefix-stress[:SEED], synthetic:hybrid-stress[:SEED]): pass --format "
+                              "mooncake|azure")
 
 
 STRESS = "prefix-stress"
 
 
+STRESS_DEFAULTS = {STRESS: DEFAULT_STRESS_REQUESTS, hybrid_stress.NAME: hybrid_stress.DEFAULT_REQUESTS}
+
+
+def stress_spec(spec: str) -> tuple[str, int] | None:
+    """(generator, seed) of ``synthetic:prefix-stress[:SEED]`` or ``synthetic:hybrid-stress[:SEED]`` (seed 0 when
+    omitted); None for any other name. A bad seed raises WorkloadInputError."""
+    for name in STRESS_DEFAULTS:
+        head = f"synthetic:{name}"
+        if spec != head and not spec.startswith(head + ":"):
+            continue
+        seed = spec[len(head) + 1:] or "0"
+        if not seed.isdigit():
+            raise WorkloadInputError(spec, 0, f"synthetic:{name}:SEED needs a non-negative integer seed")
+        return name, int(seed)
+    return None
+
+
 def prefix_stress_seed(spec: str) -> int | None:
-    """The seed of ``synthetic:prefix-stress[:SEED]`` (0 when omitted); None for any other name. A bad seed
-    raises WorkloadInputError."""
-    head = f"synthetic:{STRESS}"
-    if spec != head and not spec.startswith(head + ":"):
-        return None
-    seed = spec[len(head) + 1:] or "0"
-    if not seed.isdigit():
-        raise WorkloadInputError(spec, 0, f"synthetic:{STRESS}:SEED needs a non-negative integer seed")
-    return int(seed)
+    """The seed of ``synthetic:prefix-stress[:SEED]`` (0 when omitted); None for any other name."""
+    stress = stress_spec(spec)
+    return stress[1] if stress is not None and stress[0] == STRESS else None
 
 
 def default_requests(spec: str) -> int:
     """How many requests a generator yields when no count is given."""
-    return DEFAULT_STRESS_REQUESTS if prefix_stress_seed(spec) is not None else 1000
+    stress = stress_spec(spec)
+    return STRESS_DEFAULTS[stress[0]] if stress is not None else 1000
 
 
 AZURE_NOTE = ("Azure LLM inference traces carry no prefix data (arrival times and token counts only): every prompt "
@@ -127,5 +142,7 @@ def open_workload(spec: str, requests: int | None = None, fmt: str | None = None
     if kind == "azure":
         return iter_azure(arg, requests, stream)
     if isinstance(arg, tuple):
+        if arg[0] == hybrid_stress.NAME:
+            return hybrid_stress.iter_hybrid_stress(requests, seed=arg[1])
         return iter_prefix_stress(requests, seed=arg[1])
     return iter_synthetic(1000 if requests is None else requests, seed=cast(int, arg))

@@ -52,7 +52,9 @@ def _key(c: EvictionCandidate) -> tuple:
                       "group, parent, child). The victims lie within the shortest fitting prefix of that order and "
                       "include its last element; dropping any one victim breaks the fit; a refusal means even "
                       "every candidate does not fit.",
-            evidence="model")
+            evidence="model",
+            tests=("tests/cache/test_rules.py::test_adm1_keeps_the_fast_path_and_a_minimal_eviction_set",
+                   "tests/cache/test_rules.py::test_adm1_fires_on_a_surplus_victim_and_on_evicting_with_room"))
 def ts_adm_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:
@@ -99,7 +101,11 @@ transition_rule(
               "The size of each step is not required (TokenSpeed "
               "documents min(RemainingNewTokens, 4096 x (1 + retractions)) in scheduler.md §4; the seed states only "
               "escalation); an escalation of less than one block can be hidden by rounding.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_retraction.py::test_readmission_with_more_headroom_is_clean",
+           "tests/peers/test_retraction.py::test_readmission_covering_the_rest_of_the_generation_is_clean",
+           "tests/peers/test_retraction.py::test_readmission_with_no_more_headroom_fires"),
+    context=("request", "group"))
 
 transition_rule(
     "TS-ADM-4", "An admission evicts only when it does not fit with zero eviction: no empty page left while a "
@@ -117,5 +123,10 @@ transition_rule(
               "full-attention group, block granularity = prefix granularity, one page per parent, no Host tier "
               "or snapshots (there the check is exact); pages whose key is held twice (a duplicate the index may "
               "have dropped) are left out. The LRU-epoch order among victims is not judged: the plans do not show "
-              "the access epochs (a request's own epoch carries over, research/tokenspeed.md §4).",
-    scope="cache")
+              "the access epochs (a request's own epoch carries over: TokenSpeed's coordinator/cache_admission.cpp "
+              "takes the request's own epoch, or a new one).",
+    scope="cache",
+    tests=("tests/peers/test_ts_eviction.py::test_evicting_once_the_empty_pages_are_used_keeps_ts_adm_3",
+           "tests/peers/test_ts_eviction.py::test_a_written_partial_tail_is_not_counted_empty",
+           "tests/peers/test_ts_eviction.py::test_evicting_while_an_empty_page_stays_fires_ts_adm_3"),
+    context=("group",))

@@ -10,7 +10,8 @@ _C = "kvsim.sim.peers.cachetrace.capacity.Capacity"
 transition_rule(
     "TS-ADM-3", "A request is refused at submission exactly when it exceeds the CapacityModel's single-request bound",
     'cache concepts L250: "The per-request working set ... is therefore defined once, in C++, and the Scheduler '
-    'bounds single requests against the pool with the same model (docs/design/scheduler.md §1.4)"; "parents_needed '
+    'bounds single requests against the pool with the same model" (the seed cites TokenSpeed\'s scheduler design '
+    'document, §1.4); "parents_needed '
     '... hands the group specs ... to the scheduler\'s own CapacityModel"', f"{_C}.submit",
     decisions="The cachetrace/1 header's max_single_request_tokens is what the scheduler's CapacityModel, built "
               "from the same SchedulerConfig, answers for the usable pool (num_device_pages - 1 LCM blocks): the "
@@ -18,7 +19,10 @@ transition_rule(
               "one new token (a request produces one). A submission the scheduler refuses (a `submit` record with "
               "`refused`) must exceed the bound, and one it accepts must not. Without the bound in the header "
               "nothing is judged.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_scheduler_clauses.py::test_refusals_exactly_beyond_the_bound_are_clean",
+           "tests/peers/test_scheduler_clauses.py::test_a_refusal_within_the_bound_or_an_admission_beyond_it_fires"),
+    context=("request", "tokens"))
 
 transition_rule(
     "TS-POOL-5", "The page gauge's cache-only remainder total - empty - active is non-negative; active is the live "
@@ -43,4 +47,9 @@ transition_rule(
               "outside the batch (a restore's growth) are not yet named by a row. Whether the cache-only remainder "
               "equals the blocks the prefix index holds is not judged: evictions without re-grant are not in the "
               "plans.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_scheduler_clauses.py::test_gauge_whose_active_parents_are_the_live_blocks_is_clean",
+           "tests/peers/test_scheduler_clauses.py::test_gauge_with_a_negative_remainder_or_other_active_count_fires",
+           "tests/peers/test_state_group.py::test_the_gauge_counts_a_state_rows_blocks_and_its_internal_checkpoint_active",
+           "tests/peers/test_state_group.py::test_a_gauge_leaving_the_internal_checkpoint_out_fires_once_per_cause"),
+    context=("empty", "active", "live", "cause"))

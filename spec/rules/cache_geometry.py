@@ -22,7 +22,9 @@ if TYPE_CHECKING:
                       "group's block_granularity (the subdivision block → kernel pages); a state group's layers "
                       "have no kernel pages; a full-visibility layer cannot ride a sliding group and a sliding mask "
                       "needs window_left + 1 <= sliding_window_tokens.",
-            evidence="model")
+            evidence="model",
+            tests=("tests/cache/test_rules.py::test_geo1_keeps_spans_kernel_pages_and_visibility",
+                   "tests/cache/test_rules.py::test_geo1_fires_on_a_derived_kernel_page_and_a_window_wider_than_retention"))
 def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     cfg = st.config
     for g in cfg.groups:
@@ -55,7 +57,9 @@ def ts_geo_1(st: CacheState, _entity: object | None = None, full: bool = True) -
                       "null block 0, and -1 only as trailing padding (seed 002 L165). On a scheduler's plans the "
                       "same clause is the peer contract's TS-POOL-4 (a -1 before a named slot, or a live row losing "
                       "a slot).",
-            evidence="model")
+            evidence="model",
+            tests=("tests/cache/test_rules.py::test_ret1_keeps_whole_page_expiry",
+                   "tests/cache/test_rules.py::test_ret1_fires_on_partial_expiry_and_a_full_history_hole"))
 def ts_ret_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in st.journal:

@@ -23,7 +23,10 @@ transition_rule(
               "follows a query (the bundled L3 runs stay clean). Whether the probe ran in the same round, and "
               "that waiting work which cannot be admitted is not probed (L189), are not judged: the plans do not "
               "say which requests could take a batch slot.",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_scheduler_clauses.py::test_get_of_queried_keys_is_clean",
+           "tests/peers/test_scheduler_clauses.py::test_get_of_keys_no_query_found_fires"),
+    context=("op_id",))
 
 transition_rule(
     "TS-L2-14", "A key whose L3 get failed is not fetched again before a put stores it",
@@ -35,4 +38,7 @@ transition_rule(
               "existing unreadable one (which keeps the key unread), so any successful put clears it -- the "
               "lenient reading. On the wheel a failed page is recomputed and put again before any later get, so "
               "the premise needs the injected fault (refetch-failed-key).",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_scheduler_clauses.py::test_a_failed_key_stored_again_may_be_fetched_again",
+           "tests/peers/test_scheduler_clauses.py::test_a_failed_key_fetched_again_without_a_put_fires"),
+    context=("op_id",))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.cache.journal import AcquireRecord, AdmitRecord
-from kvsim.spec.catalogue import state_rule
+from kvsim.spec.catalogue import Reading, state_rule
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -30,7 +30,9 @@ def _records(st: CacheState, kind: type) -> list:
             decisions="Indexes recounted: per-group free slots (holes of bound parents), the empty-parent FIFO "
                       "(each empty parent exactly once), per-parent occupied counts, per-(group, bucket) sets of "
                       "parents with a hole in that bucket.",
-            evidence="model")
+            evidence="model",
+            tests=("tests/cache/test_rules.py::test_pool1_keeps_indexes_through_bind_release_and_unbind",
+                   "tests/cache/test_rules.py::test_pool1_fires_on_a_stale_free_count_and_a_bound_empty_parent"))
 def ts_pool_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     pool = st.pool
     if pool is None:
@@ -74,7 +76,9 @@ def ts_pool_1(st: CacheState, _entity: object | None = None, full: bool = True) 
             '"A failed acquire leaves both placement and request tables unchanged"', scope="cache",
             decisions="A refusal is legal only when holes in bound parents + empty parents × slots per parent "
                       "< the count; a refused admission acquires nothing.",
-            evidence="model")
+            evidence="model",
+            tests=("tests/cache/test_rules.py::test_pool2_keeps_a_refused_acquire_unchanged",
+                   "tests/cache/test_rules.py::test_pool2_fires_on_a_mutating_or_needless_refusal"))
 def ts_pool_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     for r in _records(st, AcquireRecord):
@@ -109,7 +113,9 @@ def _capacity(snap: tuple, group: int) -> tuple[int, int, int]:
             decisions="Bucket load counts every nonnull block of the request's table in that group, updated after "
                       "each child; among all holes of bound parents the choice is the lexicographic minimum of "
                       "(bucket load, bucket, −parent occupancy, parent, child).",
-            evidence="model")
+            evidence="model",
+            tests=("tests/cache/test_rules.py::test_pool3_keeps_placement_order_with_shards",
+                   "tests/cache/test_rules.py::test_pool3_fires_when_a_fresh_parent_is_opened_before_bound_holes"))
 def ts_pool_3(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     recs = [r for r in _records(st, AcquireRecord) if r.result]
     if not recs:
@@ -156,7 +162,13 @@ def naive_placement(snap: tuple, group: int, num: int, table_ids: Iterable[int])
                       "[1, 1 + N·K), distinct per owner, and a replicated group's local id is its own id. On a "
                       "scheduler's plans (sim.peers.cachetrace.contract) a full-attention table never names block 0, "
                       "holds -1 only as trailing padding and never loses a slot of a live row (seed 002 L165 \"full "
-                      "attention never expires\"; fault full-row-hole).")
+                      "attention never expires\"; fault full-row-hole).",
+            readings=(Reading("tokenspeed", "kvsim.sim.peers.cachetrace.contract.Contract._row",
+                              title="Null block 0 never handed out, zeroed or named by a full-attention table; a "
+                                    "full-attention row holds -1 only as trailing padding and never loses a slot"),),
+            tests=("tests/cache/test_rules.py::test_pool4_keeps_the_null_block_and_translation",
+                   "tests/cache/test_rules.py::test_pool4_fires_when_block_zero_is_handed_out"),
+            context=("group", "request", "slot"))
 def ts_pool_4(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     pool = st.pool

@@ -12,7 +12,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from kvsim.kvmodel.cache.journal import ProbeRecord, PublishRecord
-from kvsim.spec.catalogue import state_rule, transition_rule
+from kvsim.spec.catalogue import Reading, state_rule, transition_rule
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -37,9 +37,15 @@ def chain_hashes(tokens: Sequence[int], p: int) -> list[str]:
             "at multiples of prefix_granularity",
             'cache concepts: "two requests share cache only at multiples of this many tokens"; "SHA-256 prefix-page '
             'hashing"', scope="cache",
-            decisions="Framing from TokenSpeed's prefix_hasher.h (research/tokenspeed.md §3). A published key's "
+            decisions="Framing from TokenSpeed's prefix_hasher.h. A published key's "
                       "page offset is its slot modulo P / block_granularity; a probe's bound and hit are multiples "
-                      "of P; published tokens are whole pages.")
+                      "of P; published tokens are whole pages.",
+            readings=(Reading("tokenspeed", "kvsim.sim.peers.cachetrace.hits.PrefixHits.first_extend",
+                              title="Prefix hits only at multiples of prefix_granularity, short of the prompt's last "
+                                    "token"),),
+            tests=("tests/cache/test_rules.py::test_pfx1_keeps_chained_hashes_and_page_multiples",
+                   "tests/cache/test_rules.py::test_pfx1_fires_on_unchained_hashes_and_a_mid_page_hit"),
+            context=("request", "hit", "cause"))
 def ts_pfx_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
@@ -104,7 +110,9 @@ def expected_hits(grp: ProbeGroup, boundary_slots: int) -> tuple[bool, ...]:
             decisions="A window group resumes at boundary b with ceil((W − 1)/bg) cached slots before b, or a "
                       "shorter run reaching slot 0; W = 2 for state groups; replayable groups are not matched and "
                       "claim no hit.",
-            evidence="model")
+            evidence="model",
+            tests=("tests/cache/test_rules.py::test_pfx2_keeps_full_window_and_state_matching",
+                   "tests/cache/test_rules.py::test_pfx2_fires_on_a_hit_beyond_what_every_group_supports"))
 def ts_pfx_2(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     p = st.config.prefix_granularity
     seen = False
@@ -149,4 +157,11 @@ transition_rule(
               "The contract never records a replayable page as published, so a later table naming one as cached "
               "content is TS-TBL-1. That a replayable group never constrains the boundary needs the other groups' "
               "index and is checked on kvsim's own coordinator (TS-PFX-2).",
-    scope="cache")
+    scope="cache",
+    tests=("tests/peers/test_replayable.py::test_hole_below_the_replay_window_and_fresh_pages_from_it_are_clean",
+           "tests/peers/test_replayable.py::test_page_below_the_replay_window_fires",
+           "tests/peers/test_replayable.py::test_replayable_page_shared_from_an_earlier_request_fires",
+           "tests/peers/test_replayable.py::test_replay_shorter_than_the_window_fires",
+           "tests/peers/test_replayable.py::test_hole_inside_the_replay_window_fires",
+           "tests/peers/test_replayable.py::test_replayable_declared_on_a_full_attention_group_fires"),
+    context=("request", "hit", "replay", "group", "slot", "block"))

@@ -26,7 +26,11 @@ transition_rule(
               "destination and output map are -1, and the masked writer (write_masked) drops it -- its "
               "continuation state stays the body's (the unsplit final state) and no checkpoint is written for it. "
               "The kernels' layouts, staging buffers and graph capture are not modelled.",
-    evidence="model", scope="cache")
+    evidence="model", scope="cache",
+    tests=("tests/cache/test_state_reference.py::test_split_scan_reference_and_a_packed_spelling_agree_with_the_ordinary_scan",
+           "tests/cache/test_state_reference.py::test_a_tail_from_zero_a_token_run_twice_or_wrapping_negative_indices_fires",
+           "tests/cache/test_state_reference.py::test_inactive_capacity_slots_leave_the_bodys_final_state",
+           "tests/cache/test_state_reference.py::test_a_dummy_scan_overwriting_the_final_state_fires"))
 
 transition_rule(
     "TS-ST-7", "At most one internal checkpoint per request, the last aligned one inside the extent",
@@ -36,7 +40,9 @@ transition_rule(
     decisions="An implementation returns the positions it materializes for an extent [before, after): none when no "
               "multiple of P lies strictly inside, else exactly floor(after/P)*P. On the wheel the plan carries one "
               "checkpoint length per extend (so never two) and TS-ST-3 judges its position.",
-    evidence="model", scope="cache")
+    evidence="model", scope="cache",
+    tests=("tests/cache/test_state_reference.py::test_the_last_aligned_checkpoint_alone_is_selected",
+           "tests/cache/test_state_reference.py::test_every_aligned_boundary_or_the_extent_end_selected_fires"))
 
 transition_rule(
     "TS-ST-8", "The snapshot is selected at the prefix boundary and addressed by the state block span",
@@ -48,7 +54,9 @@ transition_rule(
     decisions="For (before, after, P, bg): the slot is (floor(after/P)*P - 1) // bg when that boundary lies strictly "
               "inside the extent, else none. Selecting at floor(after/bg)*bg (the block span) fires whenever bg < P "
               "puts a block boundary past the prefix boundary.",
-    evidence="model", scope="cache")
+    evidence="model", scope="cache",
+    tests=("tests/cache/test_state_reference.py::test_snapshot_slot_selected_at_p_and_addressed_by_the_block_span",
+           "tests/cache/test_state_reference.py::test_snapshot_selected_by_the_state_block_span_fires"))
 
 transition_rule(
     "TS-GEO-2", "Token slots are table[pos // span] * span + pos % span, page-size invariant, -1 where no block is",
@@ -60,4 +68,6 @@ transition_rule(
               "resolves to -1 (the router's spelling fails to the dummy page 0 instead); the same row expanded to "
               "kernel pages of any k dividing block_granularity resolves every position to the same slot. Checked "
               "on the wheel's recorded block tables; the runtime's own resolve is not in a plan.",
-    evidence="model", scope="cache")
+    evidence="model", scope="cache",
+    tests=("tests/cache/test_state_reference.py::test_wheel_tables_resolve_page_size_invariantly_with_holes_failing_closed",
+           "tests/cache/test_state_reference.py::test_an_unmasked_or_page_local_mapping_fires_on_the_wheel_tables"))

@@ -13,8 +13,9 @@ from kvsim.spec.catalogue import transition_rule
 _SG = "kvsim.sim.peers.cachetrace.state_group.StateGroups"
 
 
-def _rule(rule_id: str, title: str, clause: str, checker: str, decisions: str) -> None:
-    transition_rule(rule_id, title, clause, f"{_SG}.{checker}", decisions, scope="cache")
+def _rule(rule_id: str, title: str, clause: str, checker: str, decisions: str, tests: tuple[str, ...] = (),
+          context: tuple[str, ...] = ()) -> None:
+    transition_rule(rule_id, title, clause, f"{_SG}.{checker}", decisions, scope="cache", tests=tests, context=context)
 
 
 _rule("TS-ST-1", "A published state block holds the state a prefill wrote at exactly its key's prefix boundary",
@@ -39,7 +40,14 @@ _rule("TS-ST-1", "A published state block holds the state a prefill wrote at exa
       "than an ordinary chunk end, L78) is not decided: the full group's match that makes a boundary Promoted is "
       "not in the plan. Findings whose state sits at its own partial page's end (stored under that page's key, "
       "hit there, or announced there) name the cause 'partial tail published' and group under its first (one "
-      "cause, one finding).")
+      "cause, one finding).",
+      tests=("tests/peers/test_state_group.py::test_checkpoint_at_the_aligned_boundary_stored_and_hit_is_clean",
+             "tests/peers/test_state_group.py::test_absolute_state_rows_are_read_at_their_positions",
+             "tests/peers/test_state_group.py::test_state_stored_under_the_key_of_a_partial_page_fires",
+             "tests/peers/test_state_group.py::test_state_stored_under_another_boundarys_key_or_from_an_unwritten_block_fires",
+             "tests/peers/test_state_group.py::test_a_stored_page_ending_at_a_prefill_checkpoint_is_clean",
+             "tests/peers/test_state_group.py::test_a_stored_page_ending_where_a_decode_or_a_prompts_tail_wrote_fires"),
+      context=("group", "block", "request", "slot", "cause"))
 _rule("TS-ST-2", "No state a decode wrote is published or stored on Host under a key",
       'cache concepts L78: "PrefillDone can publish pending prefill state before decode or PD handoff; decode itself '
       'records and publishes no state checkpoints"; L187: "Ordinary decode publishes history-cache Device entries '
@@ -51,7 +59,12 @@ _rule("TS-ST-2", "No state a decode wrote is published or stored on Host under a
       "The wheel's finish write-back of the running state (under the partial tail's key) is this rule's, and so "
       "is its Device publication of the running state at every grown tail the events show; both name the partial "
       "tail's cause. A decode state at a whole page (m5's at 704 tokens in state_workload.jsonl) has no such "
-      "cause: a root of its own.")
+      "cause: a root of its own.",
+      tests=("tests/peers/test_state_group.py::test_checkpoint_at_the_aligned_boundary_stored_and_hit_is_clean",
+             "tests/peers/test_state_group.py::test_a_decode_state_stored_or_hit_fires",
+             "tests/peers/test_state_group.py::test_a_stored_page_ending_at_a_prefill_checkpoint_is_clean",
+             "tests/peers/test_state_group.py::test_a_stored_page_ending_where_a_decode_or_a_prompts_tail_wrote_fires"),
+      context=("group", "block", "request", "cause"))
 _rule("TS-ST-3", "An internal state checkpoint lies at floor(after/P)*P, strictly between before and after",
       'cache concepts L82: "the last internal reusable checkpoint is at floor(after / prefix_granularity) * '
       'prefix_granularity, strictly between before and after"; L74: "When the extent contains an internal '
@@ -62,7 +75,10 @@ _rule("TS-ST-3", "An internal state checkpoint lies at floor(after/P)*P, strictl
       "positions). An extent ending on a multiple of P has no internal reusable checkpoint: its final state is the "
       "aligned one. Whether an extent that contains a checkpoint must materialize it is TS-ST-4's question for the "
       "prompt's last one; the seed's 'at most one internal checkpoint per eligible request' leaves other chunks "
-      "free.")
+      "free.",
+      tests=("tests/peers/test_state_group.py::test_checkpoint_at_the_aligned_boundary_stored_and_hit_is_clean",
+             "tests/peers/test_state_group.py::test_a_checkpoint_off_the_last_aligned_boundary_fires"),
+      context=("request", "checkpoint", "group", "slot"))
 _rule("TS-ST-4", "The prompt's last aligned checkpoint is written before a short final tail",
       'cache concepts L78: "Newly completed prefill boundaries at the prompt\'s last aligned checkpoint are '
       'classified as Endpoint, unless already Promoted, including before a short final tail"; L76: "Scheduled local '
@@ -72,7 +88,11 @@ _rule("TS-ST-4", "The prompt's last aligned checkpoint is written before a short
       "an internal checkpoint at A). Without that state there is nothing to classify as Endpoint or publish, and a "
       "later request sharing the aligned prefix cannot hit it. Judged once per request, at the extend reaching n; a "
       "readmitted request's recomputation is not judged again. Its publication with a Host tier is TS-ST-5's "
-      "(stored by a drained end) and TS-ST-1's (under the right key).")
+      "(stored by a drained end) and TS-ST-1's (under the right key).",
+      tests=("tests/peers/test_state_group.py::test_checkpoint_at_the_aligned_boundary_stored_and_hit_is_clean",
+             "tests/peers/test_state_group.py::test_a_chunk_ending_at_the_aligned_checkpoint_is_its_endpoint",
+             "tests/peers/test_state_group.py::test_a_short_final_tail_without_its_aligned_checkpoint_fires"),
+      context=("request", "endpoint"))
 _rule("TS-ST-5", "The newest prefill checkpoint is stored on Host after finish or retraction, unless evicted",
       'cache concepts L187: "At finish or retraction, eligible non-state Device pages and the newest existing '
       'prefill checkpoint per state group are queued before request ownership is released"; "The queue is drained '
@@ -84,4 +104,8 @@ _rule("TS-ST-5", "The newest prefill checkpoint is stored on Host after finish o
       "second copy), or once its block is handed out again (evicted while queued). When the trace ends drained "
       "(its last plan schedules nothing and issues no cache op), a checkpoint still unsettled is a violation, "
       "unless the Host tier was full while it waited or the unsettled ones would not fit the free Host pages (the "
-      "reading TS-L2-12 applies to history pages). Queue order and speed are not judged.")
+      "reading TS-L2-12 applies to history pages). Queue order and speed are not judged.",
+      tests=("tests/peers/test_state_group.py::test_newest_checkpoint_stored_before_the_end_is_clean",
+             "tests/peers/test_state_group.py::test_checkpoint_evicted_before_its_store_or_an_undrained_end_is_not_judged",
+             "tests/peers/test_state_group.py::test_newest_checkpoint_never_stored_fires_at_a_drained_end"),
+      context=("request", "group", "block"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvsim.spec.catalogue import state_rule
+from kvsim.spec.catalogue import Reading, state_rule
 
 if TYPE_CHECKING:
     from kvsim.kvmodel.cache.state import CacheState
@@ -19,7 +19,11 @@ if TYPE_CHECKING:
                       "at least be the same slot. Liveness comes from the pool or the observed live set. On a "
                       "scheduler's plans (sim.peers.cachetrace.contract) a hit's whole prefix pages name the published "
                       "block itself: a fresh copy of a published block at a hit slot fires (seed 002 L154 "
-                      "\"registration neither allocates nor copies physical storage\"; fault hit-served-as-copy).")
+                      "\"registration neither allocates nor copies physical storage\"; fault hit-served-as-copy).",
+            readings=(Reading("tokenspeed", "kvsim.sim.peers.cachetrace.contract.Contract._row"),),
+            tests=("tests/cache/test_rules.py::test_tbl1_keeps_sharing_through_cache_keys",
+                   "tests/cache/test_rules.py::test_tbl1_fires_on_private_aliasing_and_a_freed_block"),
+            context=("request", "group", "slot", "block", "source"))
 def ts_tbl_1(st: CacheState, _entity: object | None = None, full: bool = True) -> str | bool | None:
     seen = False
     groups = len(st.config.groups)

@@ -30,7 +30,10 @@ SEED_BYTES_D256 = {"bf16": 1024, "int8": 528, "fp8": 516, "nvfp4": 288, "k8v4": 
                       "affine for every geometry by construction. The explicit policy needs only K_main >= S and M "
                       "in [M_min, M_max] (store contract "
                       "\"并要求 (K_{main}\\ge S) 且 (M\\in[M_{min},M_{max}])\"): a plane alignment that bends the "
-                      "curve never refuses an explicit capacity.")
+                      "curve never refuses an explicit capacity.",
+            tests=("tests/rules/test_cap.py::test_cap1_keeps_explicit_and_automatic_resolution",
+                   "tests/rules/test_cap.py::test_cap1_keeps_automatic_capacity_affine_for_odd_head_counts",
+                   "tests/rules/test_cap.py::test_cap1_fires_when_m_differs_from_the_policy"))
 def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     cfg, res = st.config, st.resolution
     m_min, m_max = m_range(cfg)
@@ -59,7 +62,9 @@ def cap_1(st: KVStore, _entity: object, full: bool) -> str | bool | None:
                       "when the selected draft config contains full-attention layers\", L79 \"没有 full layer 的 draft "
                       "配置不分配此 pool\"): a draft with no full-attention layer is a legal configuration of either "
                       "kind with Main as its only growing pool (the official DFlash2 config is one, L31); only a "
-                      "negative layer count is refused.")
+                      "negative layer count is refused.",
+            tests=("tests/rules/test_cap.py::test_cap2_keeps_backend_pool_sizes",
+                   "tests/rules/test_cap.py::test_cap2_fires_when_mtp_pool_lacks_the_provisional_lead"))
 def cap_2(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     want = pool_pages(st.config, st.resolution.m)
     have = {name: pool.capacity for name, pool in st.pools.items()}
@@ -73,7 +78,11 @@ def cap_2(st: KVStore, _entity: object, full: bool) -> str | bool | None:
 @state_rule("CAP-3", "Per pool allocated + reserved + available = capacity, all >= 0",
             'store contract: "allocated+reserved+available=capacity"', scope="pool",
             decisions="The audit recounts allocated from the leases; reserved is the sum of active reservations "
-                      "(checked under ENT-1).")
+                      "(checked under ENT-1).",
+            tests=("tests/rules/test_cap.py::test_cap3_keeps_allocated_reserved_available",
+                   "tests/rules/test_cap.py::test_cap3_fires_on_over_reservation",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("pool", "xfer", "allocated", "reserved", "available"))
 def cap_3(st: KVStore, name: str, full: bool) -> str | bool | None:
     p = st.pools[name]
     if p.allocated < 0 or p.reserved < 0 or p.available < 0:
@@ -93,7 +102,10 @@ def cap_3(st: KVStore, name: str, full: bool) -> str | bool | None:
             'store contract: "各 pools 物理分离。一个 pool 的 free page 不能变成另一 pool 的 payload"', scope="pool",
             evidence="model",
             decisions="Guards the model: engine page ids are checked against their own pool's namespace when adopted "
-                      "(PAGE-1), so only model state can break this.")
+                      "(PAGE-1), so only model state can break this.",
+            tests=("tests/rules/test_cap.py::test_cap4_keeps_pools_fixed_and_separate",
+                   "tests/rules/test_cap.py::test_cap4_fires_when_a_pool_resizes"),
+            context=("pool",))
 def cap_4(st: KVStore, name: str, full: bool) -> str | bool | None:
     p = st.pools[name]
     if p.capacity != st.resolution.pages[name]:
@@ -110,7 +122,9 @@ def cap_4(st: KVStore, name: str, full: bool) -> str | bool | None:
             'store contract: "PageBytes=\\sum_{plane} PlaneBytesPerToken\\cdot P", "不能用 2 * vector_bytes 代替 K8V4"',
             scope="config", evidence="model",
             decisions="Guards the model (kvtrace/1 carries no byte figures). Draft Full uses its own BF16 profile at "
-                      "the draft head_dim; the BF16 profile stores BF16 V.")
+                      "the draft head_dim; the BF16 profile stores BF16 V.",
+            tests=("tests/rules/test_cap.py::test_cap5_keeps_typed_byte_accounting",
+                   "tests/rules/test_cap.py::test_cap5_fires_on_symmetric_k8v4_bytes"))
 def cap_5(st: KVStore, _entity: object, full: bool) -> str | bool | None:
     cfg = st.config
     if bytes_per_token_head(cfg.kv_profile, 256) != SEED_BYTES_D256[cfg.kv_profile]:
@@ -149,7 +163,10 @@ _ORDER = {"main": PAGE_MAJOR, "mtp": PAGE_MAJOR, "draft_full": HEAD_MAJOR}
                       "(tests/gpu). kvtrace/1 carries no plane shapes, so an engine's layout is not judged. X per "
                       "plane as the seed lists it: D for K/V and quantized code planes, D/64 for the INT8-G64 scale, "
                       "1 for the FP8-E4M3FN-row256 scale, D/2 (packed U8) for the NVFP4-G16 code and D/16 for its "
-                      "scale. Code and scale planes share the page group g (one PoolGeometry per pool).")
+                      "scale. Code and scale planes share the page group g (one PoolGeometry per pool).",
+            tests=("tests/rules/test_cap.py::test_cap7_keeps_the_closed_plane_orders",
+                   "tests/rules/test_cap.py::test_cap7_fires_on_a_head_major_main_pool",
+                   "tests/rules/test_cap.py::test_cap7_fires_on_a_wrong_scale_extent"))
 def cap_7(st: KVStore, _entity: object, full: bool) -> str | bool:
     for name, g in st.geometry.items():
         if PAGE_SIZE != 64:

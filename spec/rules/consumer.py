@@ -15,7 +15,11 @@ transition_rule("CONS-1", "Consumers read through paged views within the frozen 
                 "kvsim.sim.lockstep.Lockstep.check_row",
                 decisions="The model rejects a launch whose read domain [0, b) holds stale columns "
                           "(kvmodel.store.units._write_findings); the lockstep checks that every active row's "
-                          "physical table equals the membership mirror over its committed blocks.")
+                          "physical table equals the membership mirror over its committed blocks.",
+                tests=("tests/rules/test_cons.py::test_cons1_keeps_reads_within_the_valid_frontier",
+                       "tests/rules/test_cons.py::test_cons1_fires_on_a_read_over_stale_columns",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "pool", "write", "unit", "row"))
 
 transition_rule("CONS-2", "Correctness is independent of physical id order; no whole-context gather",
                 'store contract: "Kernel correctness不依赖physical page '
@@ -29,7 +33,10 @@ transition_rule("CONS-2", "Correctness is independent of physical id order; no w
                           "`model`, a self-check under `kvsim replay --lockstep`). Lockstep: the read domain maps no "
                           "hole and no aliased page, whatever the (engine- or allocator-chosen) physical order; "
                           "attention stages one tile of pages at a time (gpu.attention), and its output is compared "
-                          "with the oracle under CONS-3.")
+                          "with the oracle under CONS-3.",
+                tests=("tests/test_lockstep.py::test_lockstep_checks_are_exercised",
+                       "tests/test_lockstep.py::test_cons2_fires_on_a_hole_or_an_alias_in_the_read_domain"),
+                context=("seq", "pool", "row"))
 
 transition_rule("CONS-3", "Codec bytes are bit-exact; paged attention equals the FP64 oracle within tolerance",
                 'store contract: "Exact persistent codec 由 kv_cache_append.h 定义"',
@@ -41,7 +48,13 @@ transition_rule("CONS-3", "Codec bytes are bit-exact; paged attention equals the
                           "scales read back page by page equal the codec of its content keys' content; paged "
                           "attention over the unit's rows equals the FP64 oracle over the decoded K/V within "
                           "rel-L2 1e-4 (kernel error; codec error has its own budget in gpu.accuracy), inert "
-                          "columns exactly zero.")
+                          "columns exactly zero.",
+                tests=("tests/test_lockstep.py::test_lockstep_checks_are_exercised",
+                       "tests/test_lockstep.py::test_cons3_fires_when_a_cow_tail_is_not_copied",
+                       "tests/test_lockstep.py::test_cons3_fires_on_content_written_under_the_wrong_key",
+                       "tests/test_lockstep.py::test_cons3_fires_when_a_host_restore_is_skipped",
+                       "tests/test_lockstep.py::test_cons3_fires_when_attention_drifts_from_the_oracle"),
+                context=("seq", "pool", "row", "layer", "seqs"))
 
 clause_rule("CONS-4", "A paged view holds one layer's planes and one table row; no allocator, identity or frontier",
             'store contract: "View 只包含一个 layer 的 plane tensors 与一行 block table"',

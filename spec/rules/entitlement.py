@@ -23,7 +23,10 @@ if TYPE_CHECKING:
                       "(prompt + the effective output budget min(budget, S − prompt): decision 18, AS-6), "
                       "MTP may lead by ceil((K−1)/P), Draft Full equals Main. The pool's reserved is the sum of "
                       "active reservations (recounted whenever the pool's counters moved); only finish returns a "
-                      "reservation to global available.")
+                      "reservation to global available.",
+            tests=("tests/rules/test_ent.py::test_ent1_keeps_entitlement_until_terminal_release",
+                   "tests/rules/test_ent.py::test_ent1_fires_when_an_inactive_space_keeps_a_reservation"),
+            context=("seq", "ckpt", "pool"))
 def ent_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if not space.active:
         return f"inactive {space.owner!r} ({space.pool}) holds a reservation of {space.reservation}" \
@@ -41,7 +44,11 @@ def ent_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
 transition_rule("ENT-2", "ensure_mapped_to_tokens is a lower bound that fails only beyond the entitlement",
                 'store contract: "ensure_mapped_to_tokens() 的参数是本阶段所需覆盖范围的下界"', mapping.ensure_mapped,
                 decisions="A refusal while the entitlement covers the request, or mapping more/fewer new pages "
-                          "than needed, is a violation.")
+                          "than needed, is a violation.",
+                tests=("tests/rules/test_ent.py::test_ent2_keeps_ensure_mapped_as_a_lower_bound",
+                       "tests/rules/test_ent.py::test_ent2_fires_when_the_engine_maps_pages_already_covered",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "pool", "tokens"))
 
 transition_rule("ENT-3", "Launches are covered by entitlement at the round boundary; growth only there; bounded "
                 "completion",
@@ -58,7 +65,12 @@ transition_rule("ENT-3", "Launches are covered by entitlement at the round bound
                           "control span); in every pool that writes (Main, Draft Full; MTP with its K−1 lead) writes "
                           "starting at or before F are the step about to launch, one write per space may start "
                           "beyond F (the forced control span), any further one is the violation, and every write "
-                          "stays within the entitlement.")
+                          "stays within the entitlement.",
+                tests=("tests/rules/test_ent.py::test_ent3_keeps_launches_covered_and_growth_at_round_boundaries",
+                       "tests/rules/test_ent.py::test_ent3_keeps_bounded_completion_at_the_covered_frontier",
+                       "tests/rules/test_ent.py::test_ent3_fires_on_a_launch_beyond_the_entitlement",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "unit", "bounded_at", "covered", "pool", "write"))
 
 
 transition_rule("ENT-5", "kv_lease_growth leases at most the frontier + the bounded window + the per-lane cushion",
@@ -74,7 +86,12 @@ transition_rule("ENT-5", "kv_lease_growth leases at most the frontier + the boun
                           "whole remaining budget, say) is the violation, whether the `grow` result states it "
                           "(kvmodel.store.mapping.check_engine_growth) or only the engine's next pool counters "
                           "show it (kvmodel.store.observe). A growth that does not fit global available is TRACE-1 "
-                          "first.")
+                          "first.",
+                tests=("tests/rules/test_ent.py::test_ent5_keeps_growth_up_to_frontier_window_and_cushion",
+                       "tests/rules/test_ent.py::test_ent5_fires_on_a_stated_lease_beyond_the_window",
+                       "tests/rules/test_ent.py::test_ent5_fires_on_counters_showing_a_lease_beyond_the_window",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "pool", "entitlement", "bound"))
 
 
 @state_rule("ENT-4", "Truncated leases return to the same reservation; the last partial page is kept",
@@ -100,7 +117,12 @@ transition_rule("ENT-5", "kv_lease_growth leases at most the frontier + the boun
                       "(refusal `busy`), and an engine that maps anyway takes a pinned page group (REP-2). "
                       "Transition (kvmodel.store.settle.cut_to, KVStore.drop_ref): a private unmapped "
                       "page dematerializes into the reservation; an unmapped shared page frees no lease and the "
-                      "entitlement shrinks by it.")
+                      "entitlement shrinks by it.",
+            tests=("tests/rules/test_ent.py::test_ent4_keeps_truncated_leases_in_the_same_reservation",
+                   "tests/rules/test_ent.py::test_ent4_keeps_a_truncated_copy_pinned_lease_in_the_same_reservation",
+                   "tests/rules/test_ent.py::test_ent4_truncated_shared_members_shrink_the_entitlement_deterministically",
+                   "tests/rules/test_ent.py::test_ent4_fires_when_the_last_partial_page_is_trimmed"),
+            context=("seq", "ckpt", "pool"))
 def ent_4(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if len(space.pages) * PAGE_SIZE < space.committed:
         return (f"{space.owner!r} ({space.pool}) keeps {len(space.pages)} pages for frontier {space.committed} "

@@ -40,7 +40,11 @@ def leases_carry_their_pages(st: KVStore) -> str | bool | None:
                       "`pages`) the model's lowest free id is a guess, and the first time the engine names the "
                       "page's id (observe table, activation result, xfer result) it is adopted after this rule's "
                       "check: in the pool, named once, carrying no page the engine itself placed "
-                      "(kvmodel.store.adopt); a guess standing on the engine's id moves.")
+                      "(kvmodel.store.adopt); a guess standing on the engine's id moves.",
+            tests=("tests/rules/test_page.py::test_page1_keeps_one_replica_per_lease",
+                   "tests/rules/test_page.py::test_page1_fires_when_two_pages_claim_one_lease",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("seq", "pool", "block", "page", "xfer", "ckpt"))
 def page_1(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or page.device < 0:
         return None
@@ -57,7 +61,11 @@ transition_rule("PAGE-2", "A stale lease or page handle (older generation) is re
                           "LogicalPageStore.is_current); in a trace, an engine table entry naming a released "
                           "page id is the stale handle, decided by generation: each row remembers the (id, lease "
                           "generation) last published at each block, so an entry naming that id after its lease "
-                          "ended is PAGE-2 even when the id has been leased again since (not AS-3).")
+                          "ended is PAGE-2 even when the id has been leased again since (not AS-3).",
+                tests=("tests/rules/test_page.py::test_page2_keeps_generations_on_release_and_reuse",
+                       "tests/rules/test_page.py::test_page2_is_counted_when_tables_are_observed",
+                       "tests/rules/test_page.py::test_page2_fires_on_a_table_naming_a_released_page",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"))
 
 
 @state_rule("PAGE-3", "A replica is valid for n columns iff its epoch equals the page's and coverage >= n",
@@ -72,7 +80,11 @@ transition_rule("PAGE-2", "A stale lease or page handle (older generation) is re
                       "passed over a copy whose epoch or coverage no longer matches is this violation "
                       "(kvmodel.store.transfers); a correct engine reports the failed verify (`result.ok` false) "
                       "and the copy is abandoned: nothing published, its destination freed, its pins dropped "
-                      "(transfers.verify_failed).")
+                      "(transfers.verify_failed).",
+            tests=("tests/rules/test_page.py::test_page3_keeps_valid_replicas_through_offload_and_restore",
+                   "tests/rules/test_page.py::test_page3_fires_on_a_stale_device_replica",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("ckpt", "pool", "block", "xfer", "page"))
 def page_3(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or not page.holders:
         return None
@@ -99,7 +111,10 @@ def page_3(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
             scope="page", full=leaked, evidence="model",
             decisions="Guards the model: reclamation and leases are the model's own bookkeeping (a trace reports no "
                       "descriptors). The audit builds the ownership graph (networkx) from live address spaces and open "
-                      "transfers; every lease and Host slice must be reachable.")
+                      "transfers; every lease and Host slice must be reachable.",
+            tests=("tests/rules/test_page.py::test_page4_keeps_reclaiming_at_the_last_reference",
+                   "tests/rules/test_page.py::test_page4_fires_on_a_leaked_lease"),
+            context=("pool", "page", "block"))
 def page_4(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive:
         if page.device >= 0 or page.host is not None or page.holders or page.pins:
@@ -135,7 +150,10 @@ def distinct_identities(st: KVStore) -> str | bool | None:
             decisions="Guards the model (a trace names physical ids only; identities and epochs are the model's). "
                       "Checked as: a page sits at its own block index in every holder (its physical id may "
                       "change, its identity does not); the audit also checks that a space never maps one "
-                      "descriptor twice and that live pages of a pool have distinct content epochs.")
+                      "descriptor twice and that live pages of a pool have distinct content epochs.",
+            tests=("tests/rules/test_page.py::test_page5_keeps_identity_across_physical_moves",
+                   "tests/rules/test_page.py::test_page5_fires_when_membership_order_is_scrambled"),
+            context=("pool", "page", "block"))
 def page_5(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or not page.holders:
         return None

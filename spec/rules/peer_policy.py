@@ -14,20 +14,28 @@ from kvsim.spec.catalogue import transition_rule
 
 transition_rule(
     "PEER-12", "vLLM evicts the head of its free queue: cached blocks least recently freed first, a request's "
-    "tail blocks before its head",
+    "tail blocks before its head, never while a block without content is free",
     'vllm/v1/core/kv_cache_utils.py FreeKVCacheBlockQueue: "The least recent used block is at the front (LRU) ... '
     'the one with more hash tokens (the tail of a block chain) is at the front. Note that we maintain this order by '
     'reversing the block order when free blocks of a request"; block_pool.py free_blocks: "FIFO reuse of cached '
     'blocks for LRU eviction behavior"; cache concepts L36: "its capacity belongs to the global empty-parent FIFO"; '
     'L199: "LRU access epoch"',
     "kvsim.sim.peers.vllm.policy.FreeQueue.before",
-    decisions="Judged by `kvsim peer vllm` on each step that evicts (a block holding cached content handed out "
-              "fresh), against the judge's own copy of the free queue built from the step messages: a request's "
-              "release appends its cached blocks in reverse table order, prepends blocks without content; a hit "
-              "takes a block out; allocation pops the head. No block without content may be left free from before "
-              "the step, and no cached block freed strictly earlier may stay. Releases by different requests in "
-              "one step are unordered.",
-    scope="cache")
+    decisions="Judged by `kvsim peer vllm` on every step in which a block that held cached content (a full block "
+              "some forward computed) is handed out fresh: that is vLLM's eviction of it. The judge keeps its own "
+              "copy of the free queue, built from the step messages only: a request's release appends its cached "
+              "blocks in reverse table order and prepends blocks without content (partial, or never used); a hit "
+              "takes a block out; allocation pops the head. So no block without content may be left free from "
+              "before the step when a cached one is evicted, and no cached block freed strictly earlier may stay: "
+              "cached blocks are ranked by release -- the step (preemptions before finishes), then within one "
+              "request's release the reversed table position; blocks released by different requests in the same "
+              "step are unordered. Findings name the evicted block and the block vLLM should have evicted first.",
+    scope="cache",
+    tests=("tests/peers/test_eviction_policy.py::test_vllm_tail_first_eviction_keeps_peer_12",
+           "tests/peers/test_eviction_policy.py::test_vllm_releases_in_one_step_by_two_requests_are_unordered",
+           "tests/peers/test_eviction_policy.py::test_vllm_head_first_eviction_fires_peer_12",
+           "tests/peers/test_eviction_policy.py::test_vllm_evicting_while_an_empty_block_is_free_fires_peer_12"),
+    context=("request", "block", "ahead"))
 
 transition_rule(
     "PEER-13", "SGLang's radix cache evicts only unlocked leaves, least recently accessed first",
@@ -37,7 +45,13 @@ transition_rule(
     'one policy: LRU access epoch"; L38: "held only by the cache"',
     "kvsim.sim.peers.sglang.policy.judge_eviction",
     decisions="Judged by `kvsim peer sglang` on every evict call, from the tree the driver read just before it "
-              "(each node's parent, lock_ref, last_access_time order and pages) and the nodes the call removed: "
-              "the removed set must be a prefix of an LRU peeling of the unlocked leaves (equal access times in "
-              "any order, a parent joining once its last child is gone).",
-    scope="cache")
+              "(each node's parent, lock_ref, the rank of last_access_time, pages per node) and the nodes the call "
+              "removed: the removed set must be a prefix of an LRU peeling of the unlocked leaves (equal access "
+              "times in any order, a parent joining once its last child is gone) -- no locked node, no node with a "
+              "kept child, no node removed while an unlocked leaf accessed earlier stays. How many tokens a call "
+              "frees is not judged here (PEER-9 counts the pool).",
+    scope="cache",
+    tests=("tests/peers/test_eviction_policy.py::test_sglang_lru_peeling_keeps_peer_13",
+           "tests/peers/test_eviction_policy.py::test_sglang_equal_access_times_are_either_order",
+           "tests/peers/test_eviction_policy.py::test_sglang_out_of_policy_eviction_fires_peer_13"),
+    context=("call", "need"))

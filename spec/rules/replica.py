@@ -17,7 +17,11 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
                 'store contract: "reserve destination -> copy page payload -> verify epoch and committed coverage"',
                 transfers.xfer,
                 decisions="`offload` applies the whole order as one fact; `xfer` logs it phase by phase and any "
-                          "phase out of order is the violation.")
+                          "phase out of order is the violation.",
+                tests=("tests/rules/test_rep.py::test_rep1_keeps_publication_order_both_ways",
+                       "tests/rules/test_rep.py::test_rep1_fires_on_publication_before_verification",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("xfer", "phase", "after", "block"))
 
 
 @state_rule("REP-2", "Source and destination are pinned during a copy; pinned pages are not evicted or reused",
@@ -32,7 +36,14 @@ transition_rule("REP-1", "Replacement replicas publish in order: reserve, copy, 
                       "pinned page, and a launch writing into a pinned page (store contract \"source/destination "
                       "pins\"), are violations from `reserve` on. Pins do not forbid reading: Fork or "
                       "Move from a checkpoint an in-flight copy pins is legal; only a page whose h2d restore is "
-                      "still in flight (no Device replica yet) makes an activation wait (refusal `busy`).")
+                      "still in flight (no Device replica yet) makes an activation wait (refusal `busy`).",
+            tests=("tests/rules/test_ent.py::test_rep2_keeps_a_map_waiting_while_only_a_pinned_page_group_is_left",
+                   "tests/rules/test_rep.py::test_rep2_keeps_pins_while_copying",
+                   "tests/rules/test_ent.py::test_rep2_fires_on_an_engine_mapping_onto_a_pinned_page_group",
+                   "tests/rules/test_rep.py::test_rep2_fires_on_a_pin_no_transfer_accounts_for",
+                   "tests/rules/test_rep.py::test_rep2_fires_on_dropping_a_source_reserved_but_not_yet_copied",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("pool", "ckpt", "block", "seq", "page", "tokens", "xfer"))
 def rep_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive:
         return None
@@ -63,7 +74,15 @@ def rep_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
                       "choice is imposed), else REP-3 although free bytes suffice. Only where the model's own "
                       "guesses stand in the layout does it fall back to free bytes (which do not depend on "
                       "placement) and count the check as partial (kvreport `rules.REP-3.partial`); it never blames "
-                      "the engine for the model's own fragmentation.")
+                      "the engine for the model's own fragmentation.",
+            tests=("tests/rules/test_rep.py::test_rep3_keeps_disjoint_extents_and_split_releases",
+                   "tests/rules/test_rep.py::test_rep3_keeps_plans_on_the_known_layout_and_counts_guessed_ones_partial",
+                   "tests/rules/test_rep.py::test_rep3_keeps_a_replica_packed_in_logical_order_whatever_the_listed_order",
+                   "tests/rules/test_rep.py::test_rep3_fires_on_overlapping_host_extents",
+                   "tests/rules/test_rep.py::test_rep3_fires_on_a_plan_no_hole_of_the_known_layout_holds",
+                   "tests/rules/test_rep.py::test_rep3_fires_on_a_replica_packed_in_listed_not_logical_order",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("pool", "offsets", "offset", "ckpt", "xfer"))
 def rep_3(st: KVStore, touched: dict[int, int] | None, full: bool) -> str | bool | None:
     """Whole arena in the audit (`full`), else only the extents the last operation touched (`st.t_host`).
 
@@ -204,7 +223,11 @@ def _rep_3_whole(st: KVStore) -> str | bool | None:
                       "reserved from the page, then the earlier copy's `release_source`, then the later copy had no "
                       "Device source). An h2d transfer's `release_source` "
                       "frees the Host source only while the restored Device copy is valid; once that copy was "
-                      "dropped again the Host replica is the last one and freeing it is the violation.")
+                      "dropped again the Host replica is the last one and freeing it is the violation.",
+            tests=("tests/rules/test_rep.py::test_rep4_keeps_the_last_replica",
+                   "tests/rules/test_rep.py::test_rep4_fires_when_a_host_only_page_has_no_valid_replica",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("position", "ckpt", "pool", "block", "xfer", "seq", "page"))
 def rep_4(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or not page.holders:
         return None

@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 
 @state_rule("AS-1", "Inactive spaces hold no row; one active space per row; rows own no pages",
             'store contract: "Inactive address space不占execution row；execution row不拥有logical pages"',
-            scope="space")
+            scope="space",
+            tests=("tests/rules/test_as.py::test_as1_keeps_rows_for_active_spaces_only",
+                   "tests/rules/test_as.py::test_as1_fires_when_a_checkpoint_keeps_a_row",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("seq", "pool", "row", "ckpt"))
 def as_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if not space.active:
         return f"inactive {space.owner!r} ({space.pool}) holds row {space.row}" if space.row >= 0 else None
@@ -29,7 +33,11 @@ def as_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
 
 @state_rule("AS-2", "protected <= committed frontier <= mapped extent <= L·P, token-exact",
             'store contract: "Valid frontier精确到token；page boundary不改变Attention或checkpoint语义"', scope="space",
-            decisions="Membership may exceed the committed frontier (pre-materialized chunk or speculative window).")
+            decisions="Membership may exceed the committed frontier (pre-materialized chunk or speculative window).",
+            tests=("tests/rules/test_as.py::test_as2_keeps_token_exact_frontiers_below_the_mapped_extent",
+                   "tests/rules/test_as.py::test_as2_fires_when_the_frontier_passes_the_mapped_extent",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("seq", "ckpt", "pool"))
 def as_2(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if not (0 <= space.protected <= space.committed <= len(space.pages) * PAGE_SIZE <= st.L * PAGE_SIZE
             and space.committed <= st.S):
@@ -42,7 +50,11 @@ def as_2(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
             'store contract: "Address space 拥有 logical order；block table只是 active Device mapping 的执行镜像"',
             scope="row",
             decisions="Incrementally, the members a step touched and the first entry past the membership are "
-                      "compared; the audit compares whole rows, leased or not.")
+                      "compared; the audit compares whole rows, leased or not.",
+            tests=("tests/rules/test_as.py::test_as3_keeps_the_table_mirroring_membership",
+                   "tests/rules/test_as.py::test_as3_fires_on_a_stale_entry_past_the_membership",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("seq", "pool", "row"))
 def as_3(st: KVStore, key: tuple[str, int], full: bool) -> str | bool | None:
     pool, row = key
     t = st.tables[pool]
@@ -68,7 +80,11 @@ def as_3(st: KVStore, key: tuple[str, int], full: bool) -> str | bool | None:
             'store contract: "Activation 必须为全部 enabled pools 原子取得"', scope="space",
             decisions="State form: an active bundle holds an active space in exactly the enabled pools. The "
                       "transition is plan-then-apply (kvmodel.store.activation), so a refusal or violation "
-                      "changes nothing; an engine result covering only some pools is a violation.")
+                      "changes nothing; an engine result covering only some pools is a violation.",
+            tests=("tests/rules/test_as.py::test_as4_keeps_activation_atomic_over_pools",
+                   "tests/rules/test_as.py::test_as4_fires_on_a_partial_bundle",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("seq", "missing", "extra", "ckpt", "pool"))
 def as_4(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if not space.active:
         return None
@@ -84,7 +100,11 @@ def as_4(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
             'store contract: "Main与backend pools分别reserve、materialize、commit和truncate", '
             '"Active sequence 不能按 request 临时关闭 selected backend"', scope="space",
             decisions="An operation naming a pool the bundle does not hold is a violation "
-                      "(kvmodel.store.mapping.active_space).")
+                      "(kvmodel.store.mapping.active_space).",
+            tests=("tests/rules/test_as.py::test_as5_keeps_main_and_backend_separate",
+                   "tests/rules/test_as.py::test_as5_fires_when_pools_share_one_space",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("seq", "pool", "ckpt"))
 def as_5(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     if space.active:
         bundle = st.bundles.get(space.owner)
@@ -113,4 +133,10 @@ transition_rule("AS-6", "No sequence exceeds the per-sequence ceiling S: prompt 
                           "must be refused (reason `context`); an engine that activates it anyway broke the rule. A "
                           "launch writing beyond S or a commit beyond S (possible inside the last page when S is not a "
                           "multiple of P) is the violation, reported at that write (kvmodel.store.units), never as a "
-                          "refused activation followed by stale-handle findings.")
+                          "refused activation followed by stale-handle findings.",
+                tests=("tests/rules/test_as.py::test_as6_keeps_activations_up_to_s",
+                       "tests/rules/test_as.py::test_as6_keeps_a_raw_budget_clamped_to_s",
+                       "tests/rules/test_as.py::test_as6_fires_on_an_engine_admitting_a_prompt_beyond_s",
+                       "tests/rules/test_as.py::test_as6_fires_at_the_write_beyond_s_of_a_clamped_budget",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "pool", "write", "unit"))

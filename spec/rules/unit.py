@@ -37,7 +37,11 @@ def _units_hold_their_rows(st: KVStore) -> str | bool | None:
                       "One rule per clause: a truncate while a verify is in flight also precedes its settle (L241, "
                       "\"等待 GPU 工作完成后\"), but the clause it breaks first is this one (L254 names truncate), "
                       "so it is UNIT-1 like map, grow, cow and finish, never UNIT-4.",
-            full=_units_hold_their_rows)
+            full=_units_hold_their_rows,
+            tests=("tests/rules/test_unit.py::test_unit1_keeps_rows_frozen_during_a_unit",
+                   "tests/rules/test_unit.py::test_unit1_fires_when_a_frontier_moves_inside_a_unit",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("seq", "pool", "unit", "ckpt"))
 def unit_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
     r = space.in_flight
     if r is None:
@@ -59,12 +63,20 @@ def unit_1(st: KVStore, space: KVAddressSpace, full: bool) -> str | bool | None:
 transition_rule("UNIT-2", "Frontiers advance only when a unit succeeds, and only up to its written extent",
                 'store contract: "Unit 成功后，Program 才推进 corresponding committed frontiers"', units.complete,
                 decisions="A commit below the current frontier, beyond the row's write end, for a row not in the "
-                          "unit, or a truncate that would raise a frontier, is a violation.")
+                          "unit, or a truncate that would raise a frontier, is a violation.",
+                tests=("tests/rules/test_unit.py::test_unit2_keeps_commits_after_success_only",
+                       "tests/rules/test_unit.py::test_unit2_fires_on_a_commit_beyond_the_written_extent",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "pool", "frontier", "unit", "written"))
 
 transition_rule("UNIT-3", "Writes go only to mapped positions >= the committed frontier",
                 'store contract: "KV Store 从该 active address space 的 reservation materialize 全部必需 pages"',
                 units.launch,
-                decisions="A write [a, b) needs b <= mapped extent and a >= committed frontier.")
+                decisions="A write [a, b) needs b <= mapped extent and a >= committed frontier.",
+                tests=("tests/rules/test_unit.py::test_unit3_keeps_writes_in_mapped_positions_from_the_frontier",
+                       "tests/rules/test_unit.py::test_unit3_fires_on_a_write_below_the_frontier",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "pool", "write", "unit"))
 
 transition_rule("UNIT-4", "A speculative round's mappings are not trimmed before it runs and settles",
                 'store contract (seed 000 L239-L241): "投机终止先...等待 GPU 工作完成后 发布 committed frontier，'
@@ -82,7 +94,11 @@ transition_rule("UNIT-4", "A speculative round's mappings are not trimmed before
                           "membership beyond the committed frontier with no provisional frontier: its trailing "
                           "mappings may be unmapped (L240 \"Trailing mappings 可以解除\"), as L241 forbids early "
                           "trimming only for a verify's mappings. A trim while the round's unit is in flight breaks "
-                          "the frozen-unit clause first and is UNIT-1 (one rule per clause).")
+                          "the frozen-unit clause first and is UNIT-1 (one rule per clause).",
+                tests=("tests/rules/test_unit.py::test_unit4_keeps_settle_after_the_round_and_lets_a_prefill_chunk_go",
+                       "tests/rules/test_unit.py::test_unit4_fires_on_trimming_a_verify_mapping_before_it_runs",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "pool", "frontier", "provisional"))
 
 clause_rule("UNIT-5", "Pages added at one boundary are published in one batch, before the consumer",
             'store contract: "同一 boundary新增多个 pages或重新激活完整 membership时使用批量 publication"',

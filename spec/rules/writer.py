@@ -20,7 +20,11 @@ if TYPE_CHECKING:
                       "trace's write into a page with other holders is WR-2 and one into another space's page "
                       "cannot be named by a trace; only model state can fire WR-1. The writer is explicit state; it "
                       "must be the page's only holder and active. A launch "
-                      "writing a page it is not the writer of is a violation (kvmodel.store.units).")
+                      "writing a page it is not the writer of is a violation (kvmodel.store.units).",
+            tests=("tests/rules/test_wr.py::test_wr1_keeps_one_writer_per_page",
+                   "tests/rules/test_wr.py::test_wr1_private_again_after_release_is_writable",
+                   "tests/rules/test_wr.py::test_wr1_fires_when_a_page_has_a_foreign_writer"),
+            context=("pool", "page", "block"))
 def wr_1(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     w = page.writer
     if not page.alive or w is None:
@@ -35,7 +39,11 @@ def wr_1(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
             '时必须先 COW"',
             scope="page",
             decisions="A launch writing a block whose page has several references is the violation; `cow` "
-                      "(a kvtrace/1 extension) replaces the member with a private copy first.")
+                      "(a kvtrace/1 extension) replaces the member with a private copy first.",
+            tests=("tests/rules/test_wr.py::test_wr2_keeps_shared_pages_immutable_cow_first",
+                   "tests/rules/test_wr.py::test_wr2_fires_when_a_shared_page_gets_a_writer",
+                   "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+            context=("pool", "page", "block"))
 def wr_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive or len(page.holders) <= 1:
         return None
@@ -56,7 +64,10 @@ def wr_2(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
                       "model (protected columns are committed content). Protected columns are derived from the "
                       "holders' checkpoint-protected frontiers (a "
                       "retained checkpoint protects its committed frontier); they must be committed content. A "
-                      "write or truncate below them is the transition violation.")
+                      "write or truncate below them is the transition violation.",
+            tests=("tests/rules/test_wr.py::test_wr3_keeps_protected_columns",
+                   "tests/rules/test_wr.py::test_wr3_fires_when_protected_columns_are_lost"),
+            context=("seq", "pool", "block", "protected", "page"))
 def wr_3(st: KVStore, page: LogicalKVPage, full: bool) -> str | bool | None:
     if not page.alive:
         return None
@@ -81,4 +92,8 @@ transition_rule("WR-4", "Fork is token-exact: full pages shared, partial tail co
                 'store contract: "checkpoint frontier (F=1000)" — 15 shared full pages + a 40-column private tail',
                 activation.plan_pool,
                 decisions="An engine result mapping floor(F/P) pages for a fork at a non-aligned F (tail dropped) "
-                          "is the violation; the tail copy keeps the source's content keys.")
+                          "is the violation; the tail copy keeps the source's content keys.",
+                tests=("tests/rules/test_wr.py::test_wr4_keeps_token_exact_fork_from_an_engine_result",
+                       "tests/rules/test_wr.py::test_wr4_fires_on_a_fork_rounded_to_960",
+                       "tests/rules/test_through_traces.py::test_engine_rule_fires_from_a_trace"),
+                context=("seq", "pool", "frontier"))

@@ -34,8 +34,8 @@ MUTANTS = [
     dict(name="events-short-store-accepted", machine="judge-events",
          bug="token count checked one way only: a store carrying fewer token ids than its blocks need passes",
          file="sim/peers/judges/events.py",
-         old="        if ntok != full_tokens and not (self.partial_tails",
-         new="        if ntok > full_tokens and not (self.partial_tails"),
+         old="        if ntok != full_tokens and not sparse and not (self.partial_tails",
+         new="        if ntok > full_tokens and not sparse and not (self.partial_tails"),
     # -- block-hash recomputation ---------------------------------------------------------------------
     dict(name="sglang-hash-parent-ignored", machine="judge-events",
          bug="hash recomputation ignores the parent: SGLang's chained sha256 is recomputed from the tokens alone, "

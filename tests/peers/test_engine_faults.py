@@ -30,7 +30,16 @@ def run(engine: str, tmp_path: Path, monkeypatch, module: str, patch: str) -> tu
 
 
 def messages(report: dict, rule: str) -> list[str]:
-    return [v["message"] for v in report["violations"] if v["rule"] == rule]
+    """The messages of every listed finding of ``rule``: root causes and the consequences listed with them."""
+    return [v["message"] for v in report["violations"] + report.get("consequences", []) if v["rule"] == rule]
+
+
+def crash_of(report: dict) -> dict:
+    """The engine's crash (PEER-11): a root cause, or listed as the consequence of the root that broke what it
+    tripped over."""
+    crash = [v for v in report["violations"] + report.get("consequences", []) if v["rule"] == "PEER-11"]
+    assert len(crash) == 1, report["violations"][:5]
+    return crash[0]
 
 
 # -- vLLM -------------------------------------------------------------------------------------------------------
@@ -47,28 +56,36 @@ def patch(m):
 
 
 def test_vllm_crash_is_a_finding_with_the_engine_frame_and_earlier_findings_kept(tmp_path, monkeypatch):
-    """Blocks another request still holds go back to the free queue: PEER-9 sees them there with ref_cnt > 0
-    at the end of that step; a step later vLLM's own assert in get_new_blocks trips when the queue hands one
-    out -- PEER-11 names that frame and the request, the PEER-9 findings stay, every report is written."""
+    """Blocks another request still holds go back to the free queue: PEER-14 sees one there with ref_cnt > 0 at
+    the end of that step, naming the free_blocks that put it there; a step later vLLM's own assert in
+    get_new_blocks trips when the queue hands it out -- PEER-11 names that frame and the request, as a consequence
+    of the root (the block it tripped over); every report is written."""
     rc, report = run("vllm", tmp_path, monkeypatch, "vllm.v1.core.block_pool", FREE_SHARED_BLOCKS)
     assert rc == 1 and report["verdict"] == "fail"
-    crash = [v for v in report["violations"] if v["rule"] == "PEER-11"]
-    assert len(crash) == 1, report["violations"][:5]
-    c = crash[0]
+    roots = report["violations"]
+    assert 1 <= len(roots) <= 3
+    first = roots[0]
+    assert first["rule"] == "PEER-14" and first["context"]["check"] == "queued_referenced"
+    assert first["engine_frame"].startswith("freed by sitecustomize.py:") and " in free_blocks, called from " \
+        "vllm/v1/core/single_type_kv_cache_manager.py:" in first["engine_frame"]
+    assert f"block {first['context']['block']} was last freed by sitecustomize.py:" in first["message"]
+    c = crash_of(report)
     assert c["context"]["exception"] == "AssertionError"
     assert c["context"]["frame"].startswith("vllm/v1/core/block_pool.py:") and \
         c["context"]["frame"].endswith(" in get_new_blocks")
     assert c["context"]["request"] and "while processing" in c["message"]
-    assert any("in vLLM's free queue have ref_cnt > 0" in m for m in messages(report, "PEER-9"))
-    first9 = min(v["event"] for v in report["violations"] if v["rule"] == "PEER-9")
-    assert first9 < c["event"]  # the judge had found it before the engine fell over
+    assert first["event"] < c["event"]  # the judge had found it at the corruption, before the engine fell over
+    assert c.get("of") == first["id"]   # ... and the crash is its consequence
+    assert report["rules"]["PEER-9"]["consequences"] > 0 and report["rules"]["PEER-11"]["violated"] == 0
     assert report["stats"]["engine_crash"]["frame"] == c["context"]["frame"]
-    assert "PEER-11" in (tmp_path / "r.html").read_text()
+    page = (tmp_path / "r.html").read_text()
+    assert "PEER-14" in page and "PEER-11" in page and "sitecustomize.py" in page
 
 
 def test_vllm_crash_inside_one_scheduler_call_is_still_named(tmp_path, monkeypatch):
     """A hit on a free-queue block that never takes it out of the queue: the same schedule() call hands the
-    block out again and vLLM's assert trips before any step is reported -- the crash is the only signal."""
+    block out again and vLLM's assert trips before any step is reported -- the structures read at the crash show
+    the referenced block still queued (PEER-14, naming touch), the crash follows from it."""
     rc, report = run("vllm", tmp_path, monkeypatch, "vllm.v1.core.block_pool", """
 def patch(m):
     def touch(self, blocks):  # bug: a hit on a free-queue block never takes it out of the queue
@@ -78,8 +95,11 @@ def patch(m):
     m.BlockPool.touch = touch
 """)
     assert rc == 1
-    (c,) = [v for v in report["violations"] if v["rule"] == "PEER-11"]
+    c = crash_of(report)
     assert c["context"]["frame"].endswith(" in get_new_blocks") and c["context"]["request"]
+    first = report["violations"][0]
+    assert first["rule"] == "PEER-14" and first["event"] == c["event"] and len(report["violations"]) <= 3
+    assert " in touch, called from " in first["engine_frame"]
 
 
 def test_vllm_double_counted_hit_fires_the_ref_cnt_sum(tmp_path, monkeypatch):
@@ -94,7 +114,10 @@ def patch(m):
     m.BlockPool.touch = touch_twice
 """)
     assert rc == 1
-    assert any(m.split(": ", 1)[1].startswith("ref_cnt summed over vLLM's pool") for m in messages(report, "PEER-9"))
+    first = report["violations"][0]
+    assert first["rule"] == "PEER-14" and first["context"]["check"] == "ref_cnt" and len(report["violations"]) <= 3
+    assert " in touch_twice, called from " in first["engine_frame"]
+    assert report["rules"]["PEER-9"]["consequences"] > 0  # the pool-wide sum is off because of it
 
 
 def test_vllm_free_counter_drift_fires_the_walk(tmp_path, monkeypatch):
@@ -143,7 +166,7 @@ def patch(m):
 """)
     assert rc == 1
     rules = {v["rule"] for v in report["violations"]}
-    assert "PEER-9" in rules or "PEER-11" in rules, report["violations"][:5]
+    assert rules & {"PEER-9", "PEER-11", "PEER-14"} and len(report["violations"]) <= 3, report["violations"][:5]
 
 
 def test_sglang_missed_unlock_fires_lock_ref(tmp_path, monkeypatch):
@@ -199,9 +222,7 @@ def patch(m):
     m.RadixCache._delete_leaf = delete_leaf
 """)
     assert rc == 1
-    crash = [v for v in report["violations"] if v["rule"] == "PEER-11"]
-    assert len(crash) == 1
-    ctx = crash[0]["context"]
+    ctx = crash_of(report)["context"]
     assert ctx["exception"] == "AssertionError"
     assert ctx["frame"].startswith("sglang/srt/mem_cache/radix_cache.py:") and ctx["frame"].endswith("_delete_leaf")
     assert ctx["request"]

@@ -46,25 +46,43 @@ def allowed_findings(engine: str) -> set[str]:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_peer_run_passes_is_deterministic_and_its_log_judges_the_same(engine, tmp_path, capsys):
+    """Two runs of the same command give the same report and the same kvsim-peer/1 log, byte for byte; the report
+    carries the exact command line, the versions and the workload's digest; `kvsim replay` of the log (and `kvsim
+    events` of the --events-log batches) judge as the run did."""
     py = need(engine)
     outs = []
     for k in (1, 2):
-        rep, rec = tmp_path / f"r{k}.json", tmp_path / f"e{k}.jsonl"
-        rc = main(["peer", engine, str(TINY), "--engine-python", py, "--blocks", "100", "--no-timing", "--plain",
-                   "--json", str(rep), "--record", str(rec), "--html", str(tmp_path / f"r{k}.html")])
+        folder = tmp_path / f"run{k}"
+        folder.mkdir()
+        rep, rec, wire = folder / "r.json", folder / "e.jsonl", folder / "w.jsonl"
+        argv = ["peer", engine, str(TINY), "--engine-python", py, "--blocks", "100", "--no-timing", "--plain",
+                "--json", str(rep), "--record", str(rec), "--events-log", str(wire), "--html", str(folder / "r.html")]
+        rc = main(argv)
         report = json.loads(rep.read_text())
         got = {v["rule"] for v in report["violations"]}
         assert got <= allowed_findings(engine), report["violations"][:5]
         assert rc == (0 if not got else 1)
-        outs.append((rep.read_bytes(), rec.read_bytes()))
-    assert outs[0] == outs[1]  # same input, same bytes: report and recorded log
-    assert "PEER-7" in (tmp_path / "r2.html").read_text()
+        run = report.pop("run")
+        assert run["command"] == shlex.join(["kvsim", *argv]) and run["engine"].startswith(engine + " ")
+        assert run["kvsim"] and run["workload"]["sha256"] == report["inputs"][0]["sha256"]
+        head, *rest = rec.read_bytes().splitlines()
+        assert json.loads(head)["run"]["command"] == run["command"]
+        outs.append((json.dumps(report).replace(str(folder), "F"), b"\n".join(rest)))
+    assert outs[0] == outs[1]  # same input, same bytes: report and recorded log (the command line apart)
+    assert "PEER-7" in (tmp_path / "run2" / "r.html").read_text()
     s = report["stats"]
     assert s["scheduler"]["finished"] == 8 and s["kv_events"]["removed"] > 0  # 100 blocks evict
     assert s["scheduler"]["hit_ratio"] <= s["scheduler"]["trace_bound_ratio"] + 1e-9
-    assert all(report["rules"][r]["exercised"] > 0 for r in ("PEER-5", "PEER-6", "PEER-7", "PEER-8", "PEER-9"))
+    assert all(report["rules"][r]["exercised"] > 0 for r in ("PEER-5", "PEER-6", "PEER-7", "PEER-8", "PEER-9",
+                                                              "PEER-14", "PEER-15"))
     printed = capsys.readouterr().err
-    cmd = events_command(engine, str(tmp_path / "e2.jsonl"), 16, 100)
+    assert shlex.join(["kvsim", "replay", str(rec)]) in printed
+    again = tmp_path / "again.json"
+    assert main(["replay", str(rec), "--quiet", "--json", str(again)]) == rc
+    replayed = json.loads(again.read_text())
+    assert replayed["violations"] == json.loads(rep.read_text())["violations"]
+    assert replayed["rules"] == json.loads(rep.read_text())["rules"]
+    cmd = events_command(engine, str(wire), 16, 100)
     assert cmd in printed
     ev_rc = main(shlex.split(cmd)[1:] + ["--quiet"])
     assert ev_rc == (0 if not allowed_findings(engine) else ev_rc)

@@ -25,15 +25,11 @@ from __future__ import annotations
 
 from kvsim.sim.peers.cachetrace.view import CapacityView
 from kvsim.sim.trace import cachetrace as ct
+from kvsim.spec.catalogue import stated
 
 __all__ = ["RULES", "Capacity", "token_limit"]
 
-RULES: dict[str, tuple[str, str]] = {
-    "TS-ADM-3": ("a request is refused at submission exactly when it exceeds the CapacityModel's single-request bound",
-                 "the Scheduler bounds single requests against the pool with the same model"),
-    "TS-POOL-5": ("the page gauge's cache-only remainder total - empty - active is non-negative; active is the live "
-                  "tables' blocks", "cache-only residency is the remainder total - empty - active"),
-}
+RULES: dict[str, tuple[str, str]] = stated(("TS-ADM-3", "TS-POOL-5"), "tokenspeed")  # from the catalogue
 
 
 def token_limit(rec: ct.Submit) -> int:

@@ -33,9 +33,7 @@ from kvsim.sim.peers.cachetrace.view import EvictionView
 if TYPE_CHECKING:
     from kvsim.sim.trace import cachetrace as ct
 
-RULE = "TS-ADM-4"
-TITLE = ("An admission evicts only when it does not fit with zero eviction: no empty page left while a cached one "
-         "is taken")
+RULE = "TS-ADM-4"  # its title and clause: its catalogue entry (spec.rules.cache_admission)
 
 
 def premise(config: ct.Config) -> str | None:

@@ -48,33 +48,11 @@ from kvsim.sim.peers.cachetrace.host_state import LOAD_BACK, RESTORE, SNAPSHOT, 
 from kvsim.sim.peers.cachetrace.host_storage import StorageOps
 from kvsim.sim.peers.cachetrace.view import HostTierView
 from kvsim.sim.trace import cachetrace as ct
+from kvsim.spec.catalogue import stated
 
 __all__ = ["RULES", "HostTier"]
 
-RULES: dict[str, tuple[str, str]] = {
-    "TS-L2-1": ("pinned sources are not re-granted, overwritten or written before their op's ACK",
-                "A pinned op's sources stay cached and unevictable until the ACK"),
-    "TS-L2-2": ("only a retraction's snapshot store is unpinned, and it is launched first",
-                "every store but a retraction's snapshot pins its Device sources until the ACK"),
-    "TS-L2-3": ("every op carries a transfer; no (group, source, destination) twice in a plan; ids in range",
-                "every op on the wire carries at least one transfer, and no (group, source, destination) "
-                "repeats within one plan"),
-    "TS-L2-4": ("no key is stored twice while its store is in flight", "a store skips keys already in flight"),
-    "TS-L2-5": ("a load's Host source was written back and acknowledged under its key; Host-only loads carry "
-                "an empty key", "Host-only L2 load-backs leave BlockTransfer.key empty"),
-    "TS-L2-6": ("a write-back's key is its source page's chained prefix hash and offset",
-                "CacheKey = {namespace_id=0, group_id, content_hash, page_offset}"),
-    "TS-L2-7": ("replayable groups never appear in Host transfers",
-                "Replayable groups are outside match_order_ and skip publication on both tiers"),
-    "TS-L2-8": ("ClearCache is refused while write-backs are unacknowledged",
-                "ClearCache rejects in-flight Host writebacks"),
-    "TS-L2-9": ("full-attention pages do not stream to Host during decode",
-                "full-attention pages do not stream to Host during decode"),
-    "TS-L2-10": ("a failed L3 prefetch copies nothing, publishes nothing, and its tokens are recomputed",
-                 "It never acknowledges or publishes a successful copy"),
-    "TS-L2-11": ("a Host-served prefix hit leaves no slot without content (clamped to what was loaded)",
-                 "must not leave hit_tokens between grains"),
-}
+RULES: dict[str, tuple[str, str]] = stated([f"TS-L2-{i}" for i in range(1, 12)], "tokenspeed")  # from the catalogue
 
 
 class HostTier(StorageOps):

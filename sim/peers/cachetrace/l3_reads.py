@@ -27,15 +27,11 @@ from __future__ import annotations
 
 from kvsim.sim.peers.cachetrace.view import Findings
 from kvsim.sim.trace import cachetrace as ct
+from kvsim.spec.catalogue import stated
 
 __all__ = ["RULES", "L3Reads"]
 
-RULES: dict[str, tuple[str, str]] = {
-    "TS-L2-13": ("an L3 get names only keys a query answered earlier found to exist",
-                 "A later Host miss that is known to exist in L3 allocates a Host page, batch_get_intos it"),
-    "TS-L2-14": ("a key whose L3 get failed is not fetched again before a put stores it",
-                 "a later batch_exists hit must not re-register them and retry the same prefetch"),
-}
+RULES: dict[str, tuple[str, str]] = stated(("TS-L2-13", "TS-L2-14"), "tokenspeed")  # from the catalogue
 
 Key = tuple[int, str, int]
 

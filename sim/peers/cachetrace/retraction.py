@@ -26,13 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvsim.spec.catalogue import stated
+
 __all__ = ["RULES", "Headroom"]
 
-RULES: dict[str, tuple[str, str]] = {
-    "TS-ADM-2": ("a retracted request's next admission secures more headroom than its last, or its whole "
-                 "remaining generation",
-                 "the escalating admission headroom each retraction adds to the victim's next admission"),
-}
+RULES: dict[str, tuple[str, str]] = stated(("TS-ADM-2",), "tokenspeed")  # from the catalogue
 
 
 @dataclass

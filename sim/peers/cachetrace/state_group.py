@@ -50,24 +50,11 @@ from kvsim.sim.peers.cachetrace.causes import PARTIAL_TAIL
 from kvsim.sim.peers.cachetrace.state_events import StatePublications
 from kvsim.sim.peers.cachetrace.view import StateGroupView
 from kvsim.sim.trace import cachetrace as ct
+from kvsim.spec.catalogue import stated
 
 __all__ = ["RULES", "StateGroups"]
 
-RULES: dict[str, tuple[str, str]] = {
-    "TS-ST-1": ("a published state block holds the state a prefill wrote at exactly its key's prefix boundary",
-                "Computed state publication requires an Endpoint or Promoted boundary and checkpoint provenance at "
-                "that exact prefix boundary"),
-    "TS-ST-2": ("no state a decode wrote is published or stored on Host under a key",
-                "decode itself records and publishes no state checkpoints"),
-    "TS-ST-3": ("an internal state checkpoint lies at floor(after/P)*P, strictly between before and after",
-                "the last internal reusable checkpoint is at floor(after / prefix_granularity) * prefix_granularity, "
-                "strictly between before and after"),
-    "TS-ST-4": ("the prompt's last aligned checkpoint is written before a short final tail",
-                "are classified as Endpoint, unless already Promoted, including before a short final tail"),
-    "TS-ST-5": ("the newest prefill checkpoint is stored on Host after finish or retraction, unless evicted",
-                "the newest existing prefill checkpoint per state group are queued before request ownership is "
-                "released"),
-}
+RULES: dict[str, tuple[str, str]] = stated([f"TS-ST-{i}" for i in range(1, 6)], "tokenspeed")  # from the catalogue
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,13 +39,11 @@ from dataclasses import dataclass
 
 from kvsim.sim.peers.cachetrace.view import StorePolicyView
 from kvsim.sim.trace import cachetrace as ct
+from kvsim.spec.catalogue import stated
 
 __all__ = ["RULES", "StorePolicy"]
 
-RULES: dict[str, tuple[str, str]] = {
-    "TS-L2-12": ("every newly published page is stored on Host before a drained trace ends, unless evicted first",
-                 "each completed scheduling boundary queues all newly published full-attention pages"),
-}
+RULES: dict[str, tuple[str, str]] = stated(("TS-L2-12",), "tokenspeed")  # from the catalogue
 
 
 @dataclass(slots=True)

@@ -137,7 +137,8 @@ class EngineJudge:
     def __init__(self, block_size: int, num_blocks: int, events: EventChecker, reserved: int = 1,
                  max_findings: int | None = None, same_step_hits: bool = True,
                  parse: Callable[[Any], list] | None = None, policy: Any = None,
-                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None):
+                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None,
+                 act: Any = None, groups: Any = None, tier: Any = None):
         self.bs = block_size
         self.num_blocks = num_blocks
         self.usable = num_blocks - reserved
@@ -159,6 +160,11 @@ class EngineJudge:
         self.policy = policy
         self.rules = dict(RULES) | (policy.RULES if policy is not None else {})
         self.decisions = dict(DECISIONS) | (policy.DECISIONS if policy is not None else {})
+        self.act = act  # frames, structure checks and recovery (sim.peers.judges.actionable) of a real engine's run
+        if act is not None:
+            self.rules |= act.rules
+            self.decisions |= act.decisions
+            events.on_finding = act.event_finding
         self.counts = {r: 0 for r in self.rules}
         self.premise = {r: 0 for r in self.rules}
         self.stats = {"requests": 0, "steps": 0, "prompt_tokens": 0, "hit_tokens": 0, "hits": 0, "bound_tokens": 0,
@@ -171,10 +177,20 @@ class EngineJudge:
         self._written: set[int] = set()    # blocks this step's forward completed
         self._added: dict[int, int] = {}   # blocks named anew in this step, and by how many slots
         self._start: dict[str, int] = {}   # requests whose table changed in this step: its length at the start
+        # every cache group of a hybrid run (sim.peers.judges.group_judge.GroupJudge): fed each request and each step
+        self.groups = groups
+        if groups is not None:
+            groups.attach(self)
+        # a Host tier behind the engine (sim.peers.judges.host_judge.HostTierJudge): fed before and after each forward
+        self.tier = tier
+        if tier is not None:
+            tier.attach(self)
 
     # -- findings ---------------------------------------------------------------------------------------------
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
+        if self.act is not None:
+            message = self.act.finding(rule, line, self._step, message, ctx)
         if self.max_findings is None or len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, self._step, f"step {self._step}: {message}", ctx))
 
@@ -198,15 +214,17 @@ class EngineJudge:
         self.stats["bound_tokens"] += bound * bs
         for i in range(r.prompt // bs):
             self.seen_keys.add(r.key(i, bs, self.contents))  # type: ignore[arg-type]
+        if self.groups is not None:
+            self.groups.submit(rid, tokens)
 
-    def step(self, msg: dict, before: int) -> None:
-        """One driver step: tables, writes, hits, events, then the engine's own statistics.
-
-        Findings name lines of the engine's event log (one line per published batch, as ``--record`` writes
-        it): ``before`` batches came earlier, an EV finding names its batch's line, a PEER finding the line of
-        the step's last batch (the stream as of that step) and says which step in its message."""
+    def step(self, msg: dict, before: int, at: int | None = None) -> None:
+        """One driver step: tables, writes, hits, events, then the engine's own statistics. Findings name ``at``,
+        the step's line in its kvsim-peer/1 log (``sim.peers.peer_log``), or without it lines of an event log: a
+        batch's (EV), the step's last batch's after ``before`` earlier ones (PEER), the step in the message."""
         self._step = msg["step"]
-        line = before + len(msg.get("batches", ()))
+        line = before + len(msg.get("batches", ())) if at is None else at
+        if self.act is not None:
+            self.act.begin(msg)
         self.stats["steps"] += 1
         self.premise["PEER-11"] += 1  # the engine completed this step's calls
         bs = self.bs
@@ -240,6 +258,8 @@ class EngineJudge:
             r.computed = computed
             hits.append((rid, r, computed, r.seen, r.prompt + len(r.generated)))
             r.seen = True
+        if self.tier is not None:  # the Host tier's evictions, jobs and completions before the forward
+            self.tier.before(self, msg, line)
         # this step's forward: every scheduled token written into its request's blocks
         for rid, n in msg.get("scheduled", {}).items():
             r = self._req(rid)
@@ -259,6 +279,8 @@ class EngineJudge:
                 else:
                     self.content.pop(blk, None)
             r.computed = end
+        if self.tier is not None:
+            self.tier.forward(self, msg, line)
         for rid, tok in msg.get("tokens", {}).items():
             self._req(rid).generated.append(int(tok))
         # tables rewritten after the forward: computed blocks swapped to the cache's canonical copies
@@ -269,9 +291,11 @@ class EngineJudge:
         sequence = getattr(self.events, "sequence", None)
         for k, batch in enumerate(msg.get("batches", ())):
             evs = batch_events(batch)
+            if self.groups is not None:  # the router's view of the first full group (the others: group_judge)
+                evs = self.groups.primary_events(batch, evs)
             if sequence is not None and k < len(seqs):
-                sequence(seqs[k], before + k + 1)
-            self.events.batch(self.parse(batch) if self.parse else evs, before + k + 1)
+                sequence(seqs[k], before + k + 1 if at is None else at)
+            self.events.batch(self.parse(batch) if self.parse else evs, before + k + 1 if at is None else at)
             self._stream(evs)
         # prefix hits of the requests first scheduled (or resumed) in this step
         for rid, r, hit, again, known in hits:
@@ -284,14 +308,18 @@ class EngineJudge:
             r = self._req(rid)
             self._drop_table(r)
             del self.reqs[rid]
-        self._free(msg, line)
+        if self.act is not None:  # the engine's structures as the step left them, before the counters they explain
+            self.act.end(self, msg, line)
         for k, v in (msg.get("paths") or {}).items():
             self.paths[k] = self.paths.get(k, 0) + v
-        probe = msg.get("probe")
+        probe = msg.get("probe")  # the deep counters name what they find off: before the pool-wide accounting
         if probe is not None and self.probe_check is not None:
             self.premise["PEER-9"] += 1
-            for message, ctx in self.probe_check(probe, self.holders):
+            for message, ctx in self.probe_check(probe, self._names()):
                 self._find("PEER-9", line, message, **ctx)
+        self._free(msg, line)
+        if self.groups is not None:
+            self.groups.step(self, msg, line)
         live = len(self.holders)
         if live > self.stats["peak_live_blocks"]:
             self.stats["peak_live_blocks"] = live
@@ -299,6 +327,14 @@ class EngineJudge:
         if live > self.usable:
             self._find("PEER-5", line, f"live requests name {live} blocks, the pool holds {self.usable}", live=live,
                        capacity=self.usable)
+
+    def named(self) -> dict[int, int]:
+        """Block -> its live holders: the tables and the Host loads waiting (what reference counts count)."""
+        return self._names()
+
+    def tables_changed(self) -> list[str]:
+        """The requests whose block table the last step changed (named anew or added to)."""
+        return list(self._start)
 
     # -- pieces -----------------------------------------------------------------------------------------------
     def _req(self, rid: str) -> _Req:
@@ -412,6 +448,8 @@ class EngineJudge:
         stream, keys, contents, copies = self.stream, self.stream_keys, self.contents, self.copies
         counted = bool(getattr(self.events, "duplicate_copies", False))
         for ev in evs:
+            if getattr(ev, "medium", None) not in (None, "GPU"):
+                continue  # a Host tier's own events (medium CPU): the device view is the GPU's
             if isinstance(ev, ct.BlockStored):
                 prev = stream.get(ev.parent_block_hash, -1) if ev.parent_block_hash is not None else 0
                 bs = ev.block_size
@@ -473,11 +511,21 @@ class EngineJudge:
         if free is None:
             return
         self.premise["PEER-9"] += 1
-        named = len(self.holders)
+        named = len(self._names())
         if free + named != self.usable:
             self._find("PEER-9", line, f"the pool reports {free} free blocks and live requests name {named}: "
                        f"{free + named} of {self.usable} usable blocks accounted", free=free, named=named,
                        usable=self.usable)
+
+    def _names(self) -> dict[int, int]:
+        """Block -> names by live requests: the tables, and the blocks requests waiting for a Host load hold."""
+        held = self.tier.held if self.tier is not None else None
+        if not held:
+            return self.holders
+        out = dict(self.holders)
+        for blk, n in held.items():
+            out[blk] = out.get(blk, 0) + n
+        return out
 
     def _new_of(self, msg: dict) -> list[tuple[str, _Req, int, bool]]:
         out = []
@@ -487,19 +535,24 @@ class EngineJudge:
                 out.append((rid, r, computed, False))
         return out
 
-    def crashed(self, facts: dict, line: int) -> None:
-        """PEER-11: the engine raised while stepping; the run ends here, every earlier finding stays."""
+    def crashed(self, facts: dict, line: int, msg: dict | None = None) -> None:
+        """PEER-11: the engine raised while stepping; the run ends here, every earlier finding stays (``msg``'s
+        structures, as the engine left them, judged first)."""
         self.crash = facts
         self.premise["PEER-11"] += 1
         if facts.get("step") is not None:
             self._step = facts["step"]
+        if self.act is not None and msg is not None:
+            self.act.begin(msg)
+            self.act.end(self, msg, line, crashed=True)
         rid = facts.get("request")
         frame = facts.get("frame") or "no engine frame"
         self._find("PEER-11", line, f"the engine raised {facts.get('type')}: {facts.get('message') or '(no message)'} "
                    f"at {frame}" + (f" while processing {rid}" if rid else "") +
                    (f" ({facts['phase']})" if facts.get("phase") else ""),
                    exception=facts.get("type"), frame=facts.get("frame"), request=rid,
-                   traceback=list(facts.get("traceback") or ()))
+                   traceback=list(facts.get("traceback") or ()),
+                   **{k: facts[k] for k in ("block", "node") if facts.get(k) is not None})
 
     def finish(self) -> None:
         """End of the run (nothing to close: unfinished requests are the runner's to report)."""

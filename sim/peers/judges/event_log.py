@@ -74,7 +74,7 @@ def _check_hashes(ev: Any) -> None:
         if h is not None and not isinstance(h, (int, str, bytes)):
             raise ValueError(f"a block hash is an integer, a string or bytes, not {type(h).__name__}")
     if isinstance(ev, BlockStored):
-        if ev.block_size < 1:
+        if ev.block_size < 1 and not (ev.block_size == 0 and not ev.token_ids):  # 0 and no tokens: a placeholder
             raise ValueError(f"block_size {ev.block_size} must be at least 1")
 
 

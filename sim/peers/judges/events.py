@@ -6,7 +6,8 @@ from them, so every inconsistency leaves the router routing for hits that are no
 concepts (seed 002) make a cached prefix's identity its hash at multiples of prefix_granularity (l.13: "two
 requests share cache only at multiples of this many tokens") and say the scheduler "folds [cache mutations]
 into one externally visible prefix event" (l.193), hashed by "a second, independent block-hash
-implementation for external KV events" (l.309). The rules (``RULES``; titles, sources and decisions in ``CATALOGUE``):
+implementation for external KV events" (l.309). The rules (their catalogue entries in spec.rules.kv_events;
+``CATALOGUE`` as this judge's report states them):
 
 * EV-1 a removal names a live block (never a block never stored, or already removed);
 * EV-2 a store names no block that is already live (no double store without a removal);
@@ -21,7 +22,7 @@ implementation for external KV events" (l.309). The rules (``RULES``; titles, so
 Live blocks are keyed by medium, ``group_idx`` where events carry it (a hybrid vLLM model publishes one
 copy of each hash per cache group) and the batch's data-parallel rank (each rank has its own cache; its
 ``AllBlocksCleared`` empties that rank only). Engine presets (``PRESETS``) fix block size, hash scheme, tail
-policy, per-group keys and the engine-documented allowances (``CATALOGUE`` says why each is allowed).
+policy, per-group keys and the engine-documented allowances (the rules' entries say why each is allowed).
 
 Library use (the peer drivers feed events as they come)::
 
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.sim.peers.judges import block_hash as bh
+from kvsim.sim.peers.judges import event_shapes as es
 from kvsim.sim.peers.judges.block_hash import fnv1a64, fnv1a64_many
 from kvsim.sim.peers.judges.event_log import EventLogError, parse_batch, parse_event, read_event_log, read_event_log_seq
 from kvsim.sim.peers.judges.event_rules import CATALOGUE, PRESETS, RULES, Preset
@@ -99,7 +101,7 @@ class EventChecker:
                  partial_tails: bool = False, max_findings: int | None = None, *, preset: Preset | None = None,
                  group_keys: bool = True, duplicate_copies: bool = False, reuse_reports: bool = False,
                  hash_seed: str = bh.VLLM_NONE_HASH_SEED, hash_block_size: int | None = None,
-                 folded_groups: bool = False) -> None:
+                 folded_groups: bool = False, capacities: dict[str, int] | None = None) -> None:
         self._candidates: tuple[str, ...] = _AUTO
         self._fallback: str | None = None
         self._pending: list[tuple] = []  # root blocks no candidate scheme reproduced, judged once one is adopted
@@ -118,6 +120,11 @@ class EventChecker:
         self.block_size, self.capacity, self.partial_tails = block_size, capacity, partial_tails
         self.preset = preset
         self.group_keys, self.duplicate_copies, self.reuse_reports = group_keys, duplicate_copies, reuse_reports
+        self.capacities = dict(capacities or {})  # a medium's own capacity (a Host tier's chunks), else capacity
+        self.sparse_stores = preset is not None and preset.sparse_stores
+        self.forward_parents = preset is not None and preset.forward_parents
+        self._later: dict[Any, int] = {}  # hash -> index of its last store in the current batch
+        self._at = 0                      # the index of the event being judged in its batch
         self._seed, self._hash_block_size = hash_seed, hash_block_size
         self._hbs_pinned = hash_block_size is not None
         self.scheme = hash_scheme
@@ -142,7 +149,9 @@ class EventChecker:
         self.grouped = False  # a store named a cache group (group_idx)
         self.stats = {"batches": 0, "stored": 0, "removed": 0, "cleared": 0, "cleared_empty": 0, "peak_live": 0,
                       "partial_blocks": 0, "recomputed": 0, "unverifiable": 0, "copies": 0, "reuse_reports": 0,
-                      "sequence_gaps": 0, "partial_entries": 0}
+                      "sequence_gaps": 0, "partial_entries": 0, "sparse_stores": 0, "placeholders": 0,
+                      "forward_parents": 0}
+        self._described: set[Any] = set()  # media whose stores carried their tokens (vLLM's self-describing events)
         self.unverifiable_reasons: dict[str, int] = {}
         # EV-3's entry: with a published non-prefix-closed group folded into each prefix event, a store under a
         # parent the stream does not hold is the fold's designed orphan -- one router-compatibility hazard per
@@ -153,10 +162,14 @@ class EventChecker:
         self.consequence_count = 0
 
     # -- findings ----------------------------------------------------------------------------------------------
+    on_finding: Any = None  # called with (rule, line, message, context) of every finding: a peer run's recovery
+
     def _find(self, rule: str, line: int, message: str, **ctx: Any) -> None:
         self.counts[rule] += 1
         if self.max_findings is None or len(self.findings) < self.max_findings:
             self.findings.append(Finding(rule, line, message, ctx))
+        if self.on_finding is not None:
+            self.on_finding(rule, line, message, ctx)
 
     def _fold_orphan(self, line: int, parent: Any) -> None:
         """A store under a parent the stream does not hold, where the engine folds a sliding-window or state
@@ -213,7 +226,10 @@ class EventChecker:
         stored = removed = cleared = False
         after_clear = bool(self.cleared)
         recomputed = self.stats["recomputed"] + len(self._deferred)
-        for ev in events:
+        if self.forward_parents:
+            self._later = {h: i for i, ev in enumerate(events) if type(ev).__name__ == "BlockStored"
+                           for h in ev.block_hashes}
+        for self._at, ev in enumerate(events):
             name = type(ev).__name__
             if name == "BlockStored":
                 stored = True
@@ -282,12 +298,18 @@ class EventChecker:
             self.grouped = True  # vLLM's stores name their cache group
         live = self.live.setdefault(where, {})
         bs = ev.block_size
+        if bs == 0:
+            self._placeholder(ev, live, where, line)
+            return
+        if ev.medium is not None:
+            self._described.add(ev.medium)
         if bs != self.block_size:
             self._size(where, bs, line)
         hashes = ev.block_hashes
         n, ntok = len(hashes), len(ev.token_ids)
         full_tokens = n * bs
-        if ntok != full_tokens and not (self.partial_tails and n and (n - 1) * bs < ntok < full_tokens):
+        sparse = self.sparse_stores and es.is_sparse(n, ntok, bs)
+        if ntok != full_tokens and not sparse and not (self.partial_tails and n and (n - 1) * bs < ntok < full_tokens):
             self._find("EV-4", line, f"{n} blocks of {bs} tokens carry {ntok} token ids", blocks=n, tokens=ntok)
         parent = ev.parent_block_hash
         parent_blk = None
@@ -298,6 +320,8 @@ class EventChecker:
                            parent=parent)
             elif parent_blk is None and self.folded_groups:
                 self._fold_orphan(line, parent)
+            elif parent_blk is None and self._later.get(parent, -1) > self._at:
+                self.stats["forward_parents"] += 1  # vLLM: its parent's store comes later in this batch
             elif parent_blk is None:
                 self._find("EV-3", line, f"store under parent {_short(parent)}, which is not a live block",
                            parent=parent)
@@ -307,17 +331,20 @@ class EventChecker:
                 and all(h in live for h in hashes)):
             self.stats["reuse_reports"] += 1  # vLLM's kv_cache_report_mode="full": changes nothing (EV-2 entry)
             return
-        if self.scheme == "auto" and n and ntok >= bs:
+        if self.scheme == "auto" and n and ntok >= bs and not sparse:
             self._recognise(ev, hashes[0], parent, line)
         prev_value, prev = parent, self._parent_digest(parent, parent_blk)
         scheme = self._scheme
+        digests = self._sparse_digests(ev, prev_value, prev, line) if sparse else None
         n_new = 0  # copies added (a double store outside the vLLM preset replaces, adding none)
         for j, h in enumerate(hashes):
             is_full = (j + 1) * bs <= ntok
             if not is_full:
                 self.stats["partial_blocks"] += 1
             digest = None
-            if scheme is not None:
+            if digests is not None:
+                digest = digests[j]
+            elif scheme is not None:
                 toks = ev.token_ids[j * bs:(j + 1) * bs]
                 digest = self._recompute(h, prev_value, prev, toks, self._block(ev, j, prev_value), line)
             blk = live.get(h)
@@ -340,9 +367,10 @@ class EventChecker:
         size = self._copies[where] = self._copies.get(where, 0) + n_new
         if size > self.stats["peak_live"]:
             self.stats["peak_live"] = size
-        if self.capacity is not None and size > self.capacity:
-            self._find("EV-6", line, f"{size} live blocks exceed the capacity {self.capacity}", live=size,
-                       capacity=self.capacity, medium=ev.medium)
+        cap = self.capacities.get(ev.medium, self.capacity)
+        if cap is not None and size > cap:
+            self._find("EV-6", line, f"{size} live blocks exceed the capacity {cap}", live=size,
+                       capacity=cap, medium=ev.medium)
 
     def _removed(self, ev: Any, line: int) -> None:
         where = self._where(ev)
@@ -493,6 +521,36 @@ class EventChecker:
                        f"{s.show(want)})", block=h, expected=s.show(want))
             return None  # the engine's digest is unknown: its children are not judged against ours
         return want
+
+    def _placeholder(self, ev: Any, live: dict, where: Any, line: int) -> None:
+        """A placeholder store (EV-4's entry, ``event_shapes``): its hashes become live, with no digest."""
+        self.stats["placeholders"] += 1
+        if es.lost_placeholder(ev, self._described):
+            self._find("EV-4", line, f"a placeholder store (block size 0, no token ids) of full-attention block "
+                       f"{_short(ev.block_hashes[0]) if ev.block_hashes else '?'} in a {ev.medium} stream whose "
+                       "stores carry their tokens: its payload was lost", blocks=len(ev.block_hashes),
+                       medium=ev.medium)
+        for h in ev.block_hashes:
+            blk = live.get(h)
+            if blk is not None:
+                blk.copies += 1
+                self.stats["copies"] += 1
+            else:
+                live[h] = _Live(True, None)
+            self.stats["stored"] += 1
+        self._copies[where] = self._copies.get(where, 0) + len(ev.block_hashes)
+
+    def _sparse_digests(self, ev: Any, parent_value: Any, prev: Any, line: int) -> list:
+        """A sparse store (EV-4's entry, ``event_shapes``): the digest of each block it names."""
+        self.stats["sparse_stores"] += 1
+        out, why, unmatched = es.sparse_digests(self._scheme, ev, parent_value, prev)
+        if why is not None:
+            self._unverifiable(why)
+        self.stats["recomputed"] += sum(d is not None for d in out)
+        if unmatched is not None and self._scheme is not None:
+            self._find("EV-7", line, f"block {_short(unmatched)} of a sparse store is the chain digest of none of the "
+                       f"blocks its tokens cover under {self._scheme.name}", block=unmatched)
+        return out
 
     def flush(self) -> None:
         """End of the stream: root blocks kept for scheme recognition are judged under the preset's scheme

@@ -1,5 +1,5 @@
 """PEER-9 on SGLang's deep counters: what its driver reads from the radix tree's own structures (``probe`` in
-``sim/peers/sglang/driver.py``, the tree walked from its root), each against what should equal it.
+``sim/peers/sglang/ledger.py``, run by the driver, the tree walked from its root), each against what should equal it.
 
 SGLang's ``RadixCache`` keeps ``lock_ref`` on every node (``inc_lock_ref`` / ``dec_lock_ref`` walk from the
 locked node to the root, so a node's count is the number of held locks at or below it), running totals
@@ -30,7 +30,8 @@ def check(probe: dict, named: dict[int, int]) -> list[tuple[str, dict]]:
         shown = ", ".join(f"node {n} lock_ref {have} (held {want})" for n, have, want in nodes[:4])
         out.append((f"{probe['lock_mismatch']} of SGLang's {probe['nodes']} tree nodes have a lock_ref other than "
                     f"the locks held at or below them: {shown}", {"lock_mismatch": probe["lock_mismatch"],
-                                                                 "nodes": nodes}))
+                                                                 "nodes": nodes,
+                                                                 **({"node": nodes[0][0]} if nodes else {})}))
     if probe.get("locks_off_tree"):
         out.append((f"{probe['locks_off_tree']} nodes the scheduler holds locks on are no longer in SGLang's tree",
                     {"locks_off_tree": probe["locks_off_tree"]}))

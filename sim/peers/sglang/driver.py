@@ -49,12 +49,13 @@ as a crash of the engine.
 import json
 import os
 import sys
-import tempfile
 import time
 import traceback
 import zlib
 from array import array
 from typing import Any
+
+import ledger  # noqa: E402 -- a sibling script module (sim/peers/sglang/ledger.py), found through sys.path[0]
 
 
 def warm_up(page_size: int) -> None:
@@ -102,10 +103,13 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
         frames.append(tb)
         tb = tb.tb_next
     engine = None
+    node = None
     for t in reversed(frames):
         fn = t.tb_frame.f_code.co_filename
         if fn.startswith(package + os.sep):
             engine = f"{os.path.relpath(fn, root)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}"
+            got = getattr(t.tb_frame.f_locals.get("node"), "id", None)
+            node = got if isinstance(got, int) else None  # the node the innermost engine frame was handling
             break
     here = frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__)
     if isinstance(exc, EngineFault):
@@ -120,75 +124,44 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
         tail.append(f"{shown}:{t.tb_lineno} in {t.tb_frame.f_code.co_name}")
     return {"type": type(exc).__name__, "message": " ".join(str(exc).split())[:300], "frame": engine,
             "step": where.get("step"), "request": where.get("request"), "phase": where.get("phase"),
-            "traceback": tail}
+            "traceback": tail, "node": node}
+
+
+COUNTS: list = [None]   # the path counts of the trial running now (the wrappers are installed once per process)
 
 
 def count_paths(n: dict) -> None:
-    """Wrap RadixCache's node split, leaf deletion and reset (class-level) to count them in ``n``."""
+    """Wrap RadixCache's node split, leaf deletion and reset (class-level, once per process) to count them in
+    ``n`` (the current trial's counts)."""
     from sglang.srt.mem_cache.radix_cache import RadixCache
+    COUNTS[0] = n
+    if getattr(RadixCache, "_kvsim_paths", False):
+        return
+    RadixCache._kvsim_paths = True
     split, delete, reset = RadixCache._split_node, RadixCache._delete_leaf, RadixCache.reset
 
     def split_counted(self: Any, key: Any, child: Any, split_len: int) -> Any:
-        n["node_split"] += 1
+        COUNTS[0]["node_split"] += 1
         return split(self, key, child, split_len)
 
     def delete_counted(self: Any, node: Any) -> None:
-        n["eviction"] += 1
+        COUNTS[0]["eviction"] += 1
         parent = node.parent
         if parent is not None and parent is not self.root_node and parent.lock_ref > 0:
-            n["eviction_next_to_locked"] += 1
+            COUNTS[0]["eviction_next_to_locked"] += 1
         delete(self, node)
 
     def reset_counted(self: Any) -> None:
         if getattr(self, "root_node", None) is not None:  # the reset at construction is no ClearCache
-            n["clear_cache"] += 1
+            COUNTS[0]["clear_cache"] += 1
         reset(self)
 
+    split_counted.__wrapped__ = split  # type: ignore[attr-defined]  # the ledger names the engine's function
+    delete_counted.__wrapped__ = delete  # type: ignore[attr-defined]
+    reset_counted.__wrapped__ = reset  # type: ignore[attr-defined]
     RadixCache._split_node = split_counted
     RadixCache._delete_leaf = delete_counted
     RadixCache.reset = reset_counted
-
-
-def probe(tree: Any, locks: list) -> dict:
-    """The tree's deep counters, read from its own structures: walked from the root, the tokens of nodes with
-    ``lock_ref == 0`` and ``> 0`` beside ``evictable_size_`` / ``protected_size_``; each node's ``lock_ref``
-    against the locks this driver holds at or below it (the first eight disagreements named by node id); the
-    evictable leaves (unlocked, no live child) beside ``evictable_leaves``. O(nodes): every ``probe_every``
-    steps."""
-    root = tree.root_node
-    want: dict[int, int] = {}
-    for node in locks:
-        while node is not None and node is not root:
-            want[id(node)] = want.get(id(node), 0) + 1
-            node = node.parent
-    evictable = protected = nodes = 0
-    bad: list = []
-    wrong = 0
-    leaves = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        live = [c for c in node.children.values() if not c.evicted]
-        stack.extend(live)
-        if node is root:
-            continue
-        nodes += 1
-        if node.lock_ref == 0:
-            evictable += len(node.key)
-            if not live:
-                leaves.add(id(node))
-        else:
-            protected += len(node.key)
-        expect = want.pop(id(node), 0)
-        if node.lock_ref != expect:
-            wrong += 1
-            if len(bad) < 8:
-                bad.append([node.id, node.lock_ref, expect])
-    listed = {id(x) for x in tree.evictable_leaves}
-    return {"nodes": nodes, "evictable_walk": evictable, "protected_walk": protected,
-            "evictable": tree.evictable_size_, "protected": tree.protected_size_, "lock_mismatch": wrong,
-            "lock_mismatch_nodes": bad, "locks_off_tree": len(want), "leaves_walk": len(leaves),
-            "leaves_listed": len(listed), "leaves_differ": len(leaves ^ listed)}
 
 
 def token(rid: str, pos: int, vocab: int) -> int:
@@ -218,8 +191,10 @@ class Req:
 
 
 class Driver:
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, where: dict):
+        import sglang
         import torch
+        from sglang.srt.mem_cache import radix_cache
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixCache
 
@@ -239,6 +214,11 @@ class Driver:
         self.observe_s = 0.0        # seconds spent reading the tree for them (not the engine's)
         self.paths = dict.fromkeys(PATHS, 0)
         count_paths(self.paths)
+        # the ledger wraps after the path counters, so it names the engine's functions and their real callers
+        ledger.install(type(self.alloc))
+        radix_cache.TreeNode.counter = 0  # node ids count from 0 in every trial: the same run names the same nodes
+        self.led = ledger.Ledger(os.path.dirname(os.path.dirname(os.path.abspath(sglang.__file__))), ps, where)
+        ledger.CURRENT[0] = self.led
         self.tree = RadixCache(CacheInitParams(disable=False, req_to_token_pool=None,
                                                token_to_kv_pool_allocator=self.alloc, page_size=ps,
                                                enable_kv_cache_events=True))
@@ -256,7 +236,7 @@ class Driver:
             i = index[id(node)] = len(nodes)
             value = node.value
             nodes.append([parent, node.lock_ref, 0, int(value[0]) // self.ps if len(value) else -1,
-                          len(value) // self.ps])
+                          len(value) // self.ps, node.id])
             times.append(node.last_access_time)
             stack.extend((c, i) for c in node.children.values())
         ranks = {t: r for r, t in enumerate(sorted(set(times)))}
@@ -355,6 +335,183 @@ class Driver:
         return [[step, [msgspec.to_builtins(e) for e in evs]]]
 
 
+def read_trial() -> tuple[dict, list] | None:
+    """The next trial on stdin: a config line, one line per request, the end mark; None at the end of input.
+    Requests come back as ``(arrive, Req)`` in workload order."""
+    line = sys.stdin.readline()
+    if not line.strip():
+        return None
+    cfg = json.loads(line)
+    given: list = []
+    for line in iter(sys.stdin.readline, ""):
+        msg = json.loads(line)
+        if "end" in msg:
+            break
+        q = msg["request"]
+        given.append((q.get("arrive", 0), Req(q["id"], q["tokens"], q["max_new_tokens"])))
+    return cfg, given
+
+
+def structure(d: "Driver", running: list) -> dict:
+    """``ledger.walk`` of the tree and allocator as SGLang left them (the live rows' private slots included), or
+    why they could not be read."""
+    try:
+        rows = [r.row[r.protected:] for r in running if r.row is not None]
+        return ledger.walk(d.tree, d.alloc, rows, d.pages, d.ps)
+    except Exception as exc:  # a structure too broken to read is itself the finding
+        return {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
+
+
+def run_trial(cfg: dict, given: list, trial: int, send: Any, where: dict, state: dict, import_s: float) -> None:
+    """One run of the workload on a tree and allocator built afresh (SGLang imported once per process): hello,
+    one line per step, done. ``state`` holds the driver and its running requests for the crash report."""
+    import sglang
+
+    where.update(step=None, request=None, phase="setup")
+    d = Driver(cfg, where)
+    state["driver"] = d
+    every = max(1, int(cfg.get("probe_every", 1)))
+    send({"hello": {"engine": f"sglang {sglang.__version__}", "block_size": d.ps, "num_blocks": cfg["num_blocks"],
+                    "usable_blocks": d.pages, "hash_algo": "sha256", "import_s": round(import_s, 3),
+                    "paths": list(PATHS), "probe_every": every, "trial": trial}})
+    clock = time.perf_counter
+    ps = d.ps
+    running: list[Req] = []
+    state["running"] = running
+    arrivals = given[::-1]      # submitted before their step, at once when nothing is queued or running
+    waiting: list[Req] = []    # the FCFS queue, next request last
+    step = 0
+    idle = 0
+    pre_events = d.take_events(0)  # the cache's own reset (AllBlocksCleared) at construction
+    walked = -1                    # the ledger's change count at the last structure walk
+    while arrivals or waiting or running:
+        while arrivals and (arrivals[-1][0] <= step or not (waiting or running)):
+            waiting.insert(0, arrivals.pop()[1])
+        where.update(step=step, phase="schedule", request=None)
+        spent = d.led.cost
+        t0 = clock()
+        new, cached, tables, scheduled = [], [], [], {}
+        budget = d.budget
+        # 1. running requests: decode one token each, or the next prefill chunk
+        for r in running:
+            where["request"] = r.id
+            if r.computed >= len(r.prompt):      # decoding: compute the last produced token
+                n = 1
+            else:
+                n = min(len(r.prompt) - r.computed, budget)
+                if n <= 0:
+                    continue
+                budget -= n
+            pages = d.grow(r, r.computed + n)
+            if pages:
+                cached.append([r.id, False, pages, r.computed])
+            scheduled[r.id] = n
+        # 2. admission while budget and room remain (the match locked before the room is counted)
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        where["phase"] = "admission"
+        while waiting and budget > 0 and len(running) < d.max_seqs:
+            r = waiting[-1]
+            where["request"] = r.id
+            m = d.tree.match_prefix(MatchPrefixParams(key=d.key(r.prompt[: len(r.prompt) - 1])))
+            hit = m.device_prefix_len
+            free_hit = hit > 0 and m.last_device_node.lock_ref == 0  # matched pages nobody locked
+            lock = d.tree.lock(m.last_device_node)
+            total = -(-(len(r.prompt) + r.max_new) // ps) * ps
+            room = d.alloc.available_size() + d.tree.evictable_size() - sum(x.need for x in running)
+            if total - hit > room:
+                d.tree.unlock(lock)
+                break
+            waiting.pop()
+            d.paths["hit_evictable"] += hit // ps if free_hit else 0
+            d.paths["whole_prompt_hit"] += 0 < hit == (len(r.prompt) - 1) // ps * ps
+            r.lock, r.node = lock, m.last_device_node
+            r.row = d.tree.path_device_indices(m.last_device_node)[:hit].clone()
+            r.protected = r.inserted = hit
+            r.computed = hit
+            r.need = total - hit
+            n = min(len(r.prompt) - hit, budget)
+            budget -= n
+            d.grow(r, hit + n)
+            new.append([r.id, hit, (r.row[::ps] // ps).tolist()])
+            scheduled[r.id] = n
+            running.append(r)
+        t1 = clock()
+        # 3. the forward's results: tokens, checkpoints, finishes
+        where["phase"] = "checkpoint"
+        tokens, finished = {}, []
+        t2 = clock()
+        for r in list(running):
+            if r.id not in scheduled:
+                continue
+            where["request"] = r.id
+            r.computed += scheduled[r.id]
+            if r.computed < len(r.prompt):       # an intermediate chunk: cache_unfinished_req
+                table = d.checkpoint(r, r.computed)
+                if table is not None:
+                    tables.append([r.id, table])
+                continue
+            tok = token(r.id, len(r.out), d.vocab)
+            r.out.append(tok)
+            tokens[r.id] = tok
+            if len(r.out) == r.max_new:
+                where["phase"] = "release"
+                table = d.release(r)
+                if table is not None:
+                    tables.append([r.id, table])
+                running.remove(r)
+                finished.append(r.id)
+        t3 = clock()
+        where.update(phase="report", request=None)
+        inside = d.led.cost - spent  # the ledger's bookkeeping inside SGLang's calls: not SGLang's time
+        batches = pre_events + d.take_events(step)
+        pre_events = []
+        t4 = clock()
+        facts = d.led.take()
+        msg = {"step": step, "engine_s": (t1 - t0) + (t3 - t2) - d.observe_s - inside, "new": new, "cached": cached,
+               "evictions": d.evictions,
+               "tables": tables, "scheduled": scheduled, "tokens": tokens, "finished": sorted(finished),
+               "preempted": [], "stats": None,
+               "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
+               "cached_blocks": d.tree.total_size() // ps,
+               "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
+                        "total": d.tree.total_size()},
+               "batches": batches, "paths": d.take_paths(), "ledger": facts}
+        d.evictions, d.observe_s = [], 0.0
+        if step % every == 0 or not (arrivals or waiting or running):
+            msg["probe"] = ledger.probe(d.tree, [r.lock.node for r in running if r.lock is not None])
+            if d.led.changes != walked:  # nothing SGLang did since the last walk: the same structure
+                msg["walk"] = structure(d, running)
+                walked = d.led.changes
+        msg["probe_s"] = inside + clock() - t4
+        send(msg)
+        step += 1
+        idle = 0 if scheduled else idle + 1
+        if idle >= 64:
+            send({"stalled": sorted([r.id for r in running] + [r.id for r in waiting]
+                                    + [r.id for _a, r in arrivals])})
+            break
+    if cfg.get("clear_at_end") and not (arrivals or waiting or running):
+        where.update(step=step, phase="flush_cache", request=None)
+        spent = d.led.cost
+        t0 = clock()
+        d.tree.reset()      # SGLang's flush_cache: the tree, then the allocator
+        d.alloc.clear()
+        t1 = clock()
+        inside = d.led.cost - spent
+        t4 = clock()
+        pr = ledger.probe(d.tree, [])
+        send({"step": step, "engine_s": t1 - t0 - inside, "new": [], "cached": [], "tables": [], "scheduled": {},
+              "tokens": {}, "finished": [], "preempted": [], "stats": None, "cleared": True,
+              "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
+              "cached_blocks": d.tree.total_size() // ps,
+              "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
+                       "total": d.tree.total_size()},
+              "batches": d.take_events(step), "paths": d.take_paths(), "probe": pr, "ledger": d.led.take(),
+              "walk": structure(d, []), "probe_s": inside + clock() - t4})
+        step += 1
+    send({"done": {"steps": step, "trial": trial}})
+
+
 def main() -> int:
     out = os.fdopen(os.dup(1), "w", buffering=1 << 20)
     os.dup2(2, 1)  # whatever the engine prints goes to stderr; stdout carries only the protocol
@@ -365,158 +522,44 @@ def main() -> int:
 
     where: dict = {"step": None, "request": None, "phase": "setup"}  # what the driver is doing, for a crash
     package = ""
+    state: dict = {}
     try:
-        cfg = json.loads(sys.stdin.readline())
-        given: list = []          # (arrive, request) in workload order
-        for line in sys.stdin:
-            msg = json.loads(line)
-            if "end" in msg:
-                break
-            q = msg["request"]
-            given.append((q.get("arrive", 0), Req(q["id"], q["tokens"], q["max_new_tokens"])))
+        trial = read_trial()
         if not os.environ.get("TORCH_EXTENSIONS_DIR"):  # SGLang's hash extension: built once per venv
             os.environ["TORCH_EXTENSIONS_DIR"] = os.path.join(sys.prefix, "torch-extensions")
         t0 = time.perf_counter()
         use_standins()
         import sglang
         package = os.path.dirname(os.path.abspath(sglang.__file__))
-        d = Driver(cfg)
-        warm_up(d.ps)
+        if trial is not None:  # one-off start-up costs (the hash extension), before any trial's first step
+            warm_up(int(trial[0]["block_size"]))
         import_s = time.perf_counter() - t0
-        every = max(1, int(cfg.get("probe_every", 1)))
-        send({"hello": {"engine": f"sglang {sglang.__version__}", "block_size": d.ps, "num_blocks": cfg["num_blocks"],
-                        "usable_blocks": d.pages, "hash_algo": "sha256", "import_s": round(import_s, 3),
-                        "paths": list(PATHS), "probe_every": every}})
-        clock = time.perf_counter
-        ps = d.ps
-        running: list[Req] = []
-        arrivals = given[::-1]      # submitted before their step, at once when nothing is queued or running
-        waiting: list[Req] = []    # the FCFS queue, next request last
-        step = 0
-        idle = 0
-        with tempfile.TemporaryDirectory(prefix="kvsim-sglang-"):
-            pre_events = d.take_events(0)  # the cache's own reset (AllBlocksCleared) at construction
-            while arrivals or waiting or running:
-                while arrivals and (arrivals[-1][0] <= step or not (waiting or running)):
-                    waiting.insert(0, arrivals.pop()[1])
-                where.update(step=step, phase="schedule", request=None)
-                t0 = clock()
-                new, cached, tables, scheduled = [], [], [], {}
-                budget = d.budget
-                # 1. running requests: decode one token each, or the next prefill chunk
-                for r in running:
-                    where["request"] = r.id
-                    if r.computed >= len(r.prompt):      # decoding: compute the last produced token
-                        n = 1
-                    else:
-                        n = min(len(r.prompt) - r.computed, budget)
-                        if n <= 0:
-                            continue
-                        budget -= n
-                    pages = d.grow(r, r.computed + n)
-                    if pages:
-                        cached.append([r.id, False, pages, r.computed])
-                    scheduled[r.id] = n
-                # 2. admission while budget and room remain (the match locked before the room is counted)
-                from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-                where["phase"] = "admission"
-                while waiting and budget > 0 and len(running) < d.max_seqs:
-                    r = waiting[-1]
-                    where["request"] = r.id
-                    m = d.tree.match_prefix(MatchPrefixParams(key=d.key(r.prompt[: len(r.prompt) - 1])))
-                    hit = m.device_prefix_len
-                    free_hit = hit > 0 and m.last_device_node.lock_ref == 0  # matched pages nobody locked
-                    lock = d.tree.lock(m.last_device_node)
-                    total = -(-(len(r.prompt) + r.max_new) // ps) * ps
-                    room = d.alloc.available_size() + d.tree.evictable_size() - sum(x.need for x in running)
-                    if total - hit > room:
-                        d.tree.unlock(lock)
-                        break
-                    waiting.pop()
-                    d.paths["hit_evictable"] += hit // ps if free_hit else 0
-                    d.paths["whole_prompt_hit"] += 0 < hit == (len(r.prompt) - 1) // ps * ps
-                    r.lock, r.node = lock, m.last_device_node
-                    r.row = d.tree.path_device_indices(m.last_device_node)[:hit].clone()
-                    r.protected = r.inserted = hit
-                    r.computed = hit
-                    r.need = total - hit
-                    n = min(len(r.prompt) - hit, budget)
-                    budget -= n
-                    d.grow(r, hit + n)
-                    new.append([r.id, hit, (r.row[::ps] // ps).tolist()])
-                    scheduled[r.id] = n
-                    running.append(r)
-                t1 = clock()
-                # 3. the forward's results: tokens, checkpoints, finishes
-                where["phase"] = "checkpoint"
-                tokens, finished = {}, []
-                t2 = clock()
-                for r in list(running):
-                    if r.id not in scheduled:
-                        continue
-                    where["request"] = r.id
-                    r.computed += scheduled[r.id]
-                    if r.computed < len(r.prompt):       # an intermediate chunk: cache_unfinished_req
-                        table = d.checkpoint(r, r.computed)
-                        if table is not None:
-                            tables.append([r.id, table])
-                        continue
-                    tok = token(r.id, len(r.out), d.vocab)
-                    r.out.append(tok)
-                    tokens[r.id] = tok
-                    if len(r.out) == r.max_new:
-                        where["phase"] = "release"
-                        table = d.release(r)
-                        if table is not None:
-                            tables.append([r.id, table])
-                        running.remove(r)
-                        finished.append(r.id)
-                t3 = clock()
-                where.update(phase="report", request=None)
-                batches = pre_events + d.take_events(step)
-                pre_events = []
-                msg = {"step": step, "engine_s": (t1 - t0) + (t3 - t2) - d.observe_s, "new": new, "cached": cached,
-                       "evictions": d.evictions,
-                       "tables": tables, "scheduled": scheduled, "tokens": tokens, "finished": sorted(finished),
-                       "preempted": [], "stats": None,
-                       "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
-                       "cached_blocks": d.tree.total_size() // ps,
-                       "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
-                                "total": d.tree.total_size()},
-                       "batches": batches, "paths": d.take_paths()}
-                d.evictions, d.observe_s = [], 0.0
-                if step % every == 0 or not (arrivals or waiting or running):
-                    t4 = clock()
-                    msg["probe"] = probe(d.tree, [r.lock.node for r in running if r.lock is not None])
-                    msg["probe_s"] = clock() - t4
-                send(msg)
-                step += 1
-                idle = 0 if scheduled else idle + 1
-                if idle >= 64:
-                    send({"stalled": sorted([r.id for r in running] + [r.id for r in waiting]
-                                            + [r.id for _a, r in arrivals])})
-                    break
-            if cfg.get("clear_at_end") and not (arrivals or waiting or running):
-                where.update(step=step, phase="flush_cache", request=None)
-                t0 = clock()
-                d.tree.reset()      # SGLang's flush_cache: the tree, then the allocator
-                d.alloc.clear()
-                t1 = clock()
-                t4 = clock()
-                pr = probe(d.tree, [])
-                send({"step": step, "engine_s": t1 - t0, "new": [], "cached": [], "tables": [], "scheduled": {},
-                      "tokens": {}, "finished": [], "preempted": [], "stats": None, "cleared": True,
-                      "free_blocks": (d.alloc.available_size() + d.tree.evictable_size()) // ps,
-                      "cached_blocks": d.tree.total_size() // ps,
-                      "tree": {"evictable": d.tree.evictable_size(), "protected": d.tree.protected_size(),
-                               "total": d.tree.total_size()},
-                      "batches": d.take_events(step), "paths": d.take_paths(), "probe": pr,
-                      "probe_s": clock() - t4})
-                step += 1
-            send({"done": {"steps": step}})
+        n = 0
+        while trial is not None:
+            try:
+                run_trial(trial[0], trial[1], n, send, where, state, import_s if n == 0 else 0.0)
+            except Exception as exc:  # SGLang raised while stepping (a finding), or the driver broke
+                if where["phase"] == "setup":
+                    raise
+                facts = crash_facts(exc, package, where)
+                if not facts["frame"]:
+                    raise
+                traceback.print_exc()
+                crash: dict = {"crash": facts}
+                d = state.get("driver")
+                if d is not None:  # the structures as the engine left them
+                    crash["ledger"] = d.led.take()
+                    crash["walk"] = structure(d, state.get("running") or [])
+                send(crash)
+            finally:
+                ledger.CURRENT[0] = None
+                state.clear()
+            out.flush()
+            n += 1
+            trial = read_trial()
         out.flush()
         return 0
-    except Exception as exc:  # the engine raised (a finding), refused its setup, or the driver broke
+    except Exception as exc:  # the engine refused its setup, or the driver broke
         traceback.print_exc()
         if where["phase"] != "setup":
             facts = crash_facts(exc, package, where)

@@ -23,23 +23,16 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
+from kvsim.spec.catalogue import get
+
 if TYPE_CHECKING:
     from kvsim.sim.peers.judges.engine_judge import EngineJudge
 
 RULE = "PEER-13"
-RULES = {
-    RULE: ("SGLang's radix cache evicts only unlocked leaves, least recently accessed first",
-           'sglang/srt/mem_cache/radix_cache.py RadixCache.evict: a heap over evictable_leaves keyed by '
-           'LRUStrategy.get_priority = node.last_access_time; seed 002 L199: "select eviction candidates ... '
-           'LRU access epoch"; L38: "held only by the cache"'),
-}
-DECISIONS = {
-    RULE: "Judged on every evict call, from the tree the driver read just before it (parent, lock_ref, the rank of "
-          "last_access_time, pages per node) and the nodes the call removed. The removed set must be a prefix of "
-          "an LRU peeling of the unlocked leaves (equal access times in any order): no locked node, no node with a "
-          "kept child, no node removed while an unlocked leaf accessed earlier stays. How many tokens a call "
-          "frees is not judged here (PEER-9 counts the pool).",
-}
+# its title, seed clause and decisions as the engine judge's report lists them: from its catalogue entry
+# (spec.rules.peer_policy)
+RULES = {RULE: get(RULE).stated("engine")[:2]}
+DECISIONS = {RULE: get(RULE).stated("engine")[2]}
 
 
 def judge_eviction(ev: dict) -> str | None:

@@ -32,19 +32,11 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 
+from kvsim.spec.catalogue import stated
+
 __all__ = ["RULES", "PROBES", "Probe", "Outcome", "run_probes", "vocabulary"]
 
-RULES: dict[str, tuple[str, str]] = {
-    "TS-GEO-3": ("a State group declares its checkpoint span as block_granularity: a positive divisor of P, never 0",
-                 "a snapshot group's block_granularity equals its checkpoint_granularity numerically"),
-    "TS-GEO-4": ("the gate refuses a sliding State group", "refuses a sliding State group at the bridge"),
-    "TS-GEO-5": ("the gate refuses a history group's block_granularity 0 or non-divisor of P",
-                 "a positive divisor of prefix_granularity, rejected by SchedulerConfig::Validate()"),
-    "TS-GEO-6": ("Validate() is the single, explicit gate; the CapacityModel runs its sizing half",
-                 "SchedulerConfig::Validate() is the single configuration gate"),
-    "TS-GEO-7": ("no page_size, row or checkpoint vocabulary in the scheduler's bindings",
-                 "The identifier page_size must not appear anywhere in tokenspeed-scheduler"),
-}
+RULES: dict[str, tuple[str, str]] = stated([f"TS-GEO-{i}" for i in range(3, 8)], "probe")  # the catalogue's
 
 _PRELUDE = '''
 import json, tokenspeed_scheduler as ts

@@ -29,26 +29,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kvsim.spec.catalogue import get
+
 if TYPE_CHECKING:
     from kvsim.sim.peers.judges.engine_judge import EngineJudge
 
 RULE = "PEER-12"
-RULES = {
-    RULE: ("vLLM evicts the head of its free queue: cached blocks least recently freed first, a request's tail "
-           "blocks before its head, never while a block without content is free",
-           'vllm/v1/core/kv_cache_utils.py FreeKVCacheBlockQueue: "The least recent used block is at the front '
-           '(LRU) ... the one with more hash tokens (the tail of a block chain) is at the front"; seed 002 L36: '
-           '"the global empty-parent FIFO"; L199: "LRU access epoch"'),
-}
-DECISIONS = {
-    RULE: "Judged on every step in which a block that held cached content (a full block some forward computed) is "
-          "handed out fresh: that is vLLM's eviction of it. Blocks freed without content (partial, or never used) "
-          "are prepended to the queue, so none may be left free from before the step when a cached one is "
-          "evicted. Cached blocks are ranked by release: the step (preemptions before finishes), then within one "
-          "request's release the reversed table position; blocks released by different requests in the same "
-          "step are unordered. A hit takes a block out of the queue. Findings name the evicted block and the "
-          "block vLLM should have evicted first.",
-}
+# its title, seed clause and decisions as the engine judge's report lists them: from its catalogue entry
+# (spec.rules.peer_policy)
+RULES = {RULE: get(RULE).stated("engine")[:2]}
+DECISIONS = {RULE: get(RULE).stated("engine")[2]}
 
 
 class FreeQueue:
