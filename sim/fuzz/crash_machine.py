@@ -46,12 +46,37 @@ class _Req:
         self.request_id = rid
 
 
+class _Block:
+    def __init__(self, bid: Any) -> None:
+        self.block_id = bid
+
+
+class _Node:
+    def __init__(self, nid: Any) -> None:
+        self.id = nid
+
+
 def _driver(engine: str) -> Any:
-    if engine == "vllm":
-        from kvsim.sim.peers.vllm import driver as vd
-        return vd
-    from kvsim.sim.peers.sglang import driver as sd
-    return sd
+    """The engine's driver script imported as kvsim's module (its ``crash_facts`` is what is fuzzed). The script
+    imports its sibling ``ledger`` as the engine venv finds it (its folder first on ``sys.path``), so the import
+    runs with that folder in front and leaves no top-level ``ledger`` behind (the two drivers' ledgers differ)."""
+    import importlib
+    import os
+    import sys
+    name = f"kvsim.sim.peers.{'vllm' if engine == 'vllm' else 'sglang'}.driver"
+    if name in sys.modules:
+        return sys.modules[name]
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers",
+                          "vllm" if engine == "vllm" else "sglang")
+    saved = sys.modules.pop("ledger", None)
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)
+        sys.modules.pop("ledger", None)
+        if saved is not None:
+            sys.modules["ledger"] = saved
 
 
 def _file(place: str, engine: str, k: int, driver: str) -> str:
@@ -68,15 +93,18 @@ def raise_through(frames: list[dict], exc: BaseException) -> BaseException:
         f = frames[i]
         param = "request" if f["request"] is not None or f.get("local") else "req_"
         if i == 0:
-            src = "\n" * (f["line"] - 3) + (f"def {f['func']}(nxt, {param}, exc_):\n    try:\n        return nxt()\n"
-                                            "    except BaseException as caught:\n        return caught\n")
+            src = "\n" * (f["line"] - 3) + (f"def {f['func']}(nxt, {param}, block, node, exc_):\n    try:\n"
+                                            "        return nxt()\n    except BaseException as caught:\n"
+                                            "        return caught\n")
         else:
             body = "raise exc_" if i == len(frames) - 1 else "return nxt()"
-            src = "\n" * (f["line"] - 2) + f"def {f['func']}(nxt, {param}, exc_):\n    {body}\n"
+            src = "\n" * (f["line"] - 2) + f"def {f['func']}(nxt, {param}, block, node, exc_):\n    {body}\n"
         ns: dict = {}
         exec(compile(src, f["file"], "exec"), ns)  # noqa: S102 -- code built here from drawn names, no input
         local = None if f["request"] is None else _Req(f["request"])
-        nxt = functools.partial(ns[f["func"]], nxt, local, exc)
+        block = None if f.get("block") is None else _Block(f["block"])
+        node = None if f.get("node") is None else _Node(f["node"])
+        nxt = functools.partial(ns[f["func"]], nxt, local, block, node, exc)
     return nxt()
 
 
@@ -107,15 +135,17 @@ class CrashMachine(RuleBasedStateMachine):
         self.count(f"engine:{engine}")
 
     @rule(place=st.sampled_from(PLACES), func=st.sampled_from(FUNCS), line=st.integers(2, 2000),
-          request=st.one_of(st.none(), st.sampled_from(("r0", "r1", "cmpl-9", "")), st.integers(0, 3)))
-    def call(self, place, func, line, request) -> None:
+          request=st.one_of(st.none(), st.sampled_from(("r0", "r1", "cmpl-9", "")), st.integers(0, 3)),
+          block=st.one_of(st.none(), st.integers(-1, 40), st.sampled_from(("7", 2.0))),
+          node=st.one_of(st.none(), st.integers(0, 40), st.sampled_from(("3", None))))
+    def call(self, place, func, line, request, block, node) -> None:
         """One more frame below the innermost one."""
         if len(self.frames) >= 10:
             return
         self.count(f"frame:{place}")
         self.frames.append({"file": _file(place, self.engine, len(self.frames), self.mod.__file__),
                             "func": func if func != "<lambda>" else "anonymous", "line": line, "request": request,
-                            "place": place})
+                            "place": place, "block": block, "node": node})
 
     @precondition(lambda self: len(self.frames) >= 2)
     @rule(kind=st.sampled_from(TYPES), words=st.lists(st.sampled_from(WORDS), max_size=8),
@@ -153,7 +183,8 @@ class CrashMachine(RuleBasedStateMachine):
         j.crashed(facts, 0)
         f = j.findings
         ctx = {"exception": facts["type"], "frame": facts["frame"], "request": facts["request"],
-               "traceback": list(facts["traceback"])}
+               "traceback": list(facts["traceback"]),
+               **{k: facts[k] for k in ("block", "node") if facts.get(k) is not None}}
         step = facts["step"] if facts["step"] is not None else -1
         if len(f) != 1 or f[0].rule != "PEER-11" or f[0].step != step or f[0].context != ctx:
             self.fail("finding", f"EngineJudge.crashed gave {[(x.rule, x.step, x.context) for x in f]}; expected one "

@@ -15,9 +15,12 @@ the one the driver was handling; SGLang's, the driver's. The message is the exce
 space made one space, at most 300 characters; the traceback its last six frames, engine frames relative to
 site-packages and any other by its file's base name.
 
-A frame is described as a dict: ``file`` (absolute path), ``func``,
-``line`` and ``request`` (None, or the ``request_id`` its ``request`` local carries: a str, or anything else for a
-local that carries none usable). Imports nothing of kvsim.
+A frame is described as a dict: ``file`` (absolute path), ``func``, ``line`` and ``request`` (None, or the
+``request_id`` its ``request`` local carries: a str, or anything else for a local that carries none usable),
+``block`` (vLLM) and ``node`` (SGLang): None, or what that frame's ``block`` local carries as ``block_id``, its
+``node`` local as ``id``. The subject the crash was handling: vLLM's innermost engine frame (from the innermost
+out) whose ``block`` carries an int ``block_id >= 0``; SGLang's innermost engine frame's ``node`` when its ``id``
+is an int (no outer frame is asked). Imports nothing of kvsim.
 """
 
 from __future__ import annotations
@@ -50,8 +53,15 @@ def expected(engine: str, frames: list[dict], type_name: str, text: str, package
             request = named[0] or request
     tail = [f"{os.path.relpath(f['file'], root) if _inside(f['file'], package) else os.path.basename(f['file'])}"
             f":{f['line']} in {f['func']}" for f in frames[-6:]]
-    return {"type": type_name, "message": " ".join(text.split())[:300], "frame": frame, "step": where.get("step"),
-            "request": request, "phase": where.get("phase"), "traceback": tail}
+    facts = {"type": type_name, "message": " ".join(text.split())[:300], "frame": frame, "step": where.get("step"),
+             "request": request, "phase": where.get("phase"), "traceback": tail}
+    if engine == "vllm":
+        held = [f.get("block") for f in inner if isinstance(f.get("block"), int)]
+        facts["block"] = next((b for b in held if b >= 0), None)
+    else:
+        node = inner[0].get("node") if inner else None
+        facts["node"] = node if isinstance(node, int) else None
+    return facts
 
 
 def classify(facts: dict, where: dict) -> str:
