@@ -12,8 +12,8 @@ violations. This module keeps that bookkeeping:
 - a later event whose finding names a desynchronized entity is a consequence: it is counted, the first one
   per entity is kept with its details (``of``: the finding it follows from), and its own entities are
   marked in turn (its effect is missing too);
-- a sequence activated again, a unit launched again or a transfer reserved again under the same id starts
-  synchronized (a new incarnation).
+- a sequence activated again, a unit launched again, a checkpoint retained again or a transfer reserved again
+  under the same id starts synchronized (a new incarnation).
 
 Observations change nothing in the model: a rejected one marks only its own observation (the next report of
 the same pool, row or checkpoint that still disagrees is the same finding), never the entity it reads.

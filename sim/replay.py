@@ -417,8 +417,10 @@ class TraceReplay:
                                    ev.content)
 
 
-# an applied event that starts a new incarnation of an id: the key it synchronizes again
+# an applied event that starts a new incarnation of an id: the key it synchronizes again (a finish that retains a
+# checkpoint under an id used before starts that checkpoint's new incarnation)
 _RENEWS = {"activate": lambda ev: ("seq", ev.seq), "launch": lambda ev: ("unit", ev.unit),
+           "finish": lambda ev: ("ckpt", ev.retain),
            "xfer": lambda ev: ("xfer", ev.xfer) if ev.phase == "reserve" else ("xfer", None)}
 
 

@@ -99,9 +99,14 @@ def run(args) -> int:
             out.print("  machine rules: " + ", ".join(f"{k} {v:,}" for k, v in r.rules.items()), **plain)
         if args.coverage:
             out.print("  machine rules: " + ", ".join(f"{k} {v:,}" for k, v in r.rules.items()), **plain)
-            out.print("  catalogue rules (checked / exercised): " + ", ".join(
-                f"{k} {c['checked']:,}/{c['exercised']:,}" for k, c in r.coverage.items()), **plain)
-            out.print("  oracle branches: " + ", ".join(f"{k} {v:,}" for k, v in r.branches.items()), **plain)
+            if r.coverage:
+                out.print("  catalogue rules (checked / exercised): " + ", ".join(
+                    f"{k} {c['checked']:,}/{c['exercised']:,}" for k, c in r.coverage.items()), **plain)
+            judged = {k[5:]: v for k, v in r.rules.items() if k.startswith("rule:")}
+            if judged:  # a judge machine: the catalogue rules its judge reported, as its reference expected
+                out.print("  judge rules reported: " + ", ".join(f"{k} {v:,}" for k, v in judged.items()), **plain)
+            if r.branches:
+                out.print("  oracle branches: " + ", ".join(f"{k} {v:,}" for k, v in r.branches.items()), **plain)
             for line in render(r.machine, r.reachability) if r.reachability.get("reached") else ():
                 out.print(line, markup=False, highlight=False, soft_wrap=True)
         for f in r.failures:

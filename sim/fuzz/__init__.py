@@ -8,8 +8,14 @@ written and replayed), `machines` / `physical` (the RuleBasedStateMachines `stor
 `cache`, `cache-host`), `simulation` / `sim_reference` (the machine `simulate`: `kvsim simulate`'s engine
 against an independent reference of its policy), `judges` (`judge-events`, `judge-engine`: the KV-event and
 engine judges against `refengine`, a reference engine, with single faults from `event_faults` or its own bug
-list), `recovery_machine` (`recovery`), `campaign` (runs within a budget), `profiles` (Hypothesis settings
-`ci` and `deep`), `database` (directory or Redis example database), `stats` (what a campaign saw).
+list), `recovery_machine` (`recovery`, ids used again after their end among its episodes), the judges' own
+machines, each against a reference that imports nothing of kvsim: `contract_machine` (`judge-contract`:
+TokenSpeed's cachetrace/1 contract judge against `ts_reference` / `ts_host` with the bugs of `ts_faults`),
+`policy_machine` (`judge-policy`: PEER-12/13 and the deep counters against `ref_queue` and `ref_radix`),
+`crash_machine` (`judge-crash`: PEER-11's classification against `crash_reference`), `hash_machine`
+(`judge-hash`: EV-7's block hashes against `hash_reference`), `capacity_machine` (`capacity`: the store's
+capacity formula against `capacity_reference`); `campaign` (runs within a budget), `profiles` (Hypothesis
+settings `ci` and `deep`), `database` (directory or Redis example database), `stats` (what a campaign saw).
 
 Entry point for `kvsim fuzz`, and for a self-check that runs it in a subprocess with a mutated copy of
 the `kvsim` package first on `sys.path` (the machines import the model through `kvsim.kvmodel...` at call
@@ -19,8 +25,9 @@ time, so the copy is what they drive):
     result = run_campaign("store", budget_s=10.0, seed=0, profile="ci", database=None,
                           found_dir="reports/found")
 
-- `machine`: a name of `campaign.MACHINES` ("store", "host", "lockstep", "cache", "cache-host", "simulate",
-  "judge-events", "judge-engine", "recovery").
+- `machine`: a name of `campaign.MACHINES` ("store", "host", "lockstep", "capacity", "cache", "cache-host",
+  "simulate", "judge-events", "judge-engine", "judge-contract", "judge-crash", "judge-policy", "judge-hash",
+  "recovery").
 - `budget_s`: seconds; rounds of examples run until it is spent or a failure is found (shrinking a failure
   is limited to a quarter of the budget, at least 10 s).
 - `seed`: one integer; every draw of the campaign derives from it. `profile`: "ci" or "deep".

@@ -27,26 +27,39 @@ ROUND_EXAMPLES = {"ci": 20, "deep": 40}
 
 def machines() -> dict:
     from kvsim.sim.fuzz.cache_machine import CacheHostMachine, CacheMachine
+    from kvsim.sim.fuzz.capacity_machine import CapacityMachine
+    from kvsim.sim.fuzz.contract_machine import ContractMachine
+    from kvsim.sim.fuzz.crash_machine import CrashMachine
+    from kvsim.sim.fuzz.hash_machine import HashMachine
     from kvsim.sim.fuzz.judges import EngineJudgeMachine, EventsJudgeMachine
     from kvsim.sim.fuzz.machines import HostMachine, StoreMachine
     from kvsim.sim.fuzz.physical import LockstepMachine
+    from kvsim.sim.fuzz.policy_machine import PolicyMachine
     from kvsim.sim.fuzz.recovery_machine import RecoveryMachine
     from kvsim.sim.fuzz.simulation import SimulateMachine
-    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine,
+    return {"store": StoreMachine, "host": HostMachine, "lockstep": LockstepMachine, "capacity": CapacityMachine,
             "cache": CacheMachine,
             "cache-host": CacheHostMachine,
             "simulate": SimulateMachine,
             "judge-events": EventsJudgeMachine,
             "judge-engine": EngineJudgeMachine,
+            "judge-contract": ContractMachine,
+            "judge-crash": CrashMachine,
+            "judge-policy": PolicyMachine,
+            "judge-hash": HashMachine,
             "recovery": RecoveryMachine}
 
 
-MACHINES = ("store", "host", "lockstep",
+MACHINES = ("store", "host", "lockstep", "capacity",
             "cache",
             "cache-host",
             "simulate",
             "judge-events",
             "judge-engine",
+            "judge-contract",
+            "judge-crash",
+            "judge-policy",
+            "judge-hash",
             "recovery")
 
 

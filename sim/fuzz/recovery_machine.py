@@ -48,6 +48,7 @@ class Ev:
     causes: tuple = ()     # the causes whose desynchronized entities it names (a consequence when non-empty)
     bad: bool = False      # the cause's one root-cause event
     gate: bool = False     # from here on the cause's sequences are out of step (joint events wait for it)
+    wait: str = ""         # a stream that must have ended before this event (an id used again after its end)
 
 
 @dataclass
@@ -57,6 +58,9 @@ class Cause:
     rule: str
     events: list = field(default_factory=list)
     desynced: list = field(default_factory=list)  # sequences the bad event leaves out of step
+    base: str = ""         # an id reuse: the cause whose ids it uses again, after that cause's events
+    taken: bool = False    # its ids are used again (then no joint batch names its sequences)
+    joined: bool = False   # a joint batch names its sequences (then its ids are not used again)
 
 
 def _life(s: str, u: str, n: int, retain: str | None = None) -> list[dict]:
@@ -117,6 +121,33 @@ def unit_never_launched(c: Cause) -> None:
     c.events += [Ev(e, c.name) for e in life[2:]]
 
 
+# per kind of cause: the ids its events use that an episode may use again (sequence, unit, checkpoint)
+REUSABLE = {"lost-activation": {"seq": "x", "unit": "u"}, "unit-never-launched": {"seq": "s", "unit": "ghost"},
+            "double-release": {"unit": "u", "ckpt": "k"}, "activation-from-released": {"unit": "u", "ckpt": "k"}}
+
+
+def reuse(c: Cause, base: Cause, what: str) -> None:
+    """An id of ``base`` (``what``: its sequence, unit or checkpoint) used again once base's events are over: a legal
+    new incarnation (activated, launched, retained again), then one new root cause on that incarnation -- which
+    replay must report as a root cause of its own, never as a consequence of ``base``."""
+    n, old = c.name, base.name + REUSABLE[base.kind][what]
+    bad: dict[str, object]
+    if what == "ckpt":  # retained again, released, released again
+        evs = _life(f"{n}p", f"{n}v", 128, retain=old) + [{"op": "release", "ckpt": old}]
+        bad, tail, c.rule = {"op": "release", "ckpt": old}, [], "CKPT-2"
+    elif what == "seq":  # activated again; a completion of a unit it never launched
+        evs = _life(old, f"{n}v", 64)[:4]
+        bad = {"op": "complete", "unit": f"{n}ghost", "commit": [{"seq": old, "pool": "main", "frontier": 64}]}
+        tail, c.rule = [{"op": "finish", "seq": old}], "TRACE-2"
+    else:  # launched again and completed, then completed twice
+        evs = [{**e, "unit": old} if "unit" in e else e for e in _life(f"{n}s", old, 64)[:4]]
+        bad = {"op": "complete", "unit": old, "commit": [{"seq": f"{n}s", "pool": "main", "frontier": 64}]}
+        tail, c.rule = [{"op": "finish", "seq": f"{n}s"}], "TRACE-2"
+    c.events = [Ev(e, n, wait=base.name if i == 0 else "") for i, e in enumerate(evs)]
+    c.events += [Ev(bad, n, bad=True)] + [Ev(e, n) for e in tail]
+    c.base = base.name
+
+
 CAUSES = {"lost-activation": ("TRACE-2", lost_activation),
           "activation-from-released": ("CKPT-2", activation_from_released),
           "double-release": ("CKPT-2", double_release),
@@ -142,6 +173,7 @@ def merge(streams: list[list[Ev]], order: list[str], seed: int) -> list[Ev]:
     event waits until the causes it names have put their sequences out of step (their gate events)."""
     rng = random.Random(seed)
     heads = [0] * len(streams)
+    index = {s[0].stream: i for i, s in enumerate(streams) if s}
     done: set[str] = set()
     gated: set[str] = set()
     out: list[Ev] = []
@@ -154,6 +186,8 @@ def merge(streams: list[list[Ev]], order: list[str], seed: int) -> list[Ev]:
             if ev.bad and order[len([n for n in order if n in done])] != ev.stream:
                 continue
             if ev.stream not in ev.causes and ev.causes and not set(ev.causes) <= gated:
+                continue
+            if ev.wait and heads[index[ev.wait]] < len(streams[index[ev.wait]]):
                 continue
             ready.append(i)
         if not ready:
@@ -212,10 +246,11 @@ class RecoveryMachine(RuleBasedStateMachine):
     @rule(a=st.integers(0, MAX_CAUSES - 1), b=st.integers(0, MAX_CAUSES - 1))
     def joint(self, a, b) -> None:
         """A batch over the desynchronized rows of two causes, then its completion."""
-        ds = [c for c in self.causes if c.desynced]
+        ds = [c for c in self.causes if c.desynced and not c.base]
         ca, cb = ds[a % len(ds)], ds[b % len(ds)]
-        if ca is cb:
+        if ca is cb or ca.taken or cb.taken:  # (a cause whose ids are used again is joined by no batch)
             return
+        ca.joined = cb.joined = True
         self.count("joint")
         u = f"j{len(self.joints)}"
         rows = [{"seq": ca.desynced[0], "pool": "main", "write": [300, 301]},
@@ -224,6 +259,22 @@ class RecoveryMachine(RuleBasedStateMachine):
         both = (ca.name, cb.name)
         self.joints.append([Ev({"op": "launch", "unit": u, "rows": rows}, u, both),
                             Ev({"op": "complete", "unit": u, "commit": commit}, u, both)])
+
+    @precondition(lambda self: len(self.causes) < MAX_CAUSES + 2 and any(
+        not c.base and not c.taken and not c.joined for c in self.causes))
+    @rule(i=st.integers(0, 1 << 16), what=st.sampled_from(("seq", "unit", "ckpt")))
+    def reuse(self, i, what) -> None:
+        """An id of an earlier cause used again after its end (a sequence, unit or checkpoint), with a new root cause
+        on the new incarnation."""
+        free = [c for c in self.causes if not c.base and not c.taken and not c.joined and what in REUSABLE[c.kind]]
+        if not free:
+            return
+        base = free[i % len(free)]
+        base.taken = True
+        c = Cause(f"r{len(self.causes)}", f"{what}-reuse", "")
+        reuse(c, base, what)
+        self.count(f"reuse:{what}")
+        self.causes.append(c)
 
     @precondition(lambda self: self.started)
     @rule(n=st.integers(1, 512))
@@ -241,6 +292,10 @@ class RecoveryMachine(RuleBasedStateMachine):
         streams = ([[Ev(json.loads(ln), "background") for ln in bg]] + [c.events for c in self.causes]
                    + self.joints + self.legals)
         order = [c.name for c in random.Random(self.merges[0] ^ 0x0DE5).sample(self.causes, len(self.causes))]
+        for c in self.causes:  # an id reused after its end: its root cause comes after its base's
+            if c.base and order.index(c.base) > order.index(c.name):
+                order.remove(c.name)
+                order.insert(order.index(c.base) + 1, c.name)
         runs = []
         for m in self.merges:
             evs = merge(streams, order, m)

@@ -193,6 +193,13 @@ class RefEngine:
                        "parent_block_hash": self._value(parent) if parent else None, "token_ids": toks,
                        "block_size": bs, "lora_id": None, "medium": "GPU"})
 
+    def _touch(self, hit: list[int]) -> None:
+        """A hit takes its cached blocks: one more holder each, out of the released list."""
+        for blk in hit:
+            if self.refs[blk] == 0 and blk in self.released:
+                self.released.remove(blk)
+            self.refs[blk] += 1
+
     def _release(self, r: Req) -> None:
         for blk in r.table:
             if not 0 < blk < self.num_blocks:
@@ -241,10 +248,7 @@ class RefEngine:
                 del self.fired[fired:]  # a faulty hit of this match was not handed out after all
                 break
             self.waiting.pop(0)
-            for blk in hit:
-                if self.refs[blk] == 0 and blk in self.released:
-                    self.released.remove(blk)
-                self.refs[blk] += 1
+            self._touch(hit)
             r.table = list(hit)
             for i in range(len(hit), now):
                 r.table.append(self._take(events, r, later=i * bs >= r.prompt))

@@ -89,3 +89,16 @@ def test_a_directory_database_keeps_a_found_bug_for_the_next_campaign(monkeypatc
     assert first.failed and any((tmp_path / "db").rglob("*"))
     again = run_campaign("store", budget_s=90.0, seed=777, database=db, found_dir=tmp_path / "found")
     assert again.failed and again.examples <= 3  # the saved example is replayed first
+
+
+def test_coverage_of_a_judge_machine_names_the_rules_its_judge_reported(tmp_path, capsys):
+    """A judge machine has no store catalogue coverage: --coverage prints the rules its judge reported (as the
+    reference expected them), never an empty catalogue line."""
+    rc = main(["fuzz", "--machine", "judge-policy", "--budget", "3", "--coverage", "--plain",
+               "--json", str(tmp_path / "f.json"), "--found", str(tmp_path / "found")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    judged = next(line for line in out.splitlines() if line.startswith("  judge rules reported: "))
+    assert "PEER-12 " in judged and "PEER-9 " in judged
+    assert not any(line.rstrip() in ("  catalogue rules (checked / exercised):", "  oracle branches:")
+                   for line in out.splitlines())

@@ -98,6 +98,8 @@ class StateGroups:
         self.due: dict[tuple[str, int], _Owed] = {}
         self.bound: set[tuple[str, int]] = set()
         self.host_enabled = cfg.num_host_pages > 1
+        # one block per parent in every group: a block id names its parent, shared by the groups in turn
+        self.shared_ids = all(g.cache_blocks_per_lcm_block == 1 for g in cfg.groups) and len(cfg.groups) > 1
         self.endpoints: set[str] = set()  # requests whose prompt's last aligned checkpoint was judged (TS-ST-4)
         self.exercised = {r: 0 for r in RULES}
         self.published_in: int | None = None  # the plan whose write-backs or hits exercised TS-ST-1/2
@@ -196,9 +198,22 @@ class StateGroups:
     def regranted(self, rec: ct.Plan) -> None:
         """Blocks zeroed hold no state; load-backs and restores from Host hold what their Host page holds (a
         snapshot-pool source is the request's own image, not published content). A checkpoint still unstored in
-        any of them was evicted before its store (not judged)."""
+        any of them was evicted before its store (not judged). Where every group packs one block per parent (a
+        block id is its parent's), a block another group takes fresh is that parent re-bound to it: the state
+        block it held was evicted first (seed 002 L36: "A parent with zero occupants is unbound, so its capacity
+        belongs to the global empty-parent FIFO rather than any group")."""
+        others: dict[str, list[int]] = {}
+        if self.shared_ids:
+            for og, pages in rec.zero.items():
+                for g in self.ids:
+                    if og != g:
+                        others.setdefault(g, []).extend(pages)
+            for og, pairs in rec.copy.items():
+                for g in self.ids:
+                    if og != g:
+                        others.setdefault(g, []).extend(d for _s, d in pairs)
         for g in self.ids:
-            zero = rec.zero.get(g, [])
+            zero = list(rec.zero.get(g, [])) + others.get(g, [])
             for blk in zero:
                 self.held[g].pop(blk, None)
             self._evicted(g, zero)
