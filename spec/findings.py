@@ -120,6 +120,11 @@ _STEP_KEYS = {
     "in_tree": "tree nodes whose value holds the page", "in_rows": "running requests whose private row holds it",
     "freed": "the tokens the evict call freed", "holds": "the blocks the request's table holds after the step",
     "needs": "the blocks its computed tokens need",
+    "tag": "the state tag the driver wrote into the engine's state tensor (sim.peers.judges.state_tags; 0: the "
+           "zeroed state)", "state_after": "the tokens of its writer's sequence the state stands for",
+    "writer": "the request whose forward wrote that state", "length": "the tokens the tree node ends at",
+    "tree_only": "the pool's slots only the tree holds (no live request names them)",
+    "component": "the unified tree's component (full, sliding, mamba)", "tree_holds": "what the tree holds of it",
 }
 _EVENT_KEYS = {
     "block": "the block hash the event names", "parent": "its parent hash",

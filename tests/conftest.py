@@ -27,6 +27,8 @@ SLOW = {
     "tests/peers/test_actionable_engines.py": "drives each engine for real with a planted bug, and shrinks it",
     # vLLM's hybrid groups and Host tier, clean and with bugs planted in its managers and connector: 10-40 s each
     "tests/peers/test_hybrid_engines.py": "drives vLLM's hybrid cache and Host tier for real",
+    # SGLang's unified (SWA, Mamba) radix cache, clean and with bugs planted in its components: 10-30 s each
+    "tests/peers/test_sglang_hybrid.py": "drives SGLang's hybrid cache for real",
     # a planted bug found, then shrunk until its counterexample replays (Hypothesis's full 300 s of shrinking)
     "tests/fuzz/test_fuzz_campaign.py::test_a_planted_bug_is_found_and_its_counterexample_replays_to_the_same_rule":
         "a fuzz campaign with full shrinking",

@@ -148,10 +148,13 @@ def engine_config(engine: str, reqs: list[Request], blocks: int | None, bs: int,
     spec = ENGINES[engine]
     if groups:
         from kvsim.sim.peers.kv_groups import identity_grain
-        need, who = max(((_group_blocks(len(r.tokens) + r.max_new_tokens, groups), r.id) for r in reqs),
+        # SGLang keeps one pool per component: --blocks counts the full pool's pages (the SWA pool is sized from it,
+        # the Mamba pool from the running requests)
+        pooled = [g for g in groups if g.kind == "full"] if engine == "sglang" else groups
+        need, who = max(((_group_blocks(len(r.tokens) + r.max_new_tokens, pooled), r.id) for r in reqs),
                         key=lambda x: x[0])
         if blocks is None:
-            blocks = sum(_group_blocks(len(r.tokens) + r.max_new_tokens, groups) for r in reqs)
+            blocks = sum(_group_blocks(len(r.tokens) + r.max_new_tokens, pooled) for r in reqs)
         grain = identity_grain(groups)
     else:
         need, who = blocks_needed(reqs, bs)
@@ -261,8 +264,8 @@ def prepare(args: Any) -> tuple[list[Request], str, str, EngineConfig]:
         raise InputError(f"--engine-python: required for {engine} (build a venv with scripts/install-engine "
                          f"{engine} VENV, then pass VENV/bin/python)")
     groups = _kv_groups(args)
-    if groups and engine != "vllm":
-        raise InputError(f"--kv-groups: {engine}'s hybrid caches are not driven by kvsim yet (vllm only)")
+    if groups and engine == "sglang":
+        _sglang_groups(groups)
     bs = args.block_size if args.block_size is not None else ENGINES[engine].default_block_size
     if groups:
         from kvsim.sim.peers.kv_groups import primary_group
@@ -546,6 +549,22 @@ def _offload(args: Any, engine: str, groups: list | None) -> dict | None:
         raise InputError(f"--fail-loads: {args.fail_loads} is not a probability in [0, 1]")
     return {"blocks": blocks, "ack_delay": args.ack_delay, "seed": args.seed, "policy": args.offload_policy,
             "fail_loads": args.fail_loads}
+
+
+def _sglang_groups(groups: list) -> None:
+    """What SGLang's unified cache can be built with (one FULL component, at most one SWA and one Mamba one, the
+    SWA pool paged with the full one); anything else is an input error."""
+    kinds = [g.kind for g in groups]
+    if kinds.count("full") != 1 or kinds.count("sliding") > 1 or kinds.count("mamba") > 1:
+        raise InputError("--kv-groups: SGLang's unified cache has one full group and at most one sliding and one mamba "
+                         "group")
+    ps = next(g.block_size for g in groups if g.kind == "full")
+    for g in groups:
+        if g.kind == "sliding" and g.block_size != ps:
+            raise InputError(f"--kv-groups: SGLang pages its SWA pool with the full one: {g.label()} needs block {ps}")
+        if g.kind == "mamba" and max(g.block_size, ps) % min(g.block_size, ps):
+            raise InputError(f"--kv-groups: {g.label()}: SGLang's Mamba chunk and its page ({ps}) must divide one "
+                             "another")
 
 
 def _kv_groups(args: Any) -> list | None:

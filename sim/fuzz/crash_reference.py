@@ -6,7 +6,8 @@ An exception raised while the engine steps is the engine's (a PEER-11 finding, `
 traceback has a frame inside the engine's package -- a file under ``PACKAGE/`` (a sibling folder whose name merely
 starts with the package's is another package); the finding names the innermost such frame as
 ``PATH:LINE in FUNCTION`` with PATH relative to the folder holding the package (site-packages). An exception
-raised in the driver script's own code (its innermost frame is the driver file) is kvsim's own bug (``{"bug":
+raised in the driver script's own code (its innermost frame is the driver file; for SGLang, any script of the
+driver's folder: its hybrid parts unified.py and hybrid.py, its ledger) is kvsim's own bug (``{"bug":
 ...}``, exit 3), whatever called it -- except SGLang's ``EngineFault``, an engine answer the driver cannot go on
 from, which names the driver's frame, ``DRIVER.py:LINE in FUNCTION (the driver found it)``. One before the first
 step (no step, the setup phase) is a setup the engine refused (``{"error": ...}``, exit 2). The request: vLLM's
@@ -41,7 +42,8 @@ def expected(engine: str, frames: list[dict], type_name: str, text: str, package
     inner = [f for f in reversed(frames) if _inside(f["file"], package)]
     frame = f"{os.path.relpath(inner[0]['file'], root)}:{inner[0]['line']} in {inner[0]['func']}" if inner else None
     last = frames[-1]
-    own = os.path.abspath(last["file"]) == os.path.abspath(driver)
+    here, script = os.path.abspath(last["file"]), os.path.abspath(driver)
+    own = here == script or (engine == "sglang" and os.path.dirname(here) == os.path.dirname(script))
     if engine == "sglang" and engine_fault:
         frame = f"{os.path.basename(driver)}:{last['line']} in {last['func']} (the driver found it)"
     elif own:

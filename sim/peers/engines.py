@@ -87,7 +87,8 @@ def engine_paths(engine: str, groups: list | None = None, host: bool = False) ->
     (``--kv-groups``) each group's own paths too (``gN.<path>``, the module's ``group_paths``), with ``host``
     (``--offload-blocks``) the Host tier's (``host.<path>``, its ``HOST_PATHS``)."""
     module = importlib.import_module(f"kvsim.sim.peers.{engine}.paths")
-    out = dict(module.PATHS)
+    base = getattr(module, "base_paths", None)
+    out = base(groups, host) if base is not None else dict(module.PATHS)
     if groups:
         out.update(module.group_paths(groups))
     if host:
@@ -221,7 +222,7 @@ def make_judge(engine: str, cfg: EngineConfig, events: EventChecker) -> EngineJu
     groups = None
     if cfg.kv_groups:  # every group of a hybrid run judged by the group judge's plug-in
         from kvsim.sim.peers.judges.group_judge import GroupJudge
-        groups = GroupJudge(cfg.kv_groups, usable, counter_check(engine))
+        groups = GroupJudge(cfg.kv_groups, usable, counter_check(engine), tag_states=engine == "sglang")
     tier = None
     if cfg.offload:  # the Host tier behind the engine, judged by the tier judge's plug-in
         from kvsim.sim.peers.judges.host_judge import HostTierJudge

@@ -75,7 +75,7 @@ transition_rule(
     context=("reported", "observed", "evictable", "protected", "total", "cached", "stream", "free", "named",
              "usable", "free_walk", "free_count", "free_referenced", "blocks", "ref_sum", "lock_mismatch",
              "nodes", "locks_off_tree", "walked", "counter", "kind", "listed", "active", "available", "empty",
-             "snapshot_free", "snapshot_usable", "group", "node"),
+             "snapshot_free", "snapshot_usable", "group", "node", "tree_only", "component", "tree_holds"),
     readings=(
         Reading("engine", f"{_J}._stats",
                 title="The scheduler's prefix-cache stats and block counts agree with its decisions and its event "
@@ -93,7 +93,10 @@ transition_rule(
                           "equals the (request, block) names of the live tables; SGLang's lock_ref of every tree "
                           "node equals the locks the driver holds at or below it, and the tree walked gives the "
                           "evictable and protected sizes its counters report (sim/peers/vllm/counters.py, "
-                          "sim/peers/sglang/counters.py)."),
+                          "sim/peers/sglang/counters.py). SGLang with --kv-groups (UnifiedRadixCache: one pool per "
+                          "component): per pool, its free slots plus the slots only the tree holds plus those live "
+                          "requests name equal the usable pool; per component, the tree's evictable plus protected "
+                          "counters equal what the tree holds (full and SWA tokens, Mamba states)."),
         Reading("tokenspeed", "kvsim.sim.peers.tokenspeed.counters.check",
                 title="The scheduler's own pool counters agree with each other (active + available parents never "
                       "exceed the usable pool, short only by parents pinned outside the tables, by none once "

@@ -1,4 +1,5 @@
-"""PEER-20 ... PEER-22: the cache groups of a hybrid model (full, sliding window, state), judged on vLLM and SGLang.
+"""PEER-20 ... PEER-22, PEER-24: the cache groups of a hybrid model (full, sliding window, state), judged on vLLM and
+SGLang.
 
 ``kvsim peer vllm|sglang --kv-groups SPEC`` builds the engine's own hybrid configuration and reports every
 request's block table in every group, as the step's forward reads it. The checkers are the group judge's
@@ -34,7 +35,9 @@ transition_rule(
     scope="cache",
     tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
            "tests/peers/test_group_judge.py::test_a_hit_the_window_group_cannot_serve_fires_peer_20",
-           "tests/peers/test_group_judge.py::test_a_window_slot_holding_another_prefix_fires_peer_20"),
+           "tests/peers/test_group_judge.py::test_a_window_slot_holding_another_prefix_fires_peer_20",
+           "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
+           "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
     context=("block", "group", "hit", "request", "slot"))
 
 transition_rule(
@@ -45,7 +48,9 @@ transition_rule(
     'the first N slots to null holes)"; L239: "a group must retain every token its layers can see ... '
     '(window_left + 1 <= sliding_window_tokens, matching GroupGeometry::ExpiredBlocksAt)"; L66: "retention keeps '
     'exactly what the queries after the boundary read"; vllm/v1/core/single_type_kv_cache_manager.py '
-    'SlidingWindowManager.get_num_skipped_tokens, SingleTypeKVCacheManager.remove_skipped_blocks',
+    'SlidingWindowManager.get_num_skipped_tokens, SingleTypeKVCacheManager.remove_skipped_blocks; '
+    'sglang/srt/mem_cache/common.py free_swa_out_of_window_slots ("keep max(window, page) rounded up to whole '
+    'pages")',
     f"{_GJ}.retention",
     decisions="Judged on every forward, per scheduled request computing tokens [c0, c1): a full group's table has a "
               "non-null block in every slot below c1; a sliding-window group of window W has, in every slot "
@@ -56,7 +61,9 @@ transition_rule(
     scope="cache",
     tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
            "tests/peers/test_group_judge.py::test_a_full_group_slot_turning_null_fires_peer_21",
-           "tests/peers/test_group_judge.py::test_a_window_slot_dropped_while_the_queries_read_it_fires_peer_21"),
+           "tests/peers/test_group_judge.py::test_a_window_slot_dropped_while_the_queries_read_it_fires_peer_21",
+           "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
+           "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
     context=("block", "computed", "end", "group", "request", "slot"))
 
 transition_rule(
@@ -80,11 +87,52 @@ transition_rule(
               "request's own tokens, written by a forward of an earlier step (a state the same step computes is "
               "not there yet), and that the output slot names a block. Which boundaries an engine keeps "
               "(Endpoint, Promoted, block-aligned checkpoints) is not judged: a hit lost because no checkpoint was "
-              "kept there is allowed behaviour (vllm issue 45238's symptom is a miss, not a wrong hit).",
+              "kept there is allowed behaviour (vllm issue 45238's symptom is a miss, not a wrong hit). SGLang's "
+              "reading (UnifiedRadixCache's Mamba component: one running state slot per request, a cached state "
+              "copied into it on a hit, copies donated to the tree): no position names a state, so the driver, "
+              "playing the model, writes each state as a tag into SGLang's own state tensor "
+              "(sim.peers.judges.state_tags) and the rule is judged on what each forward reads: starting at c0 > 0, "
+              "the state after exactly c0 tokens of the request's own sequence (any request's with that prefix), "
+              "written by a forward of an earlier step; starting at 0, the zeroed state (SGLang clears a fresh "
+              "request's slot).",
     scope="cache",
     tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
            "tests/peers/test_group_judge.py::test_a_hit_on_a_state_never_written_there_fires_peer_22",
            "tests/peers/test_group_judge.py::test_a_hit_on_a_state_the_same_step_computes_fires_peer_22",
            "tests/peers/test_group_judge.py::test_a_hit_on_the_state_after_another_boundary_fires_peer_22",
-           "tests/peers/test_group_judge.py::test_a_running_state_freed_fires_peer_22"),
-    context=("block", "computed", "end", "group", "request", "slot"))
+           "tests/peers/test_group_judge.py::test_a_running_state_freed_fires_peer_22",
+           "tests/peers/test_state_tags.py::test_tags_keep_a_run_that_reads_and_publishes_the_right_states",
+           "tests/peers/test_state_tags.py::test_a_state_read_after_another_boundary_fires_peer_22",
+           "tests/peers/test_state_tags.py::test_a_state_no_forward_wrote_fires_peer_22",
+           "tests/peers/test_state_tags.py::test_a_first_forward_from_a_state_never_zeroed_fires_peer_22",
+           "tests/peers/test_state_tags.py::test_a_state_read_of_another_prefix_fires_peer_22",
+           "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
+           "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
+    context=("block", "computed", "end", "group", "request", "slot", "tag", "state_after", "writer"))
+
+transition_rule(
+    "PEER-24", "A state group publishes into its index only the state a forward wrote at exactly the node's "
+    "boundary",
+    'cache concepts L76: "Computed state publication requires an Endpoint or Promoted boundary and checkpoint '
+    'provenance at that exact prefix boundary ... Allocated slots and completed hashes alone are not proof"; L74: '
+    '"publishing an unwritten intermediate checkpoint would break position identity"; L83: "An internal '
+    'checkpoint written at floor(after/P)*P is a valid publication source"; '
+    'sglang/srt/mem_cache/unified_cache/components/mamba.py MambaComponent.prepare_for_caching_req ("Donate the '
+    'mamba index to the radix cache"), commit_insert_component_data; unified_radix_cache.py checkpoint_into_tree '
+    '(the key truncated to the effective cache length, then page-aligned)',
+    "kvsim.sim.peers.judges.state_tags.StateTags.step",
+    decisions="Where a state group keeps its cached states in a radix tree (SGLang's UnifiedRadixCache), a "
+              "checkpoint hands the tree one state per node: PEER-22 judges it only when a later hit reads it, so a "
+              "wrong state published and evicted unread, or read by no request whose check could tell, goes "
+              "unseen. Judged at each insert that leaves the tree holding the request's state (not when the node "
+              "already had one): the state in the slot the tree takes, as its tag says (sim.peers.judges."
+              "state_tags), is the state after exactly L tokens of that request's sequence, L being the length of "
+              "the key the node ends at. Which boundaries get a state (every checkpoint with no_buffer, the track "
+              "grid with extra_buffer) is not judged.",
+    scope="cache",
+    tests=("tests/peers/test_state_tags.py::test_tags_keep_a_run_that_reads_and_publishes_the_right_states",
+           "tests/peers/test_state_tags.py::test_a_state_published_for_another_boundary_fires_peer_24",
+           "tests/peers/test_state_tags.py::test_a_state_no_forward_wrote_published_fires_peer_24",
+           "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
+           "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
+    context=("group", "length", "request", "state_after", "tag"))

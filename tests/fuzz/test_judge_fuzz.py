@@ -190,6 +190,25 @@ def test_a_crash_inside_kvsim_versus_inside_the_engine(engine, chain, want):
     assert crash_reference.classify(facts, {"step": None, "phase": "setup"}) == "error"
 
 
+def test_sglang_a_raise_in_the_drivers_hybrid_scripts_is_the_drivers_bug():
+    """unified.py and hybrid.py (--kv-groups) sit beside SGLang's driver: a raise there is kvsim's bug, even under an
+    engine frame (SGLang's own code the driver compiled, e.g. the model runner's deferred copy-on-write, stays the
+    engine's)."""
+    import os
+
+    from kvsim.sim.fuzz.crash_machine import SITE, _driver, _file, raise_through
+    mod = _driver("sglang")
+    sibling = os.path.join(os.path.dirname(mod.__file__), "hybrid.py")
+    frames = [{"file": mod.__file__, "func": "main", "line": 10, "request": None},
+              {"file": _file("engine", "sglang", 1, mod.__file__), "func": "insert", "line": 40, "request": None},
+              {"file": sibling, "func": "insert_noted", "line": 120, "request": None}]
+    where = {"step": 2, "request": "r1", "phase": "forward"}
+    facts = mod.crash_facts(raise_through(frames, KeyError("tag")), f"{SITE}/sglang", where)
+    assert facts == crash_reference.expected("sglang", frames, "KeyError", "'tag'", f"{SITE}/sglang", mod.__file__,
+                                             where)
+    assert facts["frame"] is None and crash_reference.classify(facts, where) == "bug"
+
+
 def test_sglang_engine_fault_names_the_driver_frame():
     from kvsim.sim.fuzz.crash_machine import SITE, _driver, _file, raise_through
     mod = _driver("sglang")

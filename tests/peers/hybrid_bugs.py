@@ -97,3 +97,56 @@ def patch(module):
         return meta
     module.OffloadingConnectorScheduler.build_connector_meta = build_connector_meta
 """)
+
+# -- SGLang 0.5.23's unified radix cache (kvsim peer sglang --kv-groups) ------------------------------------------
+# the SWA component accepts a match boundary one page short of the sliding window (the validator's `>=` against the
+# window less a page): a hit longer than the live SWA run backs (Python tree core: the validators are its Python)
+SGLANG_SWA_HIT_RAISED = ("sglang.srt.mem_cache.unified_cache.components.swa", """
+def patch(module):
+    def create_match_validator(self, match_device_only=False):
+        window = self.sliding_window_size - self.tree_core.page_size
+        ct = self.component_type
+        state = {"len": float("inf")}
+        def validator(node):
+            cd = node.component_data[ct]
+            if cd.value is None and (match_device_only or cd.host_value is None):
+                state["len"] = 0
+                return False
+            state["len"] += len(node.key)
+            return state["len"] >= window
+        return validator
+    module.SWAComponent.create_match_validator = create_match_validator
+""")
+# a running request's out-of-window SWA pages are freed one page early (the window less a page kept)
+SGLANG_SWA_WINDOW_SHORT = ("sglang.srt.mem_cache.common", """
+def patch(module):
+    free = module.free_swa_out_of_window_slots
+    def free_swa_out_of_window_slots(req, pre_len, *, sliding_window_size, page_size, **kw):
+        return free(req, pre_len, sliding_window_size=sliding_window_size - page_size, page_size=page_size, **kw)
+    module.free_swa_out_of_window_slots = free_swa_out_of_window_slots
+""")
+# a prefix hit on a cached Mamba state loses its copy-on-write: the request starts from its own (zeroed) slot
+SGLANG_MAMBA_COW_DROPPED = ("sglang.srt.mem_cache.unified_cache.components.mamba", """
+def patch(module):
+    finalize = module.MambaComponent.finalize_match_result_in_cache
+    def finalize_match_result_in_cache(self, params, result):
+        result = finalize(self, params, result)
+        req = params.req
+        if req is not None and req.kv.mamba_cow_src_index is not None:
+            req.kv.mamba_cow_src_index = None
+            req.kv.mamba_needs_clear = True
+        return result
+    module.MambaComponent.finalize_match_result_in_cache = finalize_match_result_in_cache
+""")
+# a chunked request's checkpoint (extra_buffer) names the key length instead of the tracked state's length: the
+# tree gets the last tracked state under a node ending later (the no_buffer branch's cache_len = token_ids_len)
+SGLANG_MAMBA_CHECKPOINT_LENGTH = ("sglang.srt.mem_cache.unified_cache.components.mamba", """
+def patch(module):
+    prepare = module.MambaComponent.prepare_for_caching_req
+    def prepare_for_caching_req(self, req, insert_params, token_ids_len, is_finished):
+        got = prepare(self, req, insert_params, token_ids_len, is_finished)
+        if got and not is_finished and self.cache.enable_mamba_extra_buffer:
+            return token_ids_len
+        return got
+    module.MambaComponent.prepare_for_caching_req = prepare_for_caching_req
+""")

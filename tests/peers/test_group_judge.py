@@ -68,9 +68,9 @@ def fired(steps):
 def test_legal_run_keeps_every_rule():
     j, ev = judge(legal())
     assert j.findings == [] and ev.findings == [], [f.message for f in j.findings + ev.findings]
-    assert all(j.premise[r] > 0 for r in RULE_IDS)
+    assert all(j.premise[r] > 0 for r in RULE_IDS if r != "PEER-24")  # PEER-24: tag-judged groups (test_state_tags)
     assert j.premise["PEER-9"] > 0 and j.premise["PEER-8"] > 0
-    assert set(RULE_IDS) <= set(j.rules) and "several cache groups" in j.decisions["PEER-9"]
+    assert set(RULE_IDS) - {"PEER-24"} <= set(j.rules) and "several cache groups" in j.decisions["PEER-9"]
 
 
 def with_change(step: int, fn):

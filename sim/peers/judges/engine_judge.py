@@ -228,9 +228,7 @@ class EngineJudge:
         self.stats["steps"] += 1
         self.premise["PEER-11"] += 1  # the engine completed this step's calls
         bs = self.bs
-        self._added = {}
-        self._start = {}
-        self._written = set()
+        self._added, self._start, self._written = {}, {}, set()
         if self.policy is not None:
             self.policy.before(self, msg, line)
         # requests preempted by this step's scheduling gave their blocks back before anything was allocated
@@ -239,6 +237,9 @@ class EngineJudge:
             r = self._req(rid)
             self._drop_table(r)
             r.computed = 0
+        # tables a checkpoint swapped to the cache's copies before this step allocated (SGLang's chunked stash)
+        for rid, table in msg.get("swaps", ()):
+            self._swap(rid, self._req(rid), list(table), line)
         # (request, hit, resumed, tokens it had before this step produced one: a hit must leave the last to compute)
         hits: list[tuple[str, _Req, int, bool, int]] = []
         # in the scheduler's order: running requests' blocks, then the waiting queue, whose head holds the

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvsim.sim.peers.judges.engine_judge import Contents, frame
+from kvsim.sim.peers.judges.state_tags import StateTags
 from kvsim.sim.peers.kv_groups import GroupSpec, hash_unit, primary_group
 from kvsim.spec import catalogue
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GroupJudge", "RULE_IDS"]
 
-RULE_IDS = ("PEER-20", "PEER-21", "PEER-22")
+RULE_IDS = ("PEER-20", "PEER-21", "PEER-22", "PEER-24")
 PEER9_GROUPS = (" With several cache groups (--kv-groups, one pool): free blocks plus the distinct blocks named by "
                 "any group of a live request equal the usable pool; each group's hash entries equal the live blocks "
                 "of that group's event stream (group_idx), their sum the pool's entries; the deep counters are read "
@@ -98,7 +99,8 @@ class GroupJudge:
     """The plug-in: built with the run's groups, the usable pool and the engine's deep-counter check."""
 
     def __init__(self, groups: list[GroupSpec], usable: int,
-                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None) -> None:
+                 probe_check: Callable[[dict, dict[int, int]], list[tuple[str, dict]]] | None = None,
+                 tag_states: bool = False) -> None:
         self.groups = groups
         self.unit = hash_unit(groups)
         self.main = primary_group(groups)
@@ -115,7 +117,11 @@ class GroupJudge:
         self._step = -1
         self._shared: dict[int, int] = {}        # blocks this step's hits named, and how many times
         kinds = [g.kind for i, g in enumerate(groups) if i != self.main]
-        applies = {"PEER-20": any(k != "mamba" for k in kinds), "PEER-21": True, "PEER-22": "mamba" in kinds}
+        # a state group whose states travel by copy (SGLang): judged by its tags (state_tags), its table only the
+        # slots a request holds
+        self.tags = [StateTags(i, g.label()) for i, g in enumerate(groups) if g.kind == "mamba"] if tag_states else []
+        applies = {"PEER-20": any(k != "mamba" for k in kinds), "PEER-21": True, "PEER-22": "mamba" in kinds,
+                   "PEER-24": bool(self.tags)}
         self.RULES = {rid: (catalogue.get(rid).title, catalogue.get(rid).clause) for rid in RULE_IDS if applies[rid]}
         self.DECISIONS = {rid: catalogue.get(rid).decisions for rid in self.RULES}
 
@@ -170,6 +176,8 @@ class GroupJudge:
         for rid, n in scheduled.items():  # before the forward: the states it starts from
             r = self.reqs[rid]
             missing += self.states(judge, line, rid, r, r.computed, r.computed + n, rid in first)
+        for tags in self.tags:
+            tags.step(judge, line, self._step, sec, self._state_of)
         written: set[int] = set()
         for rid, n in scheduled.items():
             r = self.reqs[rid]
@@ -186,6 +194,11 @@ class GroupJudge:
             self.reqs[rid].computed += n
         for rid, tok in msg.get("tokens", {}).items():
             self.reqs[rid].generated.append(int(tok))
+        after = sec.get("after", ())  # tables the result processing rewrote (checkpoints adopting the tree's copies)
+        for g, rid, start, blocks in after:
+            self._unname(judge, line, g, rid, start, blocks)
+        for g, rid, start, blocks in after:
+            self._table(judge, line, g, rid, start, blocks)
         self._events(judge, msg)
         for rid in msg.get("finished", ()):
             r = self.reqs.pop(rid)
@@ -224,15 +237,23 @@ class GroupJudge:
                     judge.find("PEER-8", line, f"{rid}'s group {g} slot {i} names block {new}, which group {other} "
                                "of a live request names too (one pool: a block serves one group at a time)",
                                request=rid, group=g, slot=i, block=new, other_group=other)
-                elif i * bs >= r.computed and self.holders.get(new):
+                elif (i * bs >= r.computed or self._slots(g)) and self.holders.get(new):
                     judge.find("PEER-8", line, f"{rid} is handed block {new} fresh in group {g} slot {i} while "
                                "another live request names it", request=rid, group=g, slot=i, block=new)
                 self.holders[new] = self.holders.get(new, 0) + 1
                 self.group_of[new] = g
-                if i * bs < r.computed:  # a hit named in this step: may share what a same-step forward computes
+                if i * bs < r.computed and not self._slots(g):  # a hit: may share what a same-step forward computes
                     self._shared[new] = self._shared.get(new, 0) + 1
         del t[start:]
         t.extend(blocks)
+
+    def _slots(self, g: int) -> bool:
+        """Whether group ``g``'s table lists the state slots a request holds (a tag-judged state group)."""
+        return bool(self.tags) and self.groups[g].kind == "mamba"
+
+    def _state_of(self, rid: str, t: int) -> int | None:
+        r = self.reqs.get(rid)
+        return None if r is None else r.state(t, self.unit, self.contents)
 
     def _release(self, blk: int) -> None:
         left = self.holders[blk] - 1
@@ -265,6 +286,8 @@ class GroupJudge:
             t = r.tables[g]
             bs = spec.block_size
             if spec.kind == "mamba":
+                if self.tags:
+                    continue
                 i = (c1 - 1) // bs
                 blk = t[i] if i < len(t) else 0
                 if blk:
@@ -391,7 +414,7 @@ class GroupJudge:
         forward ran (``_missing_states``: a state that same forward computes is told apart)."""
         missing: list[tuple] = []
         for g, spec in enumerate(self.groups):
-            if spec.kind != "mamba":
+            if spec.kind != "mamba" or self.tags:
                 continue
             judge.premise["PEER-22"] += 1
             t = r.tables[g]
@@ -460,6 +483,14 @@ class GroupJudge:
 
     def _account(self, judge: EngineJudge, line: int, sec: dict) -> None:
         named = len(self.holders)
+        for g, free_g, tree_only, usable in sec.get("pools", ()):  # one pool per group (SGLang)
+            judge.premise["PEER-9"] += 1
+            mine = sum(1 for blk, grp in self.group_of.items() if grp == g and blk in self.holders)
+            if free_g + tree_only + mine != usable:
+                judge.find("PEER-9", line, f"group {g} ({self.groups[g].label()})'s pool reports {free_g} free slots, "
+                           f"the tree alone holds {tree_only} and live requests name {mine}: "
+                           f"{free_g + tree_only + mine} of {usable} accounted", group=g, free=free_g,
+                           tree_only=tree_only, named=mine, usable=usable)
         free = sec.get("free")
         if free is not None:
             judge.premise["PEER-9"] += 1

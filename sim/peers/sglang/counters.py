@@ -14,6 +14,12 @@ beyond what the event carries; l.38: leak checks ask the index):
 * the tokens of unlocked and locked nodes found by the walk equal ``evictable_size_`` and ``protected_size_``
   (so evictable + protected = cached holds of the structure, not only of the counters);
 * the unlocked leaves found by the walk are exactly ``evictable_leaves``.
+
+A ``--kv-groups`` run drives SGLang's ``UnifiedRadixCache`` (``sim/peers/sglang/hybrid.py``), whose default tree
+core is native (Rust: no Python node to walk). Its probe (``core`` set) holds, per component, the tree's own
+``evictable`` and ``protected`` counters beside the values the tree hands back (``all_values_flatten``: full tokens;
+their SWA peers still mapped; ``all_mamba_values_flatten``: Mamba slots): evictable + protected must equal what
+the tree holds (``unified``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ __all__ = ["check"]
 def check(probe: dict, named: dict[int, int]) -> list[tuple[str, dict]]:
     """The PEER-9 findings (message, context) of one probe (``named``, kvsim's live tables, is not needed:
     SGLang's counters are checked against the tree itself and the driver's locks)."""
+    if "core" in probe:
+        return unified(probe)
     out: list[tuple[str, dict]] = []
     if probe["lock_mismatch"]:
         nodes = probe.get("lock_mismatch_nodes") or []
@@ -44,4 +52,21 @@ def check(probe: dict, named: dict[int, int]) -> list[tuple[str, dict]]:
         out.append((f"SGLang's evictable_leaves lists {probe['leaves_listed']} nodes, the tree walked has "
                     f"{probe['leaves_walk']} unlocked leaves ({probe['leaves_differ']} differ)",
                     {"listed": probe["leaves_listed"], "walked": probe["leaves_walk"]}))
+    return out
+
+
+UNITS = {"full": "tokens", "sliding": "SWA tokens", "mamba": "Mamba states"}
+
+
+def unified(probe: dict) -> list[tuple[str, dict]]:
+    """A unified cache's probe: per component, evictable + protected counters against the values the tree holds."""
+    out: list[tuple[str, dict]] = []
+    for kind, unit in UNITS.items():
+        if kind not in probe:
+            continue
+        evictable, protected, held = probe[kind]
+        if evictable + protected != held:
+            out.append((f"SGLang's unified tree ({probe['core']}) counts {evictable} evictable and {protected} "
+                        f"protected {unit} of its {kind} component, and holds {held}",
+                        {"component": kind, "evictable": evictable, "protected": protected, "tree_holds": held}))
     return out

@@ -111,7 +111,8 @@ def crash_facts(exc: BaseException, package: str, where: dict) -> dict:
             got = getattr(t.tb_frame.f_locals.get("node"), "id", None)
             node = got if isinstance(got, int) else None  # the node the innermost engine frame was handling
             break
-    here = frames and os.path.abspath(frames[-1].tb_frame.f_code.co_filename) == os.path.abspath(__file__)
+    here = frames and os.path.dirname(os.path.abspath(frames[-1].tb_frame.f_code.co_filename)) == os.path.dirname(
+        os.path.abspath(__file__))  # this script or a part of it (unified.py, hybrid.py)
     if isinstance(exc, EngineFault):
         t = frames[-1]
         engine = f"{os.path.basename(__file__)}:{t.tb_lineno} in {t.tb_frame.f_code.co_name} (the driver found it)"
@@ -531,6 +532,20 @@ def main() -> int:
         use_standins()
         import sglang
         package = os.path.dirname(os.path.abspath(sglang.__file__))
+        if trial is not None and trial[0].get("kv_groups"):  # SGLang's unified hybrid cache, driven by unified.py
+            import importlib
+            sibling = importlib.import_module  # unified.py, hybrid.py: sibling scripts, found through sys.path[0]
+            unified = sibling("unified")
+            n = 0
+            while trial is not None:
+                cfg = trial[0]
+                rows = [(a, r.id, list(r.prompt), r.max_new) for a, r in trial[1]]
+                unified.run(cfg, rows, send, where, lambda rid, pos, v=cfg["vocab"]: token(rid, pos, v), sibling,
+                            t0 if n == 0 else time.perf_counter(), n)
+                out.flush()
+                n += 1
+                trial = read_trial()
+            return 0
         if trial is not None:  # one-off start-up costs (the hash extension), before any trial's first step
             warm_up(int(trial[0]["block_size"]))
         import_s = time.perf_counter() - t0
