@@ -35,7 +35,8 @@ def resolve(max_context: int, concurrency: int, policy: str, tokens: int = 0, fr
         m = ceil_div(tokens, P)
         return m if tokens >= max_context and lo <= m <= hi else None
     if policy == "automatic":
-        assert b_of is not None
+        if b_of is None:
+            raise ValueError("the automatic policy needs B(M) (b_of)")
         if free < headroom + b_of(lo):
             return None
         best = lo

@@ -142,7 +142,8 @@ class RadixRef:
     def _split(self, child: Node, k: int) -> Node:
         """The first k tokens of ``child`` become a new node above it (same lock count, same access)."""
         parent = child.parent
-        assert parent is not None
+        if parent is None:
+            raise ValueError("the root is never split")
         top = Node(child.key[:k], child.pages[:k // self.ps], parent, {}, child.lock_ref, child.access)
         parent.children[child.key[:self.ps]] = top
         child.key, child.pages, child.parent = child.key[k:], child.pages[k // self.ps:], top
@@ -188,7 +189,8 @@ class RadixRef:
 
     def _delete(self, node: Node) -> None:
         parent = node.parent
-        assert parent is not None
+        if parent is None:
+            raise ValueError("the root is never deleted")
         del parent.children[node.key[:self.ps]]
         self.free += node.pages
         if not self._fire("evictable-size-drift"):
