@@ -172,6 +172,31 @@ def test_frames_name_the_subject_of_a_finding():
     assert site(FREED) == "freed by vllm/v1/core/block_pool.py:816 in free_blocks"
 
 
+def test_a_raised_common_hit_outranks_the_first_groups_content_finding_of_its_step():
+    """PEER-20 (a group cannot serve the common hit) names the cause of a same-step PEER-7 about the same request:
+    it takes the root's place and the PEER-7 is its first consequence; at another step, or about another request,
+    it does not."""
+    rec = PeerRecovery()
+    content = Record("PEER-7", 77, "step 14: s7 hits block 0 through block 159, which holds no computed content",
+                     {"request": "s7", "slot": 0, "block": 159, "hit": 128}, 14)
+    assert rec.add(content) == 1
+    raised = Record("PEER-20", 77, "step 14: s7 hits 128 tokens but its group 1 slot 0 names block 148",
+                    {"request": "s7", "group": 1, "slot": 0, "block": 148, "hit": 128}, 14)
+    assert rec.add(raised) == 1
+    assert [(r.rule, r.id) for r in rec.roots] == [("PEER-20", 1)] and content.id == 0
+    assert rec.rule_roots == {"PEER-20": 1} and rec.suppressed == 1 and rec.per_root == {1: 1}
+    assert rec.first[0]["rule"] == "PEER-7" and rec.first[0]["of"] == 1
+    later = Record("PEER-7", 80, "step 15: s8 hits block 0 through block 160, which holds no computed content",
+                   {"request": "s8", "block": 160}, 15)
+    assert rec.add(later) is None  # the same check again: the same cause
+    other = PeerRecovery()
+    assert other.add(Record("PEER-7", 1, "step 3: s1 hits block 0 through block 4, which holds no computed content",
+                            {"request": "s1", "block": 4}, 3)) == 1
+    assert other.add(Record("PEER-20", 2, "step 4: s1 hits 16 tokens but its group 1 slot 0 names block 4",
+                            {"request": "s1", "group": 1, "block": 4}, 4)) is None  # a later step: a consequence
+    assert [r.rule for r in other.roots] == ["PEER-7"]
+
+
 def test_one_cause_one_root_a_different_mechanism_a_new_root():
     rec = PeerRecovery()
     leak = Record("PEER-14", 10, "step 3: block 5 has ref_cnt 2; the live requests' tables name it 1 times",

@@ -1,13 +1,13 @@
 """Judging what a real paged-cache scheduler (vLLM's Scheduler, SGLang's RadixCache) decided, step by step.
 
-A driver reports, per engine step, the block tables it handed out (new requests with their prefix hit and
-block ids, running requests' added blocks, resumed requests' new tables), the tokens it scheduled, the tokens
-it produced, finished and preempted requests, its own prefix-cache statistics, its pool's cached-block
-count, and the KV-event batches it published. The event batches go to ``sim.peers.judges.events.EventChecker``
-(EV-1 ... EV-7); this judge keeps what the decisions imply -- which live request names which block, and which
-content (a chain of interned (parent, tokens) keys at the engine's block size, ``Contents``)
-each block last received -- and checks the rules of ``RULES`` (``engine_rules``: seed citations there, readings
-in ``DECISIONS``), restating for block-table engines what the TS-PFX and PEER rules say of TokenSpeed:
+A driver reports, per engine step, the block tables it handed out (new requests with their prefix hit and block ids,
+running requests' added blocks, resumed requests' new tables), the tokens it scheduled and produced, finished and
+preempted requests, its prefix-cache statistics, its pool's cached-block count and the KV-event batches it published
+(judged by ``sim.peers.judges.events.EventChecker``: EV-1 ... EV-7). This judge keeps what the decisions imply --
+which live request names which block, and which content (a chain of interned (parent, tokens) keys at the engine's
+block size, ``Contents``) each block last received -- and checks the rules of ``RULES`` (``engine_rules``: seed
+citations there, readings in ``DECISIONS``), restating for block-table engines what the TS-PFX and PEER rules say of
+TokenSpeed:
 
 * PEER-5 capacity (cache concepts: "its capacity belongs to the global empty-parent FIFO rather than any
   group"; a pool of N blocks minus the reserved null block): every block id lies in [1, num_blocks) and the
@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from kvsim.sim.peers.judges.engine_rules import DECISIONS, RULES
+from kvsim.sim.peers.judges.event_log import batch_events
 from kvsim.sim.peers.judges.events import EventChecker
 from kvsim.sim.trace import cachetrace as ct
 
@@ -568,33 +569,6 @@ class EngineJudge:
 
 
 def _dec(keys: dict[int, int], d: int) -> None:
-    left = keys[d] - 1
-    if left:
-        keys[d] = left
-    else:
+    keys[d] -= 1
+    if not keys[d]:
         del keys[d]
-
-
-_FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
-           "BlockRemoved": ("block_hashes", "medium"), "AllBlocksCleared": ()}
-
-
-def batch_events(batch: Any) -> list[ct.KvEvent]:
-    """The events of one wire batch ``[ts, [event, ...], dp_rank]`` (object or array events); fields kvsim does
-    not know (``lora_name``, ``extra_keys``, ``group_idx`` ...) are ignored."""
-    raw = batch[1] if isinstance(batch, list) else batch["events"]
-    out: list[ct.KvEvent] = []
-    for e in raw:
-        if isinstance(e, list):
-            e = {"type": e[0], **dict(zip(_FIELDS.get(e[0], ()), e[1:], strict=False))}
-        kind = e.get("type") or e.get("kind")
-        if kind == "BlockStored":
-            out.append(ct.BlockStored(list(e["block_hashes"]), e.get("parent_block_hash"), list(e["token_ids"]),
-                                      int(e["block_size"]), e.get("lora_id"), e.get("medium")))
-        elif kind == "BlockRemoved":
-            out.append(ct.BlockRemoved(list(e["block_hashes"]), e.get("medium")))
-        elif kind == "AllBlocksCleared":
-            out.append(ct.AllBlocksCleared())
-        else:
-            raise ValueError(f"unknown event type {str(kind)[:40]}")
-    return out

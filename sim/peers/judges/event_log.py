@@ -22,7 +22,7 @@ from kvsim.sim.files import label, open_source
 from kvsim.sim.trace import cachetrace as ct
 
 __all__ = ["EventLogError", "BlockStored", "BlockRemoved", "AllBlocksCleared", "parse_event", "parse_batch",
-           "read_event_log", "read_event_log_seq"]
+           "read_event_log", "read_event_log_seq", "batch_events"]
 
 
 class EventLogError(Exception):
@@ -186,3 +186,28 @@ def read_event_log_seq(path: str | Path, stream: Any = None) -> tuple[str, Itera
         for n, events, _, seq in it:
             yield n, events, seq
     return ("empty" if first is None else first[2]), rest()
+
+
+_FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
+           "BlockRemoved": ("block_hashes", "medium"), "AllBlocksCleared": ()}
+
+
+def batch_events(batch: Any) -> list[ct.KvEvent]:
+    """The events of one wire batch ``[ts, [event, ...], dp_rank]`` (object or array events); fields kvsim does
+    not know (``lora_name``, ``extra_keys``, ``group_idx`` ...) are ignored."""
+    raw = batch[1] if isinstance(batch, list) else batch["events"]
+    out: list[ct.KvEvent] = []
+    for e in raw:
+        if isinstance(e, list):
+            e = {"type": e[0], **dict(zip(_FIELDS.get(e[0], ()), e[1:], strict=False))}
+        kind = e.get("type") or e.get("kind")
+        if kind == "BlockStored":
+            out.append(ct.BlockStored(list(e["block_hashes"]), e.get("parent_block_hash"), list(e["token_ids"]),
+                                      int(e["block_size"]), e.get("lora_id"), e.get("medium")))
+        elif kind == "BlockRemoved":
+            out.append(ct.BlockRemoved(list(e["block_hashes"]), e.get("medium")))
+        elif kind == "AllBlocksCleared":
+            out.append(ct.AllBlocksCleared())
+        else:
+            raise ValueError(f"unknown event type {str(kind)[:40]}")
+    return out

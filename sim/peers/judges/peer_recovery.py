@@ -11,7 +11,11 @@ queue drifts from the engine's. Reported as they come, one planted ref-count lea
   that root: counted (``suppressed``, per root), the first per (root, entity) listed with ``of`` (an engine crash,
   PEER-11, always), its own entities marked in turn (their state follows from the same cause); it is never a
   violation;
-- a finding on unmarked entities with a new mechanism is a new root: a different cause.
+- a finding on unmarked entities with a new mechanism is a new root: a different cause;
+- a finding that names the cause of a root found at the same step about the same request takes that root's
+  place (``OUTRANKS``): with several cache groups a common hit raised beyond what a group can serve (PEER-20, seed
+  002's common prefix every group must serve) also hits content the first group lacks (PEER-7), and the judge
+  of the first group speaks first; the PEER-7 root becomes the first consequence of the PEER-20 one.
 
 The mechanism is the rule, the check, the finding's message up to its first colon with every number and hash
 blanked (``s#'s block # is ...``), and, where the driver's ledger knows it, the engine function that last
@@ -37,6 +41,8 @@ _ENGINE_KEYS = (("block", "block"), ("blocks", "block"), ("ahead", "block"), ("n
                 ("page", "block"), ("pages", "block"), ("node", "node"), ("nodes", "node"), ("request", "request"),
                 ("requests", "request"), ("op_id", "op"))
 _EVENT_KEYS = ("block", "parent", "hash", "hashes")
+# rule -> the rules whose same-step root about the same request it explains (module docstring)
+OUTRANKS = {"PEER-20": frozenset({"PEER-7"})}
 
 
 def _ids(value: Any) -> list:
@@ -154,6 +160,8 @@ class PeerRecovery:
             self.causes[mech] = n
             self._mark(marked, n)
             return n
+        if self._outranks(f, of):
+            return self._promote(f, of, mech, marked)
         self.suppressed += 1
         self.per_root[of] = self.per_root.get(of, 0) + 1
         self._mark(marked, of)
@@ -165,6 +173,33 @@ class PeerRecovery:
                                "op": f.op, "message": f.message, "of": of, "entity": entity,
                                "context": dict(f.context or {}), **({"engine_frame": f.frame} if f.frame else {})})
         return None
+
+    def _outranks(self, f: Record, of: int) -> bool:
+        root = self.roots[of - 1]
+        req = (f.context or {}).get("request")
+        return (root.rule in OUTRANKS.get(f.rule, ()) and root.step is not None and root.step == f.step
+                and req is not None and req == (root.context or {}).get("request"))
+
+    def _promote(self, f: Record, of: int, mech: Key, marked: Iterable[Key]) -> int:
+        """``f`` names the cause of root ``of`` (same step, same request): it becomes root ``of``, the old root
+        that root's first consequence."""
+        old = self.roots[of - 1]
+        f.id, old.id = of, 0
+        self.roots[of - 1] = f
+        self.rule_roots[old.rule] -= 1
+        if not self.rule_roots[old.rule]:
+            del self.rule_roots[old.rule]
+        self.rule_roots[f.rule] = self.rule_roots.get(f.rule, 0) + 1
+        self.causes[mech] = of
+        self._mark(marked, of)
+        self.suppressed += 1
+        self.per_root[of] = self.per_root.get(of, 0) + 1
+        self.seen.add((of, ("request", (f.context or {}).get("request"))))
+        self.first.insert(0, {"rule": old.rule, "event": old.line if old.step is None else old.step,
+                              "line": old.line, "op": old.op, "message": old.message, "of": of,
+                              "entity": f"request {(old.context or {}).get('request')}",
+                              "context": dict(old.context or {}), **({"engine_frame": old.frame} if old.frame else {})})
+        return of
 
     def _cause(self, ents: Iterable[Key], mech: Key) -> tuple[int | None, Key]:
         best: tuple[int | None, Key] = (None, ())
