@@ -31,11 +31,17 @@ transition_rule(
               "a resumable boundary needs -- and its other slots below H are null or hold their own block. A table "
               "too short to reach H in any group is a hit that group cannot serve. A state group's part is PEER-22's "
               "(the state after exactly H tokens). A hit below what every group could serve is allowed behaviour "
-              "(a miss, seen in the hit ratio), never a finding: the rule is that no group raises the hit.",
+              "(a miss, seen in the hit ratio), never a finding: the rule is that no group raises the hit. A hit "
+              "raised beyond what every group holds also hits content the first group lacks (PEER-7 at the same "
+              "step, judged first): one cause, so the PEER-20 finding about that request at that step is the root "
+              "and the PEER-7 its first consequence (sim.peers.judges.peer_recovery.OUTRANKS).",
     scope="cache",
     tests=("tests/peers/test_group_judge.py::test_legal_run_keeps_every_rule",
            "tests/peers/test_group_judge.py::test_a_hit_the_window_group_cannot_serve_fires_peer_20",
            "tests/peers/test_group_judge.py::test_a_window_slot_holding_another_prefix_fires_peer_20",
+           "tests/peers/test_actionable.py::test_a_raised_common_hit_outranks_the_first_groups_content_finding_of_its_"
+           "step",
+           "tests/peers/test_hybrid_engines.py::test_a_planted_hybrid_bug_is_caught_by_its_rule",
            "tests/peers/test_sglang_hybrid.py::test_clean_hybrid_sglang_passes_with_every_group_path_reached",
            "tests/peers/test_sglang_hybrid.py::test_a_planted_sglang_hybrid_bug_is_caught_by_its_rule"),
     context=("block", "group", "hit", "request", "slot"))
