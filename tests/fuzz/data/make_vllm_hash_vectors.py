@@ -2,9 +2,9 @@
 requests: tokens, multimodal items, a cache salt, prompt-embedding digests, lookahead tokens), for both of its
 sha256 schemes and two NONE_HASH seeds. Run once with an engine venv's python (vLLM 0.33.0 here):
 
-    /work/engines/vllm/bin/python tests/fuzz/data/make_vllm_hash_vectors.py
+    .engines/vllm/bin/python tests/fuzz/data/make_vllm_hash_vectors.py   # scripts/install-engine vllm .engines/vllm
 
-tests/fuzz/test_hash_machine.py compares sim/fuzz/hash_reference.py with these vectors (kvsim's venv has no vLLM).
+tests/fuzz/test_judge_fuzz.py compares sim/fuzz/hash_reference.py with these vectors (kvsim's venv has no vLLM).
 """
 
 import json
