@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -189,7 +190,7 @@ def test_standard_input_redirected_from_the_output_file_is_refused(workdir: Path
 # ------------------------------------------------------------------------------------------ pipes and logs
 
 def test_a_closed_pipe_is_a_quiet_141(workdir: Path) -> None:
-    script = " ".join(KVSIM) + " rules | head -1 > /dev/null; echo ${PIPESTATUS[0]}"
+    script = shlex.join(KVSIM) + " rules | head -1 > /dev/null; echo ${PIPESTATUS[0]}"
     p = subprocess.run(["bash", "-c", script], cwd=workdir, capture_output=True, env=env(), timeout=300)
     assert p.stdout.decode().strip() == "141", p.stderr
     assert b"Traceback" not in p.stderr and p.stderr.strip() == b""
